@@ -1,0 +1,98 @@
+"""The model library: built-in models by name, or any model file by path.
+
+A model module defines ``build(**options) -> OpGraph``, a ``DEFAULTS`` dict of its
+options (``batch_size`` among them) and a one-line ``DESCRIPTION``. Option values
+given as strings (from the command line) are converted to the type of the default.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.resources
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from flextui.errors import FlextuiError, ModelError
+from flextui.graph.graph import OpGraph
+
+LIBRARY_PACKAGE = "flextui.library.models"
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    name: str
+    description: str
+    defaults: dict[str, Any]
+
+
+def model_names() -> list[str]:
+    root = importlib.resources.files(LIBRARY_PACKAGE)
+    return sorted(p.name[:-3] for p in root.iterdir()
+                  if p.name.endswith(".py") and not p.name.startswith("_"))
+
+
+def _module(name: str) -> ModuleType:
+    if name.endswith(".py") or "/" in name:
+        path = Path(name)
+        if not path.is_file():
+            raise ModelError(f"model file {name} does not exist")
+        spec = importlib.util.spec_from_file_location(f"flextui_user_model_{path.stem}", path)
+        module = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:
+            raise ModelError(f"model file {name} failed to load: {exc!r}") from None
+    elif name in model_names():
+        module = importlib.import_module(f"{LIBRARY_PACKAGE}.{name}")
+    else:
+        raise ModelError(f"unknown model {name!r}; built-in models: {', '.join(model_names())} "
+                         f"(or give the path of a model .py file)")
+    for attr in ("build", "DEFAULTS", "DESCRIPTION"):
+        if not hasattr(module, attr):
+            raise ModelError(f"model {name!r} defines no {attr}; a model file needs "
+                             f"build(**options), DEFAULTS and DESCRIPTION")
+    return module
+
+
+def model_info(name: str) -> ModelInfo:
+    module = _module(name)
+    return ModelInfo(Path(name).stem, module.DESCRIPTION, dict(module.DEFAULTS))
+
+
+def load_model(name: str, **options: Any) -> OpGraph:
+    """Build model ``name`` (a library name or a .py path) with ``options`` over its
+    defaults."""
+    module = _module(name)
+    unknown = sorted(set(options) - set(module.DEFAULTS))
+    if unknown:
+        raise ModelError(f"model {name!r} has no option {', '.join(unknown)}; its options: "
+                         f"{', '.join(f'{k}={v}' for k, v in module.DEFAULTS.items())}")
+    merged = {**module.DEFAULTS,
+              **{k: _convert(name, k, v, module.DEFAULTS[k]) for k, v in options.items()}}
+    try:
+        graph = module.build(**merged)
+    except FlextuiError as exc:
+        raise ModelError(f"model {name!r} with {merged}: {exc}") from None
+    if not isinstance(graph, OpGraph):
+        raise ModelError(f"model {name!r}: build() returned {type(graph).__name__}, not an OpGraph")
+    graph.meta.setdefault("model", Path(name).stem)
+    graph.meta.setdefault("options", merged)
+    return graph
+
+
+def _convert(model: str, key: str, value: Any, default: Any) -> Any:
+    if not isinstance(value, str) or isinstance(default, str):
+        return value
+    try:
+        if isinstance(default, bool):
+            if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError(value)
+            return value.lower() in ("true", "1", "yes")
+        return type(default)(value)
+    except ValueError:
+        raise ModelError(f"model {model!r}: option {key}={value!r} is not a "
+                         f"{type(default).__name__} (default {default!r})") from None
+

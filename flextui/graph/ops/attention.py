@@ -1,0 +1,85 @@
+"""Attention op types: additive (Bahdanau, for NMT) and multi-head (transformers)."""
+
+from __future__ import annotations
+
+from flextui.graph.dims import Dim, DimKind
+from flextui.graph.ops.base import OpType, ParamSpec, register, require
+from flextui.graph.region import region_volume
+
+
+@register
+class AdditiveAttention(OpType):
+    """One decoder step of Bahdanau attention: query [B, H] attends over keys
+    [B, T, H]; the output is tanh(W_out [context; query]) of shape [B, H]. Space:
+    batch (sample) x hidden (parameter, splits W_out's rows); the score weights are
+    replicated in every block."""
+
+    name = "attention"
+    backward_factor = 2.0
+
+    def check(self, op):
+        require(len(op.inputs) == 2, op, "takes query [B, H] and keys [B, T, H]")
+        q, k = op.inputs[0].shape, op.inputs[1].shape
+        require(len(q) == 2 and len(k) == 3 and k[0] == q[0] and k[2] == q[1], op,
+                f"query {list(q)} and keys {list(k)} do not fit ([B, H] and [B, T, H])")
+
+    def infer(self, op):
+        return [(op.inputs[0].shape, op.inputs[0].dtype)]
+
+    def space(self, op):
+        b, h = op.outputs[0].shape
+        return (Dim("sample", b, DimKind.SAMPLE), Dim("hidden", h, DimKind.PARAMETER))
+
+    def params(self, op):
+        h = op.inputs[0].shape[1]
+        return [ParamSpec("w_query", (h, h), (None, None)),
+                ParamSpec("w_keys", (h, h), (None, None)),
+                ParamSpec("v", (h,), (None,)),
+                ParamSpec("w_out", (h, 2 * h), (1, None))]
+
+    def input_regions(self, op, region):
+        t, h = op.inputs[1].shape[1:]
+        return [(region[0], (0, h)), (region[0], (0, t), (0, h))]
+
+    def flops(self, op, region):
+        t, h = op.inputs[1].shape[1:]
+        rows = region[0][1] - region[0][0]
+        scores = rows * (2.0 * t * h * h + 2.0 * h * h + 3.0 * t * h + 2.0 * t * h)
+        return scores + 2.0 * region_volume(region) * 2 * h
+
+
+@register
+class MultiHeadAttention(OpType):
+    """Scaled dot-product attention of projected q, k, v [B, S, D] with ``heads`` heads
+    (projections are separate linear ops). Space: batch (sample), query positions
+    (attribute), model dim (attribute, split on head boundaries)."""
+
+    name = "multihead_attention"
+    backward_factor = 2.0
+
+    def check(self, op):
+        require(len(op.inputs) == 3, op, "takes q, k and v")
+        shapes = {t.shape for t in op.inputs}
+        require(len(shapes) == 1 and op.inputs[0].rank == 3, op,
+                f"q, k, v must share one [B, S, D] shape, got {sorted(shapes)}")
+        require(op.inputs[0].shape[2] % op.attrs["heads"] == 0, op,
+                f"model dim {op.inputs[0].shape[2]} is not divisible by {op.attrs['heads']} heads")
+
+    def infer(self, op):
+        return [(op.inputs[0].shape, op.inputs[0].dtype)]
+
+    def space(self, op):
+        b, s, d = op.outputs[0].shape
+        return (Dim("sample", b, DimKind.SAMPLE), Dim("sequence", s, DimKind.ATTRIBUTE),
+                Dim("heads", d, DimKind.ATTRIBUTE, splits=op.attrs["heads"]))
+
+    def input_regions(self, op, region):
+        seq = op.inputs[0].shape[1]
+        kv = (region[0], (0, seq), region[2])
+        return [region, kv, kv]
+
+    def flops(self, op, region):
+        seq = op.inputs[0].shape[1]
+        heads_in_block = (region[2][1] - region[2][0]) * op.attrs["heads"] // op.inputs[0].shape[2]
+        rows = (region[0][1] - region[0][0]) * (region[1][1] - region[1][0])
+        return 4.0 * region_volume(region) * seq + 5.0 * rows * seq * heads_in_block

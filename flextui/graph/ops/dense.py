@@ -1,0 +1,151 @@
+"""Dense op types: linear, embedding, matmul, layernorm, softmax with cross-entropy."""
+
+from __future__ import annotations
+
+from flextui.graph.dims import Dim, DimKind
+from flextui.graph.ops.base import OpType, ParamSpec, elementwise_space, register, require
+from flextui.graph.region import region_volume
+
+
+def _feature_space(shape, last_kind: DimKind | None) -> tuple[Dim, ...]:
+    """Dim 0 sample, middle dims attribute, the last dim of kind ``last_kind``."""
+    dims = elementwise_space(shape[:-1])
+    return dims + (Dim("channel", shape[-1], last_kind),)
+
+
+@register
+class Linear(OpType):
+    """y = x W^T + b over the last dim. Table 2 (matrix multiplication): sample;
+    out-channel parameter; any middle dims (sequence) are attributes."""
+
+    name = "linear"
+    backward_factor = 2.0
+
+    def check(self, op):
+        require(len(op.inputs) == 1 and op.inputs[0].rank >= 2, op,
+                "expects one input of rank >= 2 (batch, ..., features)")
+
+    def infer(self, op):
+        shape = op.inputs[0].shape
+        return [(shape[:-1] + (op.attrs["out_features"],), op.inputs[0].dtype)]
+
+    def space(self, op):
+        return _feature_space(op.outputs[0].shape, DimKind.PARAMETER)
+
+    def params(self, op):
+        last = op.inputs[0].rank - 1
+        out, inp = op.attrs["out_features"], op.inputs[0].shape[-1]
+        specs = [ParamSpec("weight", (out, inp), (last, None))]
+        if op.attrs["bias"]:
+            specs.append(ParamSpec("bias", (out,), (last,)))
+        return specs
+
+    def input_regions(self, op, region):
+        return [region[:-1] + ((0, op.inputs[0].shape[-1]),)]
+
+    def flops(self, op, region):
+        return 2.0 * region_volume(region) * op.inputs[0].shape[-1]
+
+
+@register
+class Embedding(OpType):
+    """Table lookup of integer ids; the embedding dim is a parameter dim."""
+
+    name = "embedding"
+
+    def check(self, op):
+        require(len(op.inputs) == 1 and op.inputs[0].dtype.startswith("int"), op,
+                "expects one integer tensor of ids")
+
+    def infer(self, op):
+        return [(op.inputs[0].shape + (op.attrs["dim"],), "float32")]
+
+    def space(self, op):
+        return _feature_space(op.outputs[0].shape, DimKind.PARAMETER)
+
+    def params(self, op):
+        last = op.inputs[0].rank
+        return [ParamSpec("weight", (op.attrs["num_embeddings"], op.attrs["dim"]), (None, last))]
+
+    def input_regions(self, op, region):
+        return [region[:-1]]
+
+    def flops(self, op, region):
+        return float(region_volume(region))
+
+
+@register
+class Matmul(OpType):
+    """Batched matrix product A[..., M, K] @ B[..., K, N]; no parameters, so every
+    output dim but K's absence is an attribute (dim 0 the sample)."""
+
+    name = "matmul"
+    backward_factor = 2.0
+
+    def check(self, op):
+        require(len(op.inputs) == 2, op, "takes two inputs")
+        a, b = op.inputs[0].shape, op.inputs[1].shape
+        require(len(a) == len(b) >= 2 and a[:-2] == b[:-2] and a[-1] == b[-2], op,
+                f"shapes {a} and {b} do not multiply (same batch dims, A[..., M, K] @ B[..., K, N])")
+
+    def infer(self, op):
+        a, b = op.inputs[0].shape, op.inputs[1].shape
+        return [(a[:-1] + (b[-1],), op.inputs[0].dtype)]
+
+    def input_regions(self, op, region):
+        k = op.inputs[0].shape[-1]
+        return [region[:-1] + ((0, k),), region[:-2] + ((0, k), region[-1])]
+
+    def flops(self, op, region):
+        return 2.0 * region_volume(region) * op.inputs[0].shape[-1]
+
+
+@register
+class LayerNorm(OpType):
+    """Normalise over the last dim; its weight and bias are replicated in every block."""
+
+    name = "layernorm"
+    backward_factor = 2.0
+
+    def infer(self, op):
+        return [(op.inputs[0].shape, op.inputs[0].dtype)]
+
+    def space(self, op):
+        return _feature_space(op.outputs[0].shape, None)
+
+    def params(self, op):
+        d = op.inputs[0].shape[-1]
+        return [ParamSpec("weight", (d,), (None,)), ParamSpec("bias", (d,), (None,))]
+
+    def input_regions(self, op, region):
+        return [region]
+
+    def flops(self, op, region):
+        return 8.0 * region_volume(region)
+
+
+@register
+class SoftmaxCrossEntropy(OpType):
+    """Softmax over the last dim with a cross-entropy loss against integer labels; the
+    output is the probabilities. The class dim is not parallel."""
+
+    name = "softmax_ce"
+
+    def check(self, op):
+        require(len(op.inputs) == 2, op, "takes logits and labels")
+        logits, labels = op.inputs
+        require(labels.shape == logits.shape[:-1] and labels.dtype.startswith("int"), op,
+                f"labels must be integers of shape {logits.shape[:-1]}, got "
+                f"{labels.dtype}{list(labels.shape)}")
+
+    def infer(self, op):
+        return [(op.inputs[0].shape, op.inputs[0].dtype)]
+
+    def space(self, op):
+        return _feature_space(op.outputs[0].shape, None)
+
+    def input_regions(self, op, region):
+        return [region, region[:-1]]
+
+    def flops(self, op, region):
+        return 5.0 * region_volume(region)

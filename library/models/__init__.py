@@ -1,0 +1,1 @@
+"""Built-in models, one module each; see ``flextui.graph.library`` for the contract."""
