@@ -33,7 +33,7 @@ class GraphBuilder:
         self.meta = meta
         self._ops: list[Op] = []
         self._names: set[str] = set()
-        self._shared: dict[str, dict[str, Parameter]] = {}
+        self._params: dict[str, tuple[Parameter, str | None]] = {}  # name -> (param, key)
         self._scope: list[str] = []
         self._counts: dict[str, int] = {}
 
@@ -66,7 +66,7 @@ class GraphBuilder:
             if not isinstance(t, Tensor):
                 raise GraphError(f"graph {self.name!r}: {type_} got {t!r} where a tensor belongs")
         op = Op(name=self._name(name, type_), type=type_, attrs=attrs, inputs=tuple(inputs),
-                index=len(self._ops),
+                index=len(self._ops), shared=shared,
                 layer=layer if layer is not None else shared or ".".join(self._scope))
         kind = op.kind
         kind.check(op)
@@ -83,15 +83,19 @@ class GraphBuilder:
         return op
 
     def _parameter(self, op: Op, role: str, shape: tuple[int, ...], shared: str | None) -> Parameter:
-        if shared is None:
-            return Parameter(f"{op.name}.{role}", shape, self.dtype)
-        group = self._shared.setdefault(shared, {})
-        if role not in group:
-            group[role] = Parameter(f"{shared}.{role}", shape, self.dtype)
-        elif group[role].shape != shape:
+        """The op's own parameter, or the one shared under key ``shared`` (made by the
+        first op that uses the key)."""
+        name = f"{shared or op.name}.{role}"
+        if name not in self._params:
+            self._params[name] = (Parameter(name, shape, self.dtype), shared)
+        param, owner = self._params[name]
+        if owner != shared:
+            raise GraphError(f"op {op.name!r}: parameter name {name!r} is already used by "
+                             f"another op; rename the op or the shared key")
+        if param.shape != shape:
             raise GraphError(f"op {op.name!r} shares {shared!r} but its {role} has shape "
-                             f"{shape}, not {group[role].shape}")
-        return group[role]
+                             f"{shape}, not {param.shape}")
+        return param
 
     def _one(self, *args: Any, **kwargs: Any) -> Tensor:
         return self.add(*args, **kwargs).outputs[0]
@@ -207,7 +211,7 @@ def _attr(value: IntOrPair) -> int | list[int]:
 def graph_from_dict(data: dict[str, Any]) -> OpGraph:
     """Rebuild a graph from ``OpGraph.to_dict()`` output, re-checking every op."""
     try:
-        g = GraphBuilder(data["name"], **data.get("meta", {}))
+        g = GraphBuilder(data["name"], data.get("dtype", "float32"), **data.get("meta", {}))
         tensors: dict[str, Tensor] = {}
         for spec in data["ops"]:
             inputs = [tensors[name] for name in spec["inputs"]]

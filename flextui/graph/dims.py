@@ -41,8 +41,8 @@ class Dim:
     def parallel(self) -> bool:
         return self.kind is not None
 
-    def valid_degrees(self) -> list[int]:
+    def valid_degrees(self) -> tuple[int, ...]:
         """The degrees this dim may be split into (1 alone if it is not parallel)."""
         if not self.parallel:
-            return [1]
-        return [d for d in range(1, self.splits + 1) if self.splits % d == 0]
+            return (1,)
+        return tuple(d for d in range(1, self.splits + 1) if self.splits % d == 0)

@@ -96,7 +96,8 @@ class OpGraph:
         ops = [{"name": op.name, "type": op.type, "attrs": op.attrs, "layer": op.layer,
                 "inputs": [t.name for t in op.inputs], "shared": op.shared}
                for op in self.ops]
-        return {"name": self.name, "meta": self.meta, "ops": ops}
+        dtypes = {p.dtype for p in self.parameters.values()} or {"float32"}
+        return {"name": self.name, "dtype": min(dtypes), "meta": self.meta, "ops": ops}
 
     @cached_property
     def fingerprint(self) -> str:

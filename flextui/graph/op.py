@@ -26,6 +26,8 @@ class Op:
     inputs: tuple[Tensor, ...]
     index: int = 0
     layer: str = ""
+    #: the key under which this op shares its parameters with others, or None
+    shared: str | None = None
     outputs: tuple[Tensor, ...] = ()
     params: tuple[Parameter, ...] = ()
     param_specs: tuple[ParamSpec, ...] = ()
@@ -76,14 +78,6 @@ class Op:
     @property
     def param_count(self) -> int:
         return sum(p.numel for p in self.params)
-
-    @property
-    def shared(self) -> str | None:
-        """The key under which this op shares its parameters, or None if it owns them."""
-        if not self.params:
-            return None
-        owner = self.params[0].name.rsplit(".", 1)[0]
-        return None if owner == self.name else owner
 
 
 def _scale(rng: tuple[int, int], space_size: int, param_size: int) -> tuple[int, int]:

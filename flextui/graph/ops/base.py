@@ -70,7 +70,7 @@ def elementwise_space(shape: tuple[int, ...], fixed: tuple[int, ...] = ()) -> tu
     dims = []
     for i, size in enumerate(shape):
         kind = None if i in fixed else (DimKind.SAMPLE if i == 0 else DimKind.ATTRIBUTE)
-        dims.append(Dim(f"d{i}", size, kind))
+        dims.append(Dim("sample" if i == 0 else f"d{i}", size, kind))
     return tuple(dims)
 
 

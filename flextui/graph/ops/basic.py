@@ -153,7 +153,7 @@ class Reshape(OpType):
 
     def space(self, op):
         shape = op.outputs[0].shape
-        return (Dim("d0", shape[0], DimKind.SAMPLE),) + tuple(
+        return (Dim("sample", shape[0], DimKind.SAMPLE),) + tuple(
             Dim(f"d{i}", s, None) for i, s in enumerate(shape[1:], start=1))
 
     def input_regions(self, op, region):

@@ -1,0 +1,5 @@
+import sys
+
+from flextui.cli import main
+
+sys.exit(main())

@@ -1,0 +1,361 @@
+"""A cluster: compute devices, switches, and directed links (paper section 5.1).
+
+Every direction of every physical connection is a :class:`Link`, and each link is a
+*communication device* of its own in the simulator: transfers on it run one at a time.
+Endpoints are named: a compute device (``n0.gpu0``) or a switch (``n0.nvswitch``, ``net``).
+Only switches forward traffic; see :mod:`flextui.machine.routes`.
+
+Units inside are bytes, bytes/s, seconds and FLOP/s.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import operator
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from flextui.errors import ClusterError
+from flextui.machine.routes import Router
+
+__all__ = ["DTYPES", "DeviceSpec", "Device", "Link", "Cluster"]
+
+DTYPES = ("float32", "float16", "bfloat16")
+
+
+def _is_number(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _positive(x: object) -> bool:
+    return _is_number(x) and math.isfinite(x) and x > 0
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """A kind of compute device: its memory, peak FLOP/s per dtype and memory bandwidth."""
+
+    kind: str
+    memory_bytes: int
+    peak_flops: dict[str, float]
+    mem_bandwidth: float
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.kind, str) or not self.kind:
+            raise ClusterError(f"device kind must be a non-empty name, found {self.kind!r}")
+        if not (isinstance(self.memory_bytes, int) and not isinstance(self.memory_bytes, bool)
+                and self.memory_bytes > 0):
+            raise ClusterError(f"device kind {self.kind!r}: memory must be a positive whole "
+                               f"number of bytes, found {self.memory_bytes!r}")
+        if not isinstance(self.peak_flops, dict) or "float32" not in self.peak_flops:
+            raise ClusterError(f"device kind {self.kind!r}: peak_flops must give at least "
+                               f"float32, found {self.peak_flops!r}")
+        for dtype, rate in self.peak_flops.items():
+            if dtype not in DTYPES:
+                raise ClusterError(f"device kind {self.kind!r}: peak_flops has unknown dtype "
+                                   f"{dtype!r}; use {', '.join(DTYPES)}")
+            if not _positive(rate):
+                raise ClusterError(f"device kind {self.kind!r}: peak_flops.{dtype} must be "
+                                   f"positive, found {rate!r}")
+        if not _positive(self.mem_bandwidth):
+            raise ClusterError(f"device kind {self.kind!r}: mem_bandwidth must be positive, "
+                               f"found {self.mem_bandwidth!r}")
+        # Own copy (never alias the caller's dict), floats, canonical dtype order.
+        flops = {d: float(self.peak_flops[d]) for d in DTYPES if d in self.peak_flops}
+        object.__setattr__(self, "peak_flops", flops)
+        object.__setattr__(self, "mem_bandwidth", float(self.mem_bandwidth))
+
+    def __hash__(self) -> int:
+        return hash((self.kind, self.memory_bytes, tuple(self.peak_flops.items()),
+                     self.mem_bandwidth))
+
+    def flops_for(self, dtype: str) -> float:
+        """Peak FLOP/s for ``dtype`` (``"float16"``, ``torch.bfloat16``...); float32's if unknown."""
+        name = str(dtype).removeprefix("torch.")
+        return self.peak_flops.get(name, self.peak_flops["float32"])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"memory_bytes": self.memory_bytes, "peak_flops": dict(self.peak_flops),
+                "mem_bandwidth": self.mem_bandwidth}
+
+
+@dataclass(frozen=True)
+class Device:
+    """A compute device (GPU or CPU); ``id`` is its index in the cluster."""
+
+    id: int
+    name: str
+    node: int
+    spec: DeviceSpec
+
+    @property
+    def kind(self) -> str:
+        return self.spec.kind
+
+
+@dataclass(frozen=True)
+class Link:
+    """One direction of a connection; a communication device of its own (paper 5.1)."""
+
+    id: int
+    name: str
+    kind: str
+    src: str
+    dst: str
+    bandwidth: float
+    latency: float
+
+    def transfer_time(self, nbytes: float) -> float:
+        """latency + nbytes / bandwidth, in seconds."""
+        return self.latency + nbytes / self.bandwidth
+
+
+class Cluster:
+    """Devices, switches and directed links, with routes between devices."""
+
+    def __init__(self, name: str, devices: list[Device], links: list[Link],
+                 switches: Sequence[str] = (), description: str = "") -> None:
+        self.name = name
+        self.description = description
+        self.devices = list(devices)
+        self.links = list(links)
+        self.switches = list(switches)
+        self._validate()
+        self._by_name = {d.name: d for d in self.devices}
+        self._router = Router([d.name for d in self.devices], self.switches, self.links)
+        self._routes: dict[tuple[int, int], tuple[Link, ...]] = {}
+        self._fingerprint: str | None = None
+
+    # -- validation -------------------------------------------------------------------
+
+    def _fail(self, message: str) -> None:
+        raise ClusterError(f"cluster {self.name!r}: {message}")
+
+    def _validate(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ClusterError(f"a cluster needs a non-empty name, found {self.name!r}")
+        if not self.devices:
+            self._fail("has no compute devices; declare at least one")
+        names: set[str] = set()
+        kinds: dict[str, DeviceSpec] = {}
+        for i, d in enumerate(self.devices):
+            if not isinstance(d, Device):
+                self._fail(f"devices[{i}] is not a Device: {d!r}")
+            if d.id != i:
+                self._fail(f"device {d.name!r} has id {d.id} but is number {i} in the list; "
+                           f"ids must be 0..n-1 in order")
+            self._check_name(d.name, names, "device")
+            if not (isinstance(d.node, int) and not isinstance(d.node, bool) and d.node >= 0):
+                self._fail(f"device {d.name!r}: node must be a whole number >= 0, found {d.node!r}")
+            known = kinds.setdefault(d.spec.kind, d.spec)
+            if known != d.spec:
+                self._fail(f"device {d.name!r}: two different specs share the kind "
+                           f"{d.spec.kind!r}; give each spec its own kind name")
+        for s in self.switches:
+            self._check_name(s, names, "switch")
+        link_names: set[str] = set()
+        pairs: set[tuple[str, str]] = set()
+        for i, link in enumerate(self.links):
+            if not isinstance(link, Link):
+                self._fail(f"links[{i}] is not a Link: {link!r}")
+            if link.id != i:
+                self._fail(f"link {link.name!r} has id {link.id} but is number {i} in the list; "
+                           f"ids must be 0..m-1 in order")
+            if link.name in link_names:
+                self._fail(f"two links are named {link.name!r}")
+            link_names.add(link.name)
+            for end in (link.src, link.dst):
+                if end not in names:
+                    self._fail(f"link {link.name!r} ends at {end!r}, which is neither a device "
+                               f"nor a switch")
+            if link.src == link.dst:
+                self._fail(f"link {link.name!r} connects {link.src!r} to itself")
+            if (link.src, link.dst) in pairs:
+                self._fail(f"two links go from {link.src!r} to {link.dst!r}; declare one link "
+                           f"with their combined bandwidth")
+            pairs.add((link.src, link.dst))
+            if not isinstance(link.kind, str) or not link.kind:
+                self._fail(f"link {link.name!r}: kind must be a non-empty name")
+            if not _positive(link.bandwidth):
+                self._fail(f"link {link.name!r}: bandwidth must be positive, "
+                           f"found {link.bandwidth!r}")
+            if not (_is_number(link.latency) and math.isfinite(link.latency) and link.latency >= 0):
+                self._fail(f"link {link.name!r}: latency must be >= 0, found {link.latency!r}")
+
+    def _check_name(self, name: object, names: set[str], what: str) -> None:
+        if not isinstance(name, str) or not name or "->" in name or name != name.strip():
+            self._fail(f"{what} name {name!r} is not valid (non-empty, no spaces around, no '->')")
+        if name in names:
+            self._fail(f"the name {name!r} is used twice (device and switch names must be unique)")
+        names.add(name)
+
+    # -- queries ----------------------------------------------------------------------
+
+    @property
+    def num_devices(self) -> int:
+        return len(self.devices)
+
+    @property
+    def nodes(self) -> int:
+        """The number of distinct node ids."""
+        return len({d.node for d in self.devices})
+
+    def device(self, i: int) -> Device:
+        try:
+            i = operator.index(i)  # numpy integers are fine too
+        except TypeError:
+            pass
+        if not (isinstance(i, int) and not isinstance(i, bool) and 0 <= i < len(self.devices)):
+            raise ClusterError(f"cluster {self.name!r} has no device {i!r} "
+                               f"(ids are 0..{len(self.devices) - 1})")
+        return self.devices[i]
+
+    def device_by_name(self, name: str) -> Device:
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise ClusterError(f"cluster {self.name!r} has no device named {name!r}") from None
+
+    def route(self, src_id: int, dst_id: int) -> tuple[Link, ...]:
+        """The directed links from device ``src_id`` to ``dst_id``; ``()`` when they are equal."""
+        key = (src_id, dst_id)
+        cached = self._routes.get(key)
+        if cached is not None:
+            return cached
+        src, dst = self.device(src_id), self.device(dst_id)
+        links = self._router.route(src.name, dst.name)
+        if links is None:
+            raise ClusterError(
+                f"cluster {self.name!r}: no route from {src.name} to {dst.name}; connect them "
+                f"with links through switches (a device never forwards traffic for others)")
+        self._routes[key] = links
+        return links
+
+    def bottleneck_bandwidth(self, ids: Sequence[int]) -> float:
+        """The slowest link bandwidth on the ring ids[0] -> ids[1] -> ... -> ids[0]; inf for one."""
+        ids = list(ids)
+        best = math.inf
+        if len(ids) < 2:
+            return best
+        for a, b in zip(ids, ids[1:] + ids[:1]):
+            for link in self.route(a, b):
+                best = min(best, link.bandwidth)
+        return best
+
+    def injection_bandwidth(self, device_id: int) -> float:
+        """The sum of the bandwidths of the links leaving a device (bytes/s)."""
+        name = self.device(device_id).name
+        return sum(link.bandwidth for link in self.links if link.src == name)
+
+    def summary(self) -> dict[str, Any]:
+        """Plain-data overview for people (JSON-safe).
+
+        Keys: name, description, devices, nodes, switches (count), device_kinds ({kind:
+        count}), total_memory_bytes, total_peak_flops_float32, link_count (directed links),
+        links ({kind: {count, bandwidth (min), bandwidth_max, latency (max)}}), and
+        injection_bandwidth ({device name: sum of its outgoing link bandwidths}).
+        """
+        links_by_kind: dict[str, dict[str, Any]] = {}
+        for link in self.links:
+            entry = links_by_kind.setdefault(link.kind, {"count": 0, "bandwidth": link.bandwidth,
+                                                         "bandwidth_max": link.bandwidth,
+                                                         "latency": link.latency})
+            entry["count"] += 1
+            entry["bandwidth"] = min(entry["bandwidth"], link.bandwidth)
+            entry["bandwidth_max"] = max(entry["bandwidth_max"], link.bandwidth)
+            entry["latency"] = max(entry["latency"], link.latency)
+        outgoing: dict[str, float] = {d.name: 0.0 for d in self.devices}
+        for link in self.links:
+            if link.src in outgoing:
+                outgoing[link.src] += link.bandwidth
+        return {
+            "name": self.name,
+            "description": self.description,
+            "devices": self.num_devices,
+            "nodes": self.nodes,
+            "switches": len(self.switches),
+            "device_kinds": dict(Counter(d.spec.kind for d in self.devices)),
+            "total_memory_bytes": sum(d.spec.memory_bytes for d in self.devices),
+            "total_peak_flops_float32": sum(d.spec.peak_flops["float32"] for d in self.devices),
+            "link_count": len(self.links),
+            "links": links_by_kind,
+            "injection_bandwidth": outgoing,
+        }
+
+    # -- plain data -------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (JSON/msgpack-safe); ``Cluster.from_dict`` rebuilds an equal cluster."""
+        kinds: dict[str, Any] = {}
+        for d in self.devices:
+            kinds.setdefault(d.spec.kind, d.spec.to_dict())
+        return {
+            "name": self.name,
+            "description": self.description,
+            "device_kinds": kinds,
+            "devices": [{"name": d.name, "node": d.node, "kind": d.spec.kind} for d in self.devices],
+            "switches": list(self.switches),
+            "links": [{"name": l.name, "kind": l.kind, "src": l.src, "dst": l.dst,
+                       "bandwidth": float(l.bandwidth), "latency": float(l.latency)}
+                      for l in self.links],
+        }
+
+    @classmethod
+    def from_dict(cls, d: Any) -> "Cluster":
+        """Rebuild a cluster from ``to_dict`` output; malformed data raises ClusterError."""
+        try:
+            return cls._from_dict(d)
+        except ClusterError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
+            raise ClusterError(f"cluster data is malformed ({type(e).__name__}: {e})") from None
+
+    @classmethod
+    def _from_dict(cls, d: Any) -> "Cluster":
+        if not isinstance(d, dict):
+            raise ClusterError(f"cluster data must be a mapping, found {type(d).__name__}")
+        specs: dict[str, DeviceSpec] = {}
+        for kind, s in d["device_kinds"].items():
+            flops = s["peak_flops"]
+            if not isinstance(flops, dict):
+                raise ClusterError(f"cluster data: device kind {kind!r}: peak_flops must be a mapping")
+            memory = s["memory_bytes"]
+            if isinstance(memory, float) and memory.is_integer():
+                memory = int(memory)
+            specs[kind] = DeviceSpec(kind=kind, memory_bytes=memory, peak_flops=dict(flops),
+                                     mem_bandwidth=s["mem_bandwidth"])
+        devices = []
+        for i, dev in enumerate(d["devices"]):
+            if dev["kind"] not in specs:
+                raise ClusterError(f"cluster data: device {dev['name']!r} has unknown kind "
+                                   f"{dev['kind']!r}")
+            devices.append(Device(id=i, name=dev["name"], node=dev["node"], spec=specs[dev["kind"]]))
+        links = [Link(id=i, name=l["name"], kind=l["kind"], src=l["src"], dst=l["dst"],
+                      bandwidth=float(l["bandwidth"]), latency=float(l["latency"]))
+                 for i, l in enumerate(d["links"])]
+        return cls(name=d["name"], devices=devices, links=links,
+                   switches=list(d.get("switches", [])), description=d.get("description", ""))
+
+    @property
+    def fingerprint(self) -> str:
+        """The first 16 hex digits of the sha256 of the canonical JSON of ``to_dict()``."""
+        if self._fingerprint is None:
+            text = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"),
+                              ensure_ascii=False, allow_nan=False)
+            self._fingerprint = hashlib.sha256(text.encode()).hexdigest()[:16]
+        return self._fingerprint
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Cluster):
+            return NotImplemented
+        return self.to_dict() == other.to_dict()
+
+    def __hash__(self) -> int:
+        return hash(self.fingerprint)
+
+    def __repr__(self) -> str:
+        return (f"Cluster({self.name!r}, {self.num_devices} devices on {self.nodes} nodes, "
+                f"{len(self.switches)} switches, {len(self.links)} links)")

@@ -1,0 +1,159 @@
+"""The machine flextui runs on, as a one-node Cluster (``flextui clusters --detect``).
+
+With CUDA: every visible GPU, its memory from torch, its peak FLOP/s and memory bandwidth
+from the table in :mod:`flextui.machine.gpus` (an unknown GPU gets a conservative
+estimate, and the description says so). The GPUs are *assumed* to hang off one PCIe
+switch (``n0.pcie``, PCIe 4 x16 at ~25 GB/s per direction, 1 µs per hop); torch cannot
+tell NVLink/NVSwitch from PCIe, so use a library cluster (``dgx-a100``...) or your own
+TOML file for a box with NVLink.
+
+Without CUDA: one CPU device ``n0.cpu0`` of kind ``cpu`` with the machine's physical
+memory and an *estimated* float32 peak of ``cores x 2.5 GHz x 16 FLOP/cycle`` (one 8-wide
+FP32 FMA per cycle, i.e. AVX2 at one FMA port — conservative for server cores) and an
+assumed 20 GB/s memory bandwidth (what one process's threads typically reach).
+
+torch is imported lazily, inside the functions: importing this module is cheap.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from typing import Any
+
+from flextui.machine.cluster import Cluster, Device, DeviceSpec, Link
+from flextui.machine.gpus import device_kind_name, lookup_gpu
+
+__all__ = ["detect_local", "describe_local", "CPU_CLOCK_HZ", "CPU_FLOP_PER_CYCLE"]
+
+CPU_CLOCK_HZ = 2.5e9
+CPU_FLOP_PER_CYCLE = 16
+CPU_MEM_BANDWIDTH = 20e9
+PCIE_BANDWIDTH = 25e9
+PCIE_LATENCY = 1e-6
+
+
+def _cpu_count() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def _physical_memory() -> int:
+    try:
+        return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
+    except (AttributeError, ValueError, OSError):
+        return 8 * 2**30  # sysconf unavailable (not POSIX): assume 8 GiB
+
+
+def _torch() -> Any | None:
+    try:
+        import torch  # noqa: PLC0415 (lazy on purpose)
+    except Exception:  # not installed, or a broken install: treat as CPU-only
+        return None
+    return torch
+
+
+def _cuda_available(torch: Any | None) -> bool:
+    if torch is None:
+        return False
+    try:
+        return bool(torch.cuda.is_available()) and torch.cuda.device_count() > 0
+    except Exception:
+        return False
+
+
+def _cpu_cluster() -> Cluster:
+    cores = _cpu_count()
+    peak = cores * CPU_CLOCK_HZ * CPU_FLOP_PER_CYCLE
+    spec = DeviceSpec(kind="cpu", memory_bytes=_physical_memory(), peak_flops={"float32": peak},
+                      mem_bandwidth=CPU_MEM_BANDWIDTH)
+    description = (f"this machine, no CUDA GPU: one CPU device ({cores} cores; peak float32 "
+                   f"estimated as cores x 2.5 GHz x 16 FLOP/cycle = {peak / 1e12:.2f} TFLOPS, "
+                   f"memory bandwidth assumed {CPU_MEM_BANDWIDTH / 1e9:.0f} GB/s); estimated=True")
+    return Cluster("local", [Device(0, "n0.cpu0", 0, spec)], [], description=description)
+
+
+def _gpu_cluster(torch: Any) -> Cluster:
+    count = torch.cuda.device_count()
+    names = [torch.cuda.get_device_name(i) for i in range(count)]
+    memory = [int(torch.cuda.get_device_properties(i).total_memory) for i in range(count)]
+    specs: dict[str, DeviceSpec] = {}
+    unknown: list[str] = []
+    for name in dict.fromkeys(names):
+        figures = lookup_gpu(name)
+        if not figures.known:
+            unknown.append(name)
+        kind = device_kind_name(name)
+        specs[name] = DeviceSpec(kind=kind,
+                                 memory_bytes=min(m for n, m in zip(names, memory) if n == name),
+                                 peak_flops=figures.peak_flops(),
+                                 mem_bandwidth=figures.mem_bandwidth)
+    devices = [Device(i, f"n0.gpu{i}", 0, specs[name]) for i, name in enumerate(names)]
+    links: list[Link] = []
+    switches: list[str] = []
+    if count > 1:
+        switches.append("n0.pcie")
+        for d in devices:
+            for src, dst in ((d.name, "n0.pcie"), ("n0.pcie", d.name)):
+                links.append(Link(len(links), f"{src}->{dst}", "pcie", src, dst,
+                                  PCIE_BANDWIDTH, PCIE_LATENCY))
+    kinds = ", ".join(f"{names.count(n)} x {specs[n].kind}" for n in specs)
+    description = f"this machine: {kinds}"
+    if count > 1:
+        description += ("; links assumed: every GPU on one PCIe 4 switch at 25 GB/s per "
+                        "direction (NVLink is not detected; use a library cluster or a TOML "
+                        "file for NVLink boxes)")
+    if unknown:
+        description += (f"; peak FLOP/s and memory bandwidth of {', '.join(unknown)} are a "
+                        f"conservative guess: estimated=True")
+    return Cluster("local", devices, links, switches=switches, description=description)
+
+
+def detect_local() -> Cluster:
+    """This machine as a one-node cluster: its CUDA GPUs, or one CPU device without CUDA."""
+    torch = _torch()
+    if _cuda_available(torch):
+        return _gpu_cluster(torch)
+    return _cpu_cluster()
+
+
+def describe_local() -> dict[str, Any]:
+    """What detection sees: torch/CUDA versions, the GPUs and how they were looked up."""
+    torch = _torch()
+    info: dict[str, Any] = {
+        "hostname": platform.node(),
+        "python": platform.python_version(),
+        "torch_version": getattr(torch, "__version__", None) if torch is not None else None,
+        "cuda_available": _cuda_available(torch),
+        "cuda_version": getattr(getattr(torch, "version", None), "cuda", None),
+        "cpu_cores": _cpu_count(),
+        "memory_bytes": _physical_memory(),
+        "devices": [],
+    }
+    if info["cuda_available"]:
+        count = torch.cuda.device_count()
+        for i in range(count):
+            name = torch.cuda.get_device_name(i)
+            figures = lookup_gpu(name)
+            info["devices"].append({
+                "index": i,
+                "name": name,
+                "kind": device_kind_name(name),
+                "memory_bytes": int(torch.cuda.get_device_properties(i).total_memory),
+                "figures": figures.label,
+                "known": figures.known,
+            })
+        peer: list[list[bool]] = []
+        try:
+            peer = [[i == j or bool(torch.cuda.can_device_access_peer(i, j))
+                     for j in range(count)] for i in range(count)]
+        except Exception:
+            peer = []
+        info["peer_access"] = peer
+    else:
+        info["devices"].append({"index": 0, "name": platform.processor() or platform.machine(),
+                                "kind": "cpu", "memory_bytes": info["memory_bytes"],
+                                "figures": "estimated", "known": False})
+    return info

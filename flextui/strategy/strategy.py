@@ -1,0 +1,51 @@
+"""Strategy: a parallel config for every op of a graph."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+from flextui.errors import StrategyError
+from flextui.graph import OpGraph
+from flextui.strategy.config import ParallelConfig
+
+
+class Strategy(Mapping[str, ParallelConfig]):
+    """An immutable map from op name to its ParallelConfig, with a display name.
+    Two strategies are equal when their configs are (the name does not count)."""
+
+    def __init__(self, configs: Mapping[str, ParallelConfig], name: str = "") -> None:
+        self._items = dict(configs)
+        self.name = name
+
+    def __getitem__(self, op_name: str) -> ParallelConfig:
+        return self._items[op_name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __repr__(self) -> str:
+        return f"Strategy({self.name!r}, {len(self)} ops)"
+
+    def replace(self, op_name: str, config: ParallelConfig, name: str | None = None) -> Strategy:
+        """A copy with ``op_name``'s config changed."""
+        return Strategy({**self._items, op_name: config}, self.name if name is None else name)
+
+    def devices_used(self) -> set[int]:
+        return {d for c in self._items.values() for d in c.devices}
+
+    def check(self, graph: OpGraph, num_devices: int) -> None:
+        """Raise StrategyError unless every op of ``graph`` has a config that fits."""
+        unknown = [name for name in self._items if name not in graph]
+        if unknown:
+            raise StrategyError(f"strategy names ops that graph {graph.name!r} does not have: "
+                                f"{', '.join(unknown[:5])}" + (" ..." if len(unknown) > 5 else ""))
+        missing = [op.name for op in graph.ops if op.name not in self._items]
+        if missing:
+            raise StrategyError(f"strategy has no config for {len(missing)} ops of graph "
+                                f"{graph.name!r}: {', '.join(missing[:5])}"
+                                + (" ..." if len(missing) > 5 else ""))
+        for op in graph.ops:
+            self._items[op.name].check(op, num_devices)

@@ -1,0 +1,13 @@
+"""RNNLM from the FlexFlow paper (Table 4): an LSTM language model on Penn Treebank,
+2 recurrent layers of 2048 units unrolled 40 steps, then a softmax over the vocabulary
+at every step."""
+
+from flextui.graph import OpGraph
+from flextui.library.models._rnn import build_rnnlm
+
+DESCRIPTION = "RNN language model: 2 LSTM layers x 2048, 40 steps, per-step softmax (PTB)"
+DEFAULTS = {"batch_size": 64, "steps": 40, "layers": 2, "hidden": 2048, "vocab": 10000}
+
+
+def build(batch_size: int, steps: int, layers: int, hidden: int, vocab: int) -> OpGraph:
+    return build_rnnlm("rnnlm", batch_size, steps, layers, hidden, vocab)

@@ -1,0 +1,33 @@
+"""The core must import and run with Textual unavailable (DESIGN.md: headless core)."""
+
+import subprocess
+import sys
+import textwrap
+
+
+def test_core_imports_without_textual():
+    code = textwrap.dedent("""
+        import importlib, pkgutil, sys
+
+        class BlockTextual:
+            def find_spec(self, name, path=None, target=None):
+                if name == "textual" or name.startswith("textual."):
+                    raise ImportError("textual is blocked")
+
+        sys.meta_path.insert(0, BlockTextual())
+        import flextui
+        core = [m.name for m in pkgutil.walk_packages(flextui.__path__, "flextui.")
+                if not m.name.startswith(("flextui.tui", "flextui.cli", "flextui.__main__"))]
+        for name in core:
+            importlib.import_module(name)
+        from flextui.graph.library import load_model
+        from flextui.machine import load_named_cluster
+        from flextui.strategy import builtin_strategy
+        graph, cluster = load_model("lenet"), load_named_cluster("p100-4x4")
+        builtin_strategy("expert", graph, cluster).check(graph, cluster.num_devices)
+        assert not any(m == "textual" or m.startswith("textual.") for m in sys.modules)
+        print(len(core))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout) >= 20  # every core module was imported

@@ -1,0 +1,114 @@
+"""Parallel configs, the valid-config space, built-in strategies and strategy files."""
+
+import json
+import random
+
+import pytest
+
+from conftest import cluster, model
+from flextui.errors import StrategyError
+from flextui.graph import region_volume
+from flextui.strategy import (BUILTIN_STRATEGIES, ParallelConfig, builtin_strategy, count_configs,
+                              load_strategy, random_config, save_strategy, strategy_to_json,
+                              valid_configs)
+
+
+@pytest.mark.parametrize("name", BUILTIN_STRATEGIES)
+def test_every_builtin_strategy_fits_every_model_and_cluster(name, any_model, any_cluster):
+    strategy = builtin_strategy(name, any_model, any_cluster)
+    strategy.check(any_model, any_cluster.num_devices)
+    assert set(strategy) == {op.name for op in any_model.ops}
+
+
+def test_task_blocks_tile_the_space_exactly():
+    op = model("alexnet").op("conv1") if "conv1" in model("alexnet") else \
+        next(o for o in model("alexnet").ops if o.type == "conv2d")
+    config = ParallelConfig((2, 4, 1, 1), tuple(range(8)))
+    config.check(op, 8)
+    regions = config.regions(op)
+    assert sum(region_volume(r) for r in regions) == region_volume(tuple((0, s) for s in op.space_shape))
+    assert len(set(regions)) == 8
+    assert config.task_index(5) == (1, 1, 0, 0)
+
+
+def test_enumeration_yields_only_valid_configs_and_counts_them():
+    graph = model("lenet")
+    for op in graph.ops:
+        configs = list(valid_configs(op, 4))
+        assert len(configs) == count_configs(op, 4) == len(set(configs))
+        for c in configs:
+            c.check(op, 4)
+            assert c.devices == tuple(range(c.devices[0], c.devices[0] + c.num_tasks))
+    rng = random.Random(1)
+    for op in model("inception_v3").ops:
+        random_config(op, 16, rng).check(op, 16)
+
+
+def test_data_parallel_and_expert_shapes():
+    graph, p100 = model("alexnet"), cluster("p100-4x4")
+    dp = builtin_strategy("data-parallel", graph, p100)
+    assert all(c.degrees[0] == 16 and c.num_tasks == 16 for c in dp.values())
+    ex = builtin_strategy("expert", graph, p100)
+    fc = [op for op in graph.ops if op.type == "linear"]
+    # model-parallel dense layers: 4096 wide ones over all 16 GPUs, the 1000-class one over 10
+    assert [ex[op.name].degrees for op in fc] == [(1, 16), (1, 16), (1, 10)]
+    conv = [op for op in graph.ops if op.type == "conv2d"]
+    assert all(ex[op.name] == dp[op.name] for op in conv)    # data-parallel convolutions
+
+
+def test_rnn_expert_puts_each_layer_on_its_own_device():
+    graph = model("rnnlm")
+    strategy = builtin_strategy("expert", graph, cluster("dgx-a100"))
+    by_layer = {}
+    for op in graph.ops:
+        if op.type == "lstm_cell":
+            by_layer.setdefault(op.layer, set()).update(strategy[op.name].devices)
+    assert [len(d) for d in by_layer.values()] == [1] * len(by_layer)
+    assert len(set().union(*by_layer.values())) == len(by_layer)
+
+
+@pytest.mark.parametrize("name", ["data-parallel", "expert", "model-parallel", "random"])
+def test_export_import_round_trips_exactly(tmp_path, name):
+    graph, dgx = model("inception_v3"), cluster("dgx-a100")
+    strategy = builtin_strategy(name, graph, dgx)
+    path = tmp_path / "s.json"
+    save_strategy(path, strategy, graph, dgx)
+    loaded = load_strategy(path, graph, dgx)
+    assert loaded == strategy and loaded.name == strategy.name
+    assert strategy_to_json(loaded, graph, dgx) == json.loads(path.read_text())
+
+
+def _write(tmp_path, data):
+    path = tmp_path / "bad.json"
+    path.write_text(data if isinstance(data, str) else json.dumps(data))
+    return path
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d["ops"].update({"no_such_op": d["ops"]["fc1"]}), "ops.no_such_op: graph 'lenet' has no op"),
+    (lambda d: d["ops"]["fc1"].update(degrees={"sample": 3}, devices=[0, 1, 2]),
+     "degree 3 does not divide dim 'sample'"),
+    (lambda d: d["ops"]["fc1"].update(devices=[0, 1, 2, 16]), "device 16 out of range"),
+    (lambda d: d["ops"]["fc1"].update(degrees={"height": 2}), "has no dim 'height'"),
+    (lambda d: d["ops"].pop("fc1"), "no config for 1 ops"),
+    (lambda d: d.update(format="something-else"), "is not a flextui strategy file"),
+    (lambda d: d.update(version=99), "version 99 is not supported"),
+    (lambda d: d["ops"]["fc1"].update(devices="0-3"), "must be integers"),
+])
+def test_bad_strategy_files_name_file_and_field(tmp_path, edit, message):
+    graph, p100 = model("lenet"), cluster("p100-4x4")
+    data = strategy_to_json(builtin_strategy("data-parallel", graph, cluster("dgx-a100")), graph, p100)
+    data["ops"]["fc1"] = {"degrees": {"sample": 4}, "devices": [0, 1, 2, 3]}
+    edit(data)
+    path = _write(tmp_path, data)
+    with pytest.raises(StrategyError, match=message) as err:
+        load_strategy(path, graph, p100)
+    assert str(path) in str(err.value)
+
+
+def test_strategy_file_that_is_not_json(tmp_path):
+    path = _write(tmp_path, "{not json")
+    with pytest.raises(StrategyError, match=r"bad.json is not valid JSON: .* line 1"):
+        load_strategy(path, model("lenet"), cluster("p100-4x4"))
+    with pytest.raises(StrategyError, match="does not exist"):
+        load_strategy(tmp_path / "missing.json", model("lenet"), cluster("p100-4x4"))
