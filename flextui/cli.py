@@ -123,13 +123,13 @@ def _show_graph(graph, args: argparse.Namespace, console: Console) -> None:
                   f"{_si(summary['forward_flops'], 'FLOP')} forward / "
                   f"{_si(summary['backward_flops'], 'FLOP')} backward per iteration")
     table = Table(caption="dims: S sample, A attribute, P parameter, - not parallel")
-    for col in ("op", "type", "output", "parallel dims", "params", "fwd FLOPs"):
+    table.add_column("op", overflow="fold")
+    for col in ("type", "dims", "params", "fwd FLOPs"):
         table.add_column(col, justify="right" if col in ("params", "fwd FLOPs") else "left")
     for row in rows[: args.limit or None]:
-        dims = " ".join(f"{d['name']}:{d['size']}{_KIND_MARK[d['kind']]}" for d in row["dims"])
+        dims = " ".join(f"{_KIND_MARK[d['kind']]}{d['size']}" for d in row["dims"])
         params = f"{row['parameters']:,}" + (" (shared)" if row["shared"] else "")
-        table.add_row(row["name"], row["type"], "x".join(map(str, row["outputs"][0])), dims,
-                      params, _si(row["forward_flops"]))
+        table.add_row(row["name"], row["type"], dims, params, _si(row["forward_flops"]))
     console.print(table)
     if args.limit and len(rows) > args.limit:
         console.print(f"... {len(rows) - args.limit} more ops (--limit 0 shows all)")
@@ -145,7 +145,7 @@ def _show_strategy(graph, args: argparse.Namespace, console: Console) -> None:
     from flextui.strategy import BUILTIN_STRATEGIES, builtin_strategy, load_strategy, save_strategy
     from flextui.strategy.summary import strategy_rows, strategy_summary
     cluster = load_named_cluster(args.cluster)
-    if args.strategy in BUILTIN_STRATEGIES:
+    if args.strategy in BUILTIN_STRATEGIES or not Path(args.strategy).exists():
         strategy = builtin_strategy(args.strategy, graph, cluster)
         strategy.check(graph, cluster.num_devices)
     else:

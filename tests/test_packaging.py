@@ -1,0 +1,25 @@
+"""A plain (non-editable) install carries the model and cluster libraries."""
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_wheel_contains_the_libraries(tmp_path):
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                    "-q", "-w", str(tmp_path), str(ROOT)], check=True, timeout=300,
+                   cwd=tmp_path)
+    wheel, = tmp_path.glob("flextui-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for model in (ROOT / "library" / "models").glob("*.py"):
+        assert f"flextui/library/models/{model.name}" in names
+    for toml in (ROOT / "library" / "clusters").glob("*.toml"):
+        assert f"flextui/library/clusters/{toml.name}" in names
+    for init in (ROOT / "flextui").rglob("__init__.py"):  # every subpackage is listed in pyproject
+        assert init.relative_to(ROOT).as_posix() in names
