@@ -277,3 +277,29 @@ def test_lenet_count():
     expected = (6 * 25 + 6) + (16 * 6 * 25 + 16) + linear_params(400, 120) \
         + linear_params(120, 84) + linear_params(84, 10)
     assert load_model("lenet").param_count == expected == 61_706
+
+
+# -- parallelizable dims follow the FlexFlow paper's Table 2, in every model --------
+
+TABLE2 = {  # op type -> the kinds of its partition dims, in order (None: not parallel)
+    "conv2d": ("sample", "parameter", "attribute", "attribute"),
+    "pool2d": ("sample", "attribute", "attribute", "attribute"),
+    "lstm_cell": ("sample", "parameter"),
+    "attention": ("sample", "parameter"),
+    "multihead_attention": ("sample", "attribute", "attribute"),
+}
+
+
+@pytest.mark.parametrize("name", model_names())
+def test_every_op_follows_table2(name):
+    for op in load_model(name).ops:
+        kinds = tuple(d.kind.value if d.kind else None for d in op.space)
+        assert kinds[0] == "sample", f"{op.name}: every op has a sample dim first"
+        if op.type in TABLE2:
+            assert kinds == TABLE2[op.type], op.name
+        if op.type in ("linear", "embedding"):  # matrix multiplication: out-channel parameter
+            assert kinds[-1] == "parameter" and set(kinds[1:-1]) <= {"attribute"}, op.name
+        if op.type in ("softmax_ce", "layernorm"):  # the normalised dim cannot be split
+            assert kinds[-1] is None, op.name
+        if op.type == "batchnorm":
+            assert kinds[:2] == ("sample", "parameter"), op.name

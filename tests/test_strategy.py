@@ -67,9 +67,9 @@ def test_rnn_expert_puts_each_layer_on_its_own_device():
     assert len(set().union(*by_layer.values())) == len(by_layer)
 
 
-@pytest.mark.parametrize("name", ["data-parallel", "expert", "model-parallel", "random"])
-def test_export_import_round_trips_exactly(tmp_path, name):
-    graph, dgx = model("inception_v3"), cluster("dgx-a100")
+@pytest.mark.parametrize("name", BUILTIN_STRATEGIES)
+def test_export_import_round_trips_exactly(tmp_path, name, any_model):
+    graph, dgx = any_model, cluster("dgx-a100")
     strategy = builtin_strategy(name, graph, dgx)
     path = tmp_path / "s.json"
     save_strategy(path, strategy, graph, dgx)
