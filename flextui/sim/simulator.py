@@ -1,0 +1,35 @@
+"""The execution simulator: strategy in, Timeline out (paper section 5)."""
+
+from __future__ import annotations
+
+from flextui.cost.model import CostModel
+from flextui.errors import FlextuiError
+from flextui.graph import OpGraph
+from flextui.machine import Cluster
+from flextui.sim.memory import MEMORY_POLICIES, memory_penalty_s, memory_usage
+from flextui.sim.schedule import schedule
+from flextui.sim.taskgraph import TaskGraph
+from flextui.sim.timeline import Timeline, build_timeline
+from flextui.strategy import Strategy
+
+
+class Simulator:
+    """Simulates one training (or, with ``training=False``, inference) iteration of
+    ``graph`` on ``cluster``. ``memory`` says what a strategy over a device's capacity
+    costs: "penalize" (+1 ms per MB over), "reject" (infinite cost) or "ignore"."""
+
+    def __init__(self, graph: OpGraph, cluster: Cluster, cost_model: CostModel,
+                 training: bool = True, memory: str = "penalize") -> None:
+        if memory not in MEMORY_POLICIES:
+            raise FlextuiError(f"memory policy {memory!r}: use one of {', '.join(MEMORY_POLICIES)}")
+        self.graph, self.cluster, self.cost_model = graph, cluster, cost_model
+        self.training, self.memory = training, memory
+
+    def task_graph(self, strategy: Strategy) -> TaskGraph:
+        strategy.check(self.graph, self.cluster.num_devices)
+        return TaskGraph(self.graph, self.cluster, self.cost_model, strategy, self.training)
+
+    def simulate(self, strategy: Strategy) -> Timeline:
+        tg = self.task_graph(strategy)
+        usage = memory_usage(tg)
+        return build_timeline(tg, schedule(tg), usage, memory_penalty_s(usage, self.memory))

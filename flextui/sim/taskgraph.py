@@ -1,0 +1,268 @@
+"""The task graph of one training (or inference) iteration (paper section 5.1).
+
+Tasks live in parallel arrays indexed by task id; ids of removed tasks are reused.
+For every op, one forward task per block of its config (and one backward task in
+training). For every producer/consumer task pair whose blocks overlap: a dependency
+when both run on one device, else a chain of transfer tasks, one per link of the route,
+carrying the overlap; in training, the gradient of the overlap travels back the reverse
+route. Replicated parameters get a gradient all-reduce per replica group (ring
+all-reduce on the links joining the group), then an optimizer update per device.
+
+Every task has a *key*, a tuple that orders tasks consistently with their
+dependencies; the scheduler breaks ties in ready time by it, so schedules are
+deterministic: forward before backward before syncs before updates; within forward,
+by op topological index, transfers into a task before the task, then by task index;
+within backward, by reverse topological index likewise.
+
+``replace_op`` swaps one op's config, rebuilding only that op's tasks, the transfers on
+its edges and the gradient syncs and updates of its parameters; delta simulation uses
+it.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+
+from flextui.cost.model import CostModel
+from flextui.graph import Op, OpGraph, intersect, region_volume
+from flextui.graph.tensor import dtype_bytes
+from flextui.machine import Cluster
+from flextui.sim.replicas import ParamBlock, replica_groups
+from flextui.strategy import ParallelConfig, Strategy
+
+
+class TaskKind(enum.IntEnum):
+    FORWARD = 0
+    BACKWARD = 1
+    TRANSFER = 2
+    SYNC = 3
+    UPDATE = 4
+
+
+def ring_allreduce_s(nbytes: float, devices: tuple[int, ...], cluster: Cluster) -> float:
+    """Ring all-reduce: 2(p-1)/p of the bytes over the ring's slowest link, plus
+    2(p-1) steps of the slowest hop's latency (DESIGN.md)."""
+    p = len(devices)
+    ring = list(zip(devices, devices[1:] + devices[:1]))
+    latency = max(sum(link.latency for link in cluster.route(a, b)) for a, b in ring)
+    return 2 * (p - 1) / p * nbytes / cluster.bottleneck_bandwidth(devices) + 2 * (p - 1) * latency
+
+
+def update_s(nbytes: float, device) -> float:
+    """Optimizer step (SGD with momentum): read weight, gradient and momentum, write
+    weight and momentum — five passes over the shard at memory bandwidth."""
+    return 5 * nbytes / device.spec.mem_bandwidth
+
+
+class TaskGraph:
+    def __init__(self, graph: OpGraph, cluster: Cluster, cost_model: CostModel,
+                 strategy: Strategy, training: bool = True) -> None:
+        self.graph, self.cluster, self.cost, self.training = graph, cluster, cost_model, training
+        self.num_devices = cluster.num_devices
+        self.num_resources = cluster.num_devices + len(cluster.links)
+        self.link_resource = {link.id: self.num_devices + link.id for link in cluster.links}
+        self.update_s: Callable = getattr(cost_model, "update_s", update_s)
+        # parallel arrays, one slot per task id
+        self.kind: list[int] = []
+        self.op: list[int] = []          # op index, or -1 for syncs and updates
+        self.part: list[int] = []        # task index within the op's config
+        self.resources: list[tuple[int, ...]] = []
+        self.duration: list[float] = []
+        self.nbytes: list[int] = []       # bytes moved (transfers, syncs) or kept (forward)
+        self.workspace: list[int] = []
+        self.key: list[tuple] = []
+        self.preds: list[list[int]] = []
+        self.succs: list[list[int]] = []
+        self.alive: list[bool] = []
+        self._free: list[int] = []
+        self._added: list[int] | None = None  # ids made while replace_op runs
+        # ownership, so one op's tasks can be replaced
+        self.configs: dict[int, ParallelConfig] = {}
+        self.forward: dict[int, list[int]] = {}
+        self.backward: dict[int, list[int]] = {}
+        self.edge_tasks: dict[tuple[int, int], list[int]] = {}
+        self.param_tasks: dict[str, list[int]] = {}
+        self.param_shards: dict[str, dict[int, int]] = {}  # parameter -> device -> bytes
+        self.param_users: dict[str, list[tuple[Op, int]]] = {}
+        self.param_order = {name: i for i, name in enumerate(graph.parameters)}
+        for op in graph.ops:
+            for i, p in enumerate(op.params):
+                self.param_users.setdefault(p.name, []).append((op, i))
+        for op in graph.ops:
+            self._add_op_tasks(op, strategy[op.name])
+        for op in graph.ops:
+            for producer in graph.predecessors(op):
+                self._add_edge(producer, op)
+        for name in self.param_users:
+            self._add_param_tasks(name)
+
+    # -- the arrays ----------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self.kind)
+
+    def live_ids(self) -> list[int]:
+        return [t for t, alive in enumerate(self.alive) if alive]
+
+    def _new(self, kind: TaskKind, op: int, part: int, resources: tuple[int, ...],
+             duration: float, key: tuple, nbytes: int = 0, workspace: int = 0) -> int:
+        t = self._slot((kind, op, part, resources, duration, nbytes, workspace, key))
+        if self._added is not None:
+            self._added.append(t)
+        return t
+
+    def _slot(self, row: tuple) -> int:
+        if self._free:
+            t = self._free.pop()
+            (self.kind[t], self.op[t], self.part[t], self.resources[t], self.duration[t],
+             self.nbytes[t], self.workspace[t], self.key[t]) = row
+            self.preds[t], self.succs[t], self.alive[t] = [], [], True
+            return t
+        for column, value in zip((self.kind, self.op, self.part, self.resources, self.duration,
+                                  self.nbytes, self.workspace, self.key), row):
+            column.append(value)
+        self.preds.append([])
+        self.succs.append([])
+        self.alive.append(True)
+        return len(self.kind) - 1
+
+    def _link(self, a: int, b: int) -> None:
+        self.succs[a].append(b)
+        self.preds[b].append(a)
+
+    def _remove(self, t: int) -> None:
+        for p in self.preds[t]:
+            self.succs[p].remove(t)
+        for s in self.succs[t]:
+            self.preds[s].remove(t)
+        self.preds[t], self.succs[t], self.alive[t] = [], [], False
+        self._free.append(t)
+
+    # -- building ------------------------------------------------------------------
+
+    def _add_op_tasks(self, op: Op, config: ParallelConfig) -> None:
+        self.configs[op.index] = config
+        shape = config.block_shape(op)
+        kept = sum(region_volume(r) * dtype_bytes(t.dtype)
+                   for r, t in zip(op.output_regions(config.task_region(op, 0)), op.outputs))
+        fwd, bwd = [], []
+        for k, device in enumerate(config.devices):
+            cost = self.cost.op_cost(op, shape, self.cluster.device(device))
+            f = self._new(TaskKind.FORWARD, op.index, k, (device,), cost.forward_s,
+                          (0, op.index, 1, k), kept, cost.workspace_bytes)
+            fwd.append(f)
+            if self.training and op.type != "input":
+                b = self._new(TaskKind.BACKWARD, op.index, k, (device,), cost.backward_s,
+                              (1, -op.index, 1, k))
+                self._link(f, b)
+                bwd.append(b)
+        self.forward[op.index], self.backward[op.index] = fwd, bwd
+
+    def _add_edge(self, producer: Op, consumer: Op) -> None:
+        """Dependencies and transfers for every input of ``consumer`` made by ``producer``."""
+        tasks: list[int] = []
+        self.edge_tasks[(producer.index, consumer.index)] = tasks
+        pconf, cconf = self.configs[producer.index], self.configs[consumer.index]
+        out_regions = [producer.output_regions(r) for r in pconf.regions(producer)]
+        backward = self.training and producer.type != "input"
+        for slot, tensor in enumerate(consumer.inputs):
+            if tensor.producer is not producer:
+                continue
+            width = dtype_bytes(tensor.dtype)
+            for k, region in enumerate(cconf.regions(consumer)):
+                needed = consumer.input_regions(region)[slot]
+                for m, outs in enumerate(out_regions):
+                    overlap = intersect(needed, outs[tensor.index])
+                    if overlap is None:
+                        continue
+                    nbytes = region_volume(overlap) * width
+                    src, dst = pconf.devices[m], cconf.devices[k]
+                    self._connect(self.forward[producer.index][m], self.forward[consumer.index][k],
+                                  src, dst, nbytes, (0, consumer.index, 0, k, slot, m), tasks)
+                    if backward:
+                        self._connect(self.backward[consumer.index][k],
+                                      self.backward[producer.index][m], dst, src, nbytes,
+                                      (1, -producer.index, 0, m, consumer.index, slot, k), tasks)
+
+    def _connect(self, a: int, b: int, src: int, dst: int, nbytes: int, key: tuple,
+                 owned: list[int]) -> None:
+        """``b`` needs ``nbytes`` that ``a`` made: a dependency, or a transfer chain."""
+        prev = a
+        for hop, link in enumerate(self.cluster.route(src, dst)):
+            t = self._new(TaskKind.TRANSFER, self.op[b], self.part[b],
+                          (self.link_resource[link.id],), self.cost.transfer_s(nbytes, link),
+                          key + (hop,), nbytes)
+            self._link(prev, t)
+            owned.append(t)
+            prev = t
+        self._link(prev, b)
+
+    def _add_param_tasks(self, name: str) -> None:
+        """Record where parameter ``name``'s shards live; in training, all-reduce every
+        replica group's gradients, then update each device's shard."""
+        users = self.param_users[name]
+        param = users[0][0].params[users[0][1]]
+        blocks = []
+        for op, i in users:
+            config = self.configs[op.index]
+            for k, region in enumerate(config.regions(op)):
+                task = self.backward[op.index][k] if self.training else -1
+                blocks.append(ParamBlock(op.param_region(i, region), config.devices[k], task))
+        tasks: list[int] = []
+        self.param_tasks[name] = tasks
+        order, width = self.param_order[name], dtype_bytes(param.dtype)
+        shard_bytes: dict[int, int] = {}
+        ready_on: dict[int, list[int]] = {}
+        groups = replica_groups(blocks)
+        for group in groups:
+            for d in group.devices:
+                shard_bytes[d] = shard_bytes.get(d, 0) + group.numel * width
+        self.param_shards[name] = shard_bytes
+        if not self.training:
+            return
+        for g, group in enumerate(groups):
+            nbytes = group.numel * width
+            if len(group.devices) == 1:
+                ready_on.setdefault(group.devices[0], []).extend(group.tasks)
+                continue
+            links = sorted({self.link_resource[link.id]
+                            for a, b in zip(group.devices, group.devices[1:] + group.devices[:1])
+                            for link in self.cluster.route(a, b)})
+            sync = self._new(TaskKind.SYNC, -1, g, tuple(links),
+                             ring_allreduce_s(nbytes, group.devices, self.cluster),
+                             (2, order, g), nbytes)
+            for t in group.tasks:
+                self._link(t, sync)
+            tasks.append(sync)
+            for d in group.devices:
+                ready_on.setdefault(d, []).append(sync)
+        for d in sorted(shard_bytes):
+            update = self._new(TaskKind.UPDATE, -1, d, (d,),
+                               self.update_s(shard_bytes[d], self.cluster.device(d)),
+                               (3, order, d), shard_bytes[d])
+            for t in dict.fromkeys(ready_on[d]):
+                self._link(t, update)
+            tasks.append(update)
+
+    # -- changing one op -------------------------------------------------------------
+
+    def replace_op(self, op: Op, config: ParallelConfig) -> tuple[list[int], list[int]]:
+        """Give ``op`` a new config; return the ids of the tasks removed and added (an
+        id may be in both: slots are reused)."""
+        neighbours = [(p, op) for p in self.graph.predecessors(op)] + \
+                     [(op, c) for c in self.graph.successors(op)]
+        params = list(dict.fromkeys(p.name for p in op.params))
+        removed = self.forward[op.index] + self.backward[op.index]
+        removed += [t for a, b in neighbours for t in self.edge_tasks.pop((a.index, b.index))]
+        removed += [t for name in params for t in self.param_tasks.pop(name)]
+        for t in removed:
+            self._remove(t)
+        self._added = []
+        self._add_op_tasks(op, config)
+        for a, b in neighbours:
+            self._add_edge(a, b)
+        for name in params:
+            self._add_param_tasks(name)
+        added, self._added = self._added, None
+        return removed, added

@@ -1,0 +1,105 @@
+"""Timeline: the result of simulating one iteration, as plain data."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from flextui.sim.memory import MemoryUsage
+from flextui.sim.schedule import Times
+from flextui.sim.taskgraph import TaskGraph, TaskKind
+
+
+@dataclass(frozen=True)
+class TaskTiming:
+    key: tuple
+    kind: TaskKind
+    op: str            # the op (for a transfer: the op whose task it feeds); "" for syncs/updates
+    part: int
+    resources: tuple[str, ...]
+    ready: float
+    start: float
+    end: float
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class DeviceStats:
+    name: str
+    busy_s: float
+    idle_s: float
+    bytes_sent: int
+    bytes_received: int
+    memory: MemoryUsage
+
+
+@dataclass(frozen=True)
+class LinkStats:
+    name: str
+    kind: str
+    busy_s: float
+    bytes: int
+
+
+@dataclass
+class Timeline:
+    makespan: float
+    tasks: list[TaskTiming]
+    devices: list[DeviceStats]
+    links: list[LinkStats]
+    memory_penalty_s: float = 0.0
+    _by_key: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def cost(self) -> float:
+        """Simulated iteration time plus the memory penalty, in seconds."""
+        return self.makespan + self.memory_penalty_s
+
+    def by_key(self) -> dict[tuple, TaskTiming]:
+        if not self._by_key:
+            self._by_key = {t.key: t for t in self.tasks}
+        return self._by_key
+
+    @property
+    def overflows(self) -> dict[str, int]:
+        """Devices over their memory capacity, and by how many bytes."""
+        return {d.name: d.memory.over for d in self.devices if d.memory.over > 0}
+
+
+def build_timeline(tg: TaskGraph, times: Times, memory: list[MemoryUsage],
+                   memory_penalty_s: float) -> Timeline:
+    cluster, ops = tg.cluster, tg.graph.ops
+    names = [d.name for d in cluster.devices] + [link.name for link in cluster.links]
+    tasks = []
+    busy = [0.0] * tg.num_resources
+    moved = [0] * tg.num_resources
+    sent = [0] * tg.num_devices
+    received = [0] * tg.num_devices
+    for t in tg.live_ids():
+        kind = TaskKind(tg.kind[t])
+        tasks.append(TaskTiming(tg.key[t], kind, ops[tg.op[t]].name if tg.op[t] >= 0 else "",
+                                tg.part[t], tuple(names[r] for r in tg.resources[t]),
+                                times.ready[t], times.start[t], times.end[t], tg.nbytes[t]))
+        for r in tg.resources[t]:
+            busy[r] += times.end[t] - times.start[t]
+            if kind in (TaskKind.TRANSFER, TaskKind.SYNC):
+                moved[r] += tg.nbytes[t]
+    for link in cluster.links:
+        src, dst = _device_id(cluster, link.src), _device_id(cluster, link.dst)
+        if src is not None:
+            sent[src] += moved[tg.link_resource[link.id]]
+        if dst is not None:
+            received[dst] += moved[tg.link_resource[link.id]]
+    tasks.sort(key=lambda x: (x.start, x.key))
+    makespan = max((t.end for t in tasks), default=0.0)
+    devices = [DeviceStats(d.name, busy[d.id], makespan - busy[d.id], sent[d.id], received[d.id],
+                           memory[d.id]) for d in cluster.devices]
+    links = [LinkStats(link.name, link.kind, busy[tg.link_resource[link.id]],
+                       moved[tg.link_resource[link.id]]) for link in cluster.links]
+    return Timeline(makespan, tasks, devices, links, memory_penalty_s)
+
+
+def _device_id(cluster, endpoint: str) -> int | None:
+    try:
+        return cluster.device_by_name(endpoint).id
+    except Exception:
+        return None
