@@ -11,6 +11,7 @@ over devices) or rejected (infinite cost), by the simulator's ``memory`` option.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 from flextui.sim.taskgraph import TaskGraph, TaskKind
@@ -37,23 +38,56 @@ class MemoryUsage:
         return max(0, self.total - self.capacity)
 
 
+def _charge(tg: TaskGraph, t: int) -> tuple[int, int, int] | None:
+    """(device, activation bytes, workspace bytes) that task ``t`` holds, if any."""
+    kind = tg.kind[t]
+    if kind == TaskKind.FORWARD:
+        return tg.resources[t][0], tg.nbytes[t], tg.workspace[t]
+    if kind == TaskKind.TRANSFER:
+        succ = tg.succs[t]
+        if succ and tg.kind[succ[0]] == TaskKind.FORWARD:  # the last hop of an input
+            return tg.resources[succ[0]][0], tg.nbytes[t], 0
+    return None
+
+
+class MemoryTracker:
+    """Per-device memory, kept up to date as tasks and parameter shards change."""
+
+    def __init__(self, tg: TaskGraph) -> None:
+        self.tg = tg
+        n = tg.num_devices
+        self.params = [0] * n
+        self.activations = [0] * n
+        self.workspaces: list[Counter] = [Counter() for _ in range(n)]
+        for shards in tg.param_shards.values():
+            self.shards(None, shards)
+        self.tasks(tg.live_ids(), +1)
+
+    def tasks(self, ids: list[int], sign: int) -> None:
+        """Add (sign +1) or remove (-1) what the tasks ``ids`` hold."""
+        for t in ids:
+            charge = _charge(self.tg, t)
+            if charge:
+                d, nbytes, workspace = charge
+                self.activations[d] += sign * nbytes
+                if workspace:
+                    self.workspaces[d][workspace] += sign
+
+    def shards(self, old: dict[int, int] | None, new: dict[int, int] | None) -> None:
+        for shards, sign in ((old, -1), (new, +1)):
+            for d, nbytes in (shards or {}).items():
+                self.params[d] += sign * nbytes
+
+    def usage(self) -> list[MemoryUsage]:
+        state = 1 if self.tg.training else 0
+        return [MemoryUsage(p, p * state, p * state, self.activations[d],
+                            max((w for w, c in self.workspaces[d].items() if c > 0), default=0),
+                            self.tg.cluster.device(d).spec.memory_bytes)
+                for d, p in enumerate(self.params)]
+
+
 def memory_usage(tg: TaskGraph) -> list[MemoryUsage]:
-    n = tg.num_devices
-    params, activations, workspace = [0] * n, [0] * n, [0] * n
-    for shards in tg.param_shards.values():
-        for d, nbytes in shards.items():
-            params[d] += nbytes
-    kind, resources, nbytes, succs = tg.kind, tg.resources, tg.nbytes, tg.succs
-    for t in tg.live_ids():
-        if kind[t] == TaskKind.FORWARD:
-            d = resources[t][0]
-            activations[d] += nbytes[t]
-            workspace[d] = max(workspace[d], tg.workspace[t])
-        elif kind[t] == TaskKind.TRANSFER and succs[t] and kind[succs[t][0]] == TaskKind.FORWARD:
-            activations[resources[succs[t][0]][0]] += nbytes[t]  # the last hop of an input
-    state = 1 if tg.training else 0
-    return [MemoryUsage(params[d], params[d] * state, params[d] * state, activations[d],
-                        workspace[d], tg.cluster.device(d).spec.memory_bytes) for d in range(n)]
+    return MemoryTracker(tg).usage()
 
 
 def memory_penalty_s(usage: list[MemoryUsage], policy: str) -> float:

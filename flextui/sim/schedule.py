@@ -44,25 +44,25 @@ def schedule(tg: TaskGraph) -> Times:
     return times
 
 
-def reschedule(tg: TaskGraph, times: Times, t0: float, changed: set[int]) -> list[int]:
+def reschedule(tg: TaskGraph, times: Times, t0: float, changed: set[int]) -> float:
     """Re-simulate every live task that is in ``changed`` or was ready at ``t0`` or
-    later; return the ids re-simulated."""
+    later; return the makespan."""
     times.grow(len(tg))
-    ready, end, alive = times.ready, times.end, tg.alive
+    ready, end, alive, resources = times.ready, times.end, tg.alive, tg.resources
     free = [0.0] * tg.num_resources
     redo = []
     for t in range(len(tg)):
         if not alive[t]:
             continue
-        if t in changed or ready[t] >= t0:
+        if ready[t] >= t0 or t in changed:
             redo.append(t)
         else:
             e = end[t]
-            for r in tg.resources[t]:
+            for r in resources[t]:
                 if e > free[r]:
                     free[r] = e
     _run(tg, times, redo, set(redo), free)
-    return redo
+    return max(max(free, default=0.0), max((end[t] for t in redo), default=0.0))
 
 
 def _run(tg: TaskGraph, times: Times, tasks: list[int], todo: set[int], free: list[float]) -> None:

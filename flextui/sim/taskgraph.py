@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from flextui.cost.model import CostModel
 from flextui.graph import Op, OpGraph, intersect, region_volume
@@ -247,22 +248,82 @@ class TaskGraph:
 
     # -- changing one op -------------------------------------------------------------
 
-    def replace_op(self, op: Op, config: ParallelConfig) -> tuple[list[int], list[int]]:
-        """Give ``op`` a new config; return the ids of the tasks removed and added (an
-        id may be in both: slots are reused)."""
+    def replace_op(self, op: Op, config: ParallelConfig) -> Change:
+        """Give ``op`` a new config: detach the tasks it invalidates (its own, the
+        transfers on its edges, the syncs and updates of its parameters) and build new
+        ones. ``commit`` frees the detached tasks; ``rollback`` restores them exactly."""
         neighbours = [(p, op) for p in self.graph.predecessors(op)] + \
                      [(op, c) for c in self.graph.successors(op)]
         params = list(dict.fromkeys(p.name for p in op.params))
-        removed = self.forward[op.index] + self.backward[op.index]
-        removed += [t for a, b in neighbours for t in self.edge_tasks.pop((a.index, b.index))]
-        removed += [t for name in params for t in self.param_tasks.pop(name)]
-        for t in removed:
-            self._remove(t)
+        change = Change(op, self.configs[op.index], self.forward[op.index],
+                        self.backward[op.index],
+                        {(a.index, b.index): self.edge_tasks[(a.index, b.index)]
+                         for a, b in neighbours},
+                        {name: self.param_tasks[name] for name in params},
+                        {name: self.param_shards[name] for name in params})
+        change.removed = change.forward + change.backward + \
+            [t for ts in change.edges.values() for t in ts] + \
+            [t for ts in change.param_tasks.values() for t in ts]
+        self._detach(change.removed)
         self._added = []
         self._add_op_tasks(op, config)
         for a, b in neighbours:
             self._add_edge(a, b)
         for name in params:
             self._add_param_tasks(name)
-        added, self._added = self._added, None
-        return removed, added
+        change.added, self._added = self._added, None
+        return change
+
+    def commit(self, change: Change) -> None:
+        for t in change.removed:
+            self.preds[t], self.succs[t] = [], []
+            self._free.append(t)
+
+    def rollback(self, change: Change) -> None:
+        for t in change.added:
+            self._remove(t)
+        self._attach(change.removed)
+        op = change.op.index
+        self.configs[op], self.forward[op], self.backward[op] = \
+            change.config, change.forward, change.backward
+        self.edge_tasks.update(change.edges)
+        self.param_tasks.update(change.param_tasks)
+        self.param_shards.update(change.param_shards)
+
+    def _detach(self, tasks: list[int]) -> None:
+        """Unhook ``tasks`` from the live graph, keeping their own edge lists."""
+        gone = set(tasks)
+        for t in tasks:
+            for p in self.preds[t]:
+                if p not in gone:
+                    self.succs[p].remove(t)
+            for s in self.succs[t]:
+                if s not in gone:
+                    self.preds[s].remove(t)
+            self.alive[t] = False
+
+    def _attach(self, tasks: list[int]) -> None:
+        back = set(tasks)
+        for t in tasks:
+            for p in self.preds[t]:
+                if p not in back:
+                    self.succs[p].append(t)
+            for s in self.succs[t]:
+                if s not in back:
+                    self.preds[s].append(t)
+            self.alive[t] = True
+
+
+@dataclass
+class Change:
+    """What ``TaskGraph.replace_op`` changed, enough to undo it."""
+
+    op: Op
+    config: ParallelConfig
+    forward: list[int]
+    backward: list[int]
+    edges: dict[tuple[int, int], list[int]]
+    param_tasks: dict[str, list[int]]
+    param_shards: dict[str, dict[int, int]]
+    removed: list[int] = field(default_factory=list)
+    added: list[int] = field(default_factory=list)

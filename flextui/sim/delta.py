@@ -1,0 +1,99 @@
+"""Delta simulation (paper section 5.3): change one op's config, re-simulate only what
+the change can affect, and keep or undo it.
+
+``propose`` swaps the op's tasks in the task graph (its own tasks, the transfers on its
+edges, the syncs and updates of its parameters) and re-simulates from ``t0``, the
+earliest time any removed or added task is ready: everything ready before ``t0`` is
+provably unchanged (see ``schedule.reschedule``). The resulting times are identical to
+a full simulation of the new strategy, which a property test checks task by task.
+``reject`` restores the detached tasks and the saved times; ``accept`` frees them.
+"""
+
+from __future__ import annotations
+
+from flextui.cost.model import CostModel
+from flextui.graph import Op, OpGraph
+from flextui.machine import Cluster
+from flextui.sim.memory import MemoryTracker, memory_penalty_s
+from flextui.sim.schedule import Times, reschedule, schedule
+from flextui.sim.simulator import Simulator
+from flextui.sim.taskgraph import Change, TaskGraph
+from flextui.sim.timeline import Timeline, build_timeline
+from flextui.strategy import ParallelConfig, Strategy
+
+
+class DeltaSimulator:
+    """Holds a current strategy and its simulation; see the module docstring."""
+
+    def __init__(self, graph: OpGraph, cluster: Cluster, cost_model: CostModel,
+                 training: bool = True, memory: str = "penalize") -> None:
+        self.simulator = Simulator(graph, cluster, cost_model, training, memory)
+        self.graph, self.cluster = graph, cluster
+        self._pending: tuple | None = None
+
+    def reset(self, strategy: Strategy) -> float:
+        """Simulate ``strategy`` in full and make it current; return its cost (s)."""
+        self.tg: TaskGraph = self.simulator.task_graph(strategy)
+        self.times: Times = schedule(self.tg)
+        self.memory = MemoryTracker(self.tg)
+        self.strategy = strategy
+        self.makespan = max((self.times.end[t] for t in self.tg.live_ids()), default=0.0)
+        self._pending = None
+        return self.cost
+
+    @property
+    def cost(self) -> float:
+        """Makespan plus the memory penalty of the current (or proposed) strategy."""
+        return self.makespan + memory_penalty_s(self.memory.usage(), self.simulator.memory)
+
+    def propose(self, op: Op | str, config: ParallelConfig) -> float:
+        """Simulate the current strategy with ``op``'s config replaced; return its cost.
+        Call ``accept`` or ``reject`` before the next proposal."""
+        if self._pending is not None:
+            raise RuntimeError("accept() or reject() the previous proposal first")
+        op = self.graph.op(op) if isinstance(op, str) else op
+        config.check(op, self.cluster.num_devices)
+        tg, times = self.tg, self.times
+        saved = (Times(times.ready[:], times.start[:], times.end[:]), self.makespan)
+        change = tg.replace_op(op, config)
+        t0 = min((times.ready[t] for t in change.removed), default=float("inf"))
+        added = set(change.added)
+        for t in change.added:  # a lower bound on when each new task can be ready
+            known = [times.end[p] for p in tg.preds[t] if p not in added]
+            if known or not tg.preds[t]:
+                t0 = min(t0, max(known, default=0.0))
+        self.makespan = reschedule(tg, times, t0, added)
+        self._account(change, +1)
+        self._pending = (change, saved, config)
+        return self.cost
+
+    def accept(self) -> None:
+        change, _, config = self._take()
+        self.tg.commit(change)
+        self.strategy = self.strategy.replace(change.op.name, config)
+
+    def reject(self) -> None:
+        change, (times, makespan), _ = self._take()
+        self._account(change, -1)
+        self.tg.rollback(change)
+        self.times, self.makespan = times, makespan
+
+    def timeline(self) -> Timeline:
+        """The full Timeline of the current (or proposed) strategy."""
+        usage = self.memory.usage()
+        return build_timeline(self.tg, self.times, usage,
+                              memory_penalty_s(usage, self.simulator.memory))
+
+    def _take(self) -> tuple:
+        if self._pending is None:
+            raise RuntimeError("no proposal to accept or reject")
+        pending, self._pending = self._pending, None
+        return pending
+
+    def _account(self, change: Change, sign: int) -> None:
+        """Move the memory held by the change's tasks and shards (sign -1 undoes)."""
+        self.memory.tasks(change.removed, -sign)
+        self.memory.tasks(change.added, sign)
+        for name, old in change.param_shards.items():
+            new = self.tg.param_shards[name]
+            self.memory.shards(old, new) if sign > 0 else self.memory.shards(new, old)

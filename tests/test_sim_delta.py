@@ -1,0 +1,80 @@
+"""Delta simulation gives exactly the full simulation's timeline, task by task."""
+
+import random
+
+import pytest
+
+from conftest import cluster, model
+from flextui.cost import AnalyticCostModel
+from flextui.graph.library import model_names
+from flextui.sim import DeltaSimulator, Simulator
+from flextui.strategy import builtin_strategy, random_config
+
+# smaller unrollings keep the full simulations this test compares against quick
+SMALL = {"rnntc": {"steps": 3}, "rnnlm": {"steps": 3}, "nmt": {"steps": 3},
+         "transformer": {"layers": 2}, "resnet101": {"depth": 50}}
+
+
+def signature(timeline):
+    return {t.key: (t.resources, t.ready, t.start, t.end, t.nbytes) for t in timeline.tasks}
+
+
+def run_proposals(graph, where, proposals, seed, check_every=1):
+    cost_model = AnalyticCostModel()
+    full = Simulator(graph, where, cost_model)
+    delta = DeltaSimulator(graph, where, cost_model)
+    rng = random.Random(seed)
+    delta.reset(builtin_strategy(rng.choice(["data-parallel", "expert", "random"]), graph, where))
+    for step in range(proposals):
+        op = rng.choice(graph.ops)
+        config = random_config(op, where.num_devices, rng)
+        cost = delta.propose(op, config)
+        proposed = delta.strategy.replace(op.name, config)
+        if step % check_every == 0:
+            expected = full.simulate(proposed)
+            assert cost == expected.cost, f"step {step}: {op.name} -> {config}"
+            got = delta.timeline()
+            assert signature(got) == signature(expected), f"step {step}: {op.name} -> {config}"
+            assert [d.memory for d in got.devices] == [d.memory for d in expected.devices]
+        if rng.random() < 0.5:
+            delta.accept()
+        else:
+            delta.reject()
+    assert signature(delta.timeline()) == signature(full.simulate(delta.strategy))
+
+
+@pytest.mark.parametrize("name", model_names())
+def test_delta_equals_full_on_every_model(name):
+    graph = model(name, **SMALL.get(name, {}))
+    run_proposals(graph, cluster("dgx-a100"), proposals=12, seed=1)
+
+
+def test_reject_restores_the_previous_timeline_exactly():
+    graph, where = model("lenet"), cluster("p100-4x4")
+    delta = DeltaSimulator(graph, where, AnalyticCostModel())
+    before_cost = delta.reset(builtin_strategy("data-parallel", graph, where))
+    before = signature(delta.timeline())
+    rng = random.Random(3)
+    for op in graph.ops:
+        delta.propose(op, random_config(op, where.num_devices, rng))
+        delta.reject()
+    assert signature(delta.timeline()) == before and delta.cost == before_cost
+
+
+def test_propose_needs_accept_or_reject():
+    graph, where = model("lenet"), cluster("dgx-a100")
+    delta = DeltaSimulator(graph, where, AnalyticCostModel())
+    delta.reset(builtin_strategy("data-parallel", graph, where))
+    op = graph.ops[1]
+    delta.propose(op, random_config(op, 8, random.Random(0)))
+    with pytest.raises(RuntimeError, match="accept"):
+        delta.propose(op, random_config(op, 8, random.Random(1)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cluster_name", ["p100-4x4", "k80-16x4", "dgx-h100"])
+@pytest.mark.parametrize("name", model_names())
+def test_delta_equals_full_over_many_proposals(name, cluster_name):
+    """Thousands of proposals in all: 100 per model and cluster, every one compared."""
+    graph = model(name, **SMALL.get(name, {}))
+    run_proposals(graph, cluster(cluster_name), proposals=100, seed=sum(map(ord, cluster_name)))
