@@ -138,18 +138,24 @@ def _show_graph(graph, args: argparse.Namespace, console: Console) -> None:
 _KIND_MARK = {"sample": "S", "attribute": "A", "parameter": "P", None: "-"}
 
 
-def _show_strategy(graph, args: argparse.Namespace, console: Console) -> None:
+def _load_strategy(name: str, graph, cluster):
+    """A built-in strategy by name, or a strategy file, checked against graph and cluster."""
     from pathlib import Path
 
+    from flextui.strategy import BUILTIN_STRATEGIES, builtin_strategy, load_strategy
+    if name in BUILTIN_STRATEGIES or not Path(name).exists():
+        strategy = builtin_strategy(name, graph, cluster)
+        strategy.check(graph, cluster.num_devices)
+        return strategy
+    return load_strategy(Path(name), graph, cluster)
+
+
+def _show_strategy(graph, args: argparse.Namespace, console: Console) -> None:
     from flextui.machine import load_named_cluster
-    from flextui.strategy import BUILTIN_STRATEGIES, builtin_strategy, load_strategy, save_strategy
+    from flextui.strategy import save_strategy
     from flextui.strategy.summary import strategy_rows, strategy_summary
     cluster = load_named_cluster(args.cluster)
-    if args.strategy in BUILTIN_STRATEGIES or not Path(args.strategy).exists():
-        strategy = builtin_strategy(args.strategy, graph, cluster)
-        strategy.check(graph, cluster.num_devices)
-    else:
-        strategy = load_strategy(Path(args.strategy), graph, cluster)
+    strategy = _load_strategy(args.strategy, graph, cluster)
     if args.export:
         save_strategy(args.export, strategy, graph, cluster)
     summary, rows = strategy_summary(strategy, graph), strategy_rows(strategy, graph)
@@ -180,6 +186,55 @@ def _device_list(devices: Sequence[int]) -> str:
     return ",".join(map(str, devices))
 
 
+# -- simulate ----------------------------------------------------------------------
+
+def cmd_simulate(args: argparse.Namespace, console: Console) -> None:
+    from flextui.cost import AnalyticCostModel
+    from flextui.machine import load_named_cluster
+    from flextui.sim import Simulator
+    from flextui.sim.summary import timeline_summary
+    from flextui.sim.trace import write_trace
+    graph, cluster = _load_graph(args), load_named_cluster(args.cluster)
+    strategy = _load_strategy(args.strategy, graph, cluster)
+    simulator = Simulator(graph, cluster, AnalyticCostModel(), training=not args.inference,
+                          memory=args.memory)
+    timeline = simulator.simulate(strategy)
+    if args.trace:
+        write_trace(args.trace, timeline)
+    summary = {"model": graph.meta.get("model", graph.name), "cluster": cluster.name,
+               "strategy": strategy.name, "training": not args.inference,
+               **timeline_summary(timeline, graph, top=args.top)}
+    if args.json:
+        _emit_json(summary)
+        return
+    rate = summary["throughput_samples_per_s"]
+    console.print(f"[bold]{summary['strategy']}[/] for {summary['model']} on {cluster.name}: "
+                  f"{summary['iteration_s'] * 1e3:.3f} ms per "
+                  f"{'training' if summary['training'] else 'inference'} iteration, "
+                  f"{rate:,.0f} samples/s, {summary['communication_bytes'] / 2**20:,.1f} MiB moved "
+                  f"over links, {summary['tasks']:,} tasks")
+    if summary["overflows"]:
+        over = ", ".join(f"{k} by {v / 2**20:,.0f} MiB" for k, v in summary["overflows"].items())
+        console.print(f"[red]over memory[/]: {over} (+{summary['memory_penalty_s'] * 1e3:.1f} ms "
+                      f"penalty; --memory reject rejects such strategies)")
+    table = Table(title="devices")
+    for col in ("device", "busy", "sent", "received", "memory"):
+        table.add_column(col, justify="left" if col == "device" else "right")
+    for d in summary["devices"]:
+        table.add_row(d["name"], f"{d['utilization']:.0%}", f"{d['bytes_sent'] / 2**20:,.1f} MiB",
+                      f"{d['bytes_received'] / 2**20:,.1f} MiB",
+                      f"{d['memory_bytes'] / 2**30:,.2f} / {d['capacity_bytes'] / 2**30:,.0f} GiB")
+    console.print(table)
+    table = Table(title="top ops by compute time (all tasks, forward + backward)")
+    table.add_column("op")
+    table.add_column("time", justify="right")
+    for row in summary["top_ops"]:
+        table.add_row(row["op"], f"{row['compute_s'] * 1e3:.3f} ms")
+    console.print(table)
+    if args.trace:
+        console.print(f"wrote {args.trace} (open it in Perfetto or chrome://tracing)")
+
+
 # -- parser ------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
@@ -202,11 +257,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Without --strategy: the model's ops, output shapes, parallel "
                        "dims (S/A/P) and FLOPs. With --strategy: validate it against the model "
                        "and cluster and print each op's degrees and devices.")
-    p.add_argument("--model", "-m", default=DEFAULT_MODEL,
-                   help=f"library model name or a model .py file (default {DEFAULT_MODEL})")
-    p.add_argument("--batch-size", "-b", type=int, help="batch size (default: the model's)")
-    p.add_argument("--option", "-o", action="append", metavar="KEY=VALUE",
-                   help="a model option, e.g. -o hidden=512 (repeatable; see `flextui models`)")
+    _model_args(p)
     p.add_argument("--strategy", "-s", metavar="FILE|NAME",
                    help="a strategy .json file, or data-parallel, model-parallel, expert, random")
     p.add_argument("--cluster", "-c", default=DEFAULT_CLUSTER,
@@ -215,7 +266,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--limit", type=int, default=40, help="rows to print (0: all; default 40)")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.set_defaults(handler=cmd_show)
+
+    p = sub.add_parser("simulate", help="simulate one iteration of a strategy",
+                       description="Simulate one training (or inference) iteration of a model "
+                       "under a strategy on a cluster, with the analytic cost model: iteration "
+                       "time, throughput, per-device utilisation and memory, communication, "
+                       "and the ops that take the longest.")
+    _model_args(p)
+    p.add_argument("--strategy", "-s", default="data-parallel", metavar="FILE|NAME",
+                   help="a strategy .json file, or data-parallel (default), model-parallel, "
+                   "expert, random")
+    p.add_argument("--cluster", "-c", default=DEFAULT_CLUSTER,
+                   help=f"library cluster name, a .toml file, or 'local' (default {DEFAULT_CLUSTER})")
+    p.add_argument("--inference", action="store_true", help="forward pass only")
+    p.add_argument("--memory", choices=("penalize", "reject", "ignore"), default="penalize",
+                   help="over a device's memory: +1 ms per MB over (default), reject, or ignore")
+    p.add_argument("--trace", metavar="FILE", help="write the timeline as Chrome trace JSON")
+    p.add_argument("--top", type=int, default=10, help="how many top ops to list")
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.set_defaults(handler=cmd_simulate)
     return parser
+
+
+def _model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", "-m", default=DEFAULT_MODEL,
+                   help=f"library model name or a model .py file (default {DEFAULT_MODEL})")
+    p.add_argument("--batch-size", "-b", type=int, help="batch size (default: the model's)")
+    p.add_argument("--option", "-o", action="append", metavar="KEY=VALUE",
+                   help="a model option, e.g. -o hidden=512 (repeatable; see `flextui models`)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from flextui.cost.model import CostModel
+from flextui.errors import ClusterError
 from flextui.graph import Op, OpGraph, intersect, region_volume
 from flextui.graph.tensor import dtype_bytes
 from flextui.machine import Cluster
@@ -186,11 +187,19 @@ class TaskGraph:
                                       self.backward[producer.index][m], dst, src, nbytes,
                                       (1, -producer.index, 0, m, consumer.index, slot, k), tasks)
 
+    def _route(self, src: int, dst: int, why: str):
+        try:
+            return self.cluster.route(src, dst)
+        except ClusterError as exc:
+            raise ClusterError(f"{why}: {exc}") from None
+
     def _connect(self, a: int, b: int, src: int, dst: int, nbytes: int, key: tuple,
                  owned: list[int]) -> None:
         """``b`` needs ``nbytes`` that ``a`` made: a dependency, or a transfer chain."""
         prev = a
-        for hop, link in enumerate(self.cluster.route(src, dst)):
+        ops = self.graph.ops
+        why = f"op {ops[self.op[b]].name!r} needs data from op {ops[self.op[a]].name!r}"
+        for hop, link in enumerate(self._route(src, dst, why) if src != dst else ()):
             t = self._new(TaskKind.TRANSFER, self.op[b], self.part[b],
                           (self.link_resource[link.id],), self.cost.transfer_s(nbytes, link),
                           key + (hop,), nbytes)
@@ -227,9 +236,10 @@ class TaskGraph:
             if len(group.devices) == 1:
                 ready_on.setdefault(group.devices[0], []).extend(group.tasks)
                 continue
+            ring = list(zip(group.devices, group.devices[1:] + group.devices[:1]))
+            why = f"the gradients of parameter {name!r} are all-reduced"
             links = sorted({self.link_resource[link.id]
-                            for a, b in zip(group.devices, group.devices[1:] + group.devices[:1])
-                            for link in self.cluster.route(a, b)})
+                            for a, b in ring for link in self._route(a, b, why)})
             sync = self._new(TaskKind.SYNC, -1, g, tuple(links),
                              ring_allreduce_s(nbytes, group.devices, self.cluster),
                              (2, order, g), nbytes)
