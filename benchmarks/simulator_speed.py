@@ -1,0 +1,78 @@
+"""Simulator speed, in the shape of the FlexFlow paper's Table 5.
+
+For each of the paper's six models on P100-style nodes of 4 GPUs (the p100-4x4 cluster
+with 1 to 16 nodes): the task count of a data-parallel iteration, the mean time of a
+full simulation, the mean time of a delta simulation of a random one-op proposal
+(propose, then accept or reject at random), and their ratio.
+
+    python benchmarks/simulator_speed.py [--devices 4 8 16] [--models inception_v3 nmt]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import time
+import tomllib
+from importlib.resources import files
+
+from flextui.cost import AnalyticCostModel
+from flextui.graph.library import load_model
+from flextui.machine import parse_cluster
+from flextui.sim import DeltaSimulator, Simulator
+from flextui.strategy import builtin_strategy, random_config
+
+PAPER_MODELS = ["alexnet", "inception_v3", "resnet101", "rnntc", "rnnlm", "nmt"]
+
+
+def p100_nodes(devices: int):
+    data = tomllib.loads((files("flextui.library.clusters") / "p100-4x4.toml").read_text())
+    data["nodes"]["count"] = max(1, devices // 4)
+    data["name"] = f"p100-{devices}"
+    if devices < 4:
+        data["nodes"]["gpus_per_node"] = devices
+    return parse_cluster(data, f"p100 x {devices}")
+
+
+def measure(model: str, devices: int, full_reps: int, proposals: int, seed: int = 0):
+    graph, cluster = load_model(model), p100_nodes(devices)
+    cost_model = AnalyticCostModel()
+    strategy = builtin_strategy("data-parallel", graph, cluster)
+    full = Simulator(graph, cluster, cost_model)
+    timings = []
+    for _ in range(full_reps):
+        start = time.perf_counter()
+        timeline = full.simulate(strategy)
+        timings.append(time.perf_counter() - start)
+    delta = DeltaSimulator(graph, cluster, cost_model)
+    delta.reset(strategy)
+    rng = random.Random(seed)
+    deltas = []
+    for _ in range(proposals):
+        op = rng.choice(graph.ops)
+        config = random_config(op, devices, rng)
+        start = time.perf_counter()
+        delta.propose(op, config)
+        delta.accept() if rng.random() < 0.5 else delta.reject()
+        deltas.append(time.perf_counter() - start)
+    return len(timeline.tasks), statistics.mean(timings), statistics.mean(deltas)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--devices", type=int, nargs="+", default=[4, 8, 16, 32, 64])
+    parser.add_argument("--models", nargs="+", default=PAPER_MODELS)
+    parser.add_argument("--full-reps", type=int, default=3)
+    parser.add_argument("--proposals", type=int, default=100)
+    args = parser.parse_args()
+    print(f"{'model':<14}{'GPUs':>5}{'tasks':>9}{'full (ms)':>12}{'delta (ms)':>12}{'speedup':>9}")
+    for model in args.models:
+        for devices in args.devices:
+            tasks, full_s, delta_s = measure(model, devices, args.full_reps, args.proposals)
+            print(f"{model:<14}{devices:>5}{tasks:>9}{full_s * 1e3:>12.1f}{delta_s * 1e3:>12.2f}"
+                  f"{full_s / delta_s:>8.1f}x", flush=True)
+
+
+if __name__ == "__main__":
+    main()
