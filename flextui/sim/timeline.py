@@ -83,12 +83,12 @@ def build_timeline(tg: TaskGraph, times: Times, memory: list[MemoryUsage],
             busy[r] += times.end[t] - times.start[t]
             if kind in (TaskKind.TRANSFER, TaskKind.SYNC):
                 moved[r] += tg.nbytes[t]
-    for link in cluster.links:
-        src, dst = _device_id(cluster, link.src), _device_id(cluster, link.dst)
-        if src is not None:
-            sent[src] += moved[tg.link_resource[link.id]]
-        if dst is not None:
-            received[dst] += moved[tg.link_resource[link.id]]
+    device_ids = {d.name: d.id for d in cluster.devices}
+    for link in cluster.links:  # bytes a device puts on its own links, or takes off them
+        if link.src in device_ids:
+            sent[device_ids[link.src]] += moved[tg.link_resource[link.id]]
+        if link.dst in device_ids:
+            received[device_ids[link.dst]] += moved[tg.link_resource[link.id]]
     tasks.sort(key=lambda x: (x.start, x.key))
     makespan = max((t.end for t in tasks), default=0.0)
     devices = [DeviceStats(d.name, busy[d.id], makespan - busy[d.id], sent[d.id], received[d.id],
@@ -97,9 +97,3 @@ def build_timeline(tg: TaskGraph, times: Times, memory: list[MemoryUsage],
                        moved[tg.link_resource[link.id]]) for link in cluster.links]
     return Timeline(makespan, tasks, devices, links, memory_penalty_s)
 
-
-def _device_id(cluster, endpoint: str) -> int | None:
-    try:
-        return cluster.device_by_name(endpoint).id
-    except Exception:
-        return None
