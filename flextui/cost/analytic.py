@@ -47,4 +47,4 @@ class AnalyticCostModel:
         return OpCost(forward, backward)
 
     def transfer_s(self, nbytes: int, link: Link) -> float:
-        return link.latency + nbytes / link.bandwidth
+        return link.transfer_time(nbytes)

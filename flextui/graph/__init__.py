@@ -5,9 +5,9 @@ from flextui.graph.dims import Dim, DimKind
 from flextui.graph.graph import OpGraph
 from flextui.graph.op import Op
 from flextui.graph.ops import OP_TYPES, ParamSpec
-from flextui.graph.region import Region, full_region, intersect, region_shape, region_volume
+from flextui.graph.region import Region, full_region, intersect, region_volume
 from flextui.graph.tensor import Parameter, Tensor
 
 __all__ = ["GraphBuilder", "graph_from_dict", "Dim", "DimKind", "OpGraph", "Op", "OP_TYPES",
-           "ParamSpec", "Region", "full_region", "intersect", "region_shape", "region_volume",
+           "ParamSpec", "Region", "full_region", "intersect", "region_volume",
            "Parameter", "Tensor"]

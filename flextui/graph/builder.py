@@ -103,7 +103,7 @@ class GraphBuilder:
     def build(self) -> OpGraph:
         if not self._ops:
             raise GraphError(f"graph {self.name!r} has no ops")
-        return OpGraph(self.name, list(self._ops), dict(self.meta))
+        return OpGraph(self.name, list(self._ops), dict(self.meta), self.dtype)
 
     # -- op constructors -----------------------------------------------------------
 

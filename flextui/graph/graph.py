@@ -27,6 +27,7 @@ class OpGraph:
     name: str
     ops: list[Op]
     meta: dict[str, Any] = field(default_factory=dict)
+    dtype: str = "float32"  # of the parameters the builder made
 
     def __post_init__(self) -> None:
         self._by_name = {op.name: op for op in self.ops}
@@ -96,8 +97,7 @@ class OpGraph:
         ops = [{"name": op.name, "type": op.type, "attrs": op.attrs, "layer": op.layer,
                 "inputs": [t.name for t in op.inputs], "shared": op.shared}
                for op in self.ops]
-        dtypes = {p.dtype for p in self.parameters.values()} or {"float32"}
-        return {"name": self.name, "dtype": min(dtypes), "meta": self.meta, "ops": ops}
+        return {"name": self.name, "dtype": self.dtype, "meta": self.meta, "ops": ops}
 
     @cached_property
     def fingerprint(self) -> str:

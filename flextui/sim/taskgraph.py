@@ -167,13 +167,14 @@ class TaskGraph:
         self.edge_tasks[(producer.index, consumer.index)] = tasks
         pconf, cconf = self.configs[producer.index], self.configs[consumer.index]
         out_regions = [producer.output_regions(r) for r in pconf.regions(producer)]
+        in_regions = [consumer.input_regions(r) for r in cconf.regions(consumer)]
         backward = self.training and producer.type != "input"
         for slot, tensor in enumerate(consumer.inputs):
             if tensor.producer is not producer:
                 continue
             width = dtype_bytes(tensor.dtype)
-            for k, region in enumerate(cconf.regions(consumer)):
-                needed = consumer.input_regions(region)[slot]
+            for k, needs in enumerate(in_regions):
+                needed = needs[slot]
                 for m, outs in enumerate(out_regions):
                     overlap = intersect(needed, outs[tensor.index])
                     if overlap is None:
