@@ -6,7 +6,7 @@ import math
 
 from flextui.graph.dims import Dim, DimKind
 from flextui.graph.ops.base import OpType, elementwise_space, register, require
-from flextui.graph.region import Region, region_volume
+from flextui.graph.region import region_volume
 
 #: forward FLOPs per element of each unary function
 UNARY_FLOPS = {"relu": 1, "gelu": 8, "tanh": 4, "sigmoid": 4, "dropout": 2, "identity": 0}

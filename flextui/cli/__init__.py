@@ -1,0 +1,87 @@
+"""The ``flextui`` command line. Each subcommand calls the core and renders its plain
+data as rich tables, or as JSON with ``--json`` (the shapes are documented in the
+README). Errors the user can cause print one message and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+
+from rich.console import Console
+
+from flextui import __version__
+from flextui.cli.common import cluster_arg, model_args
+from flextui.cli import replay, search
+from flextui.cli.inspect import cmd_clusters, cmd_models, cmd_show
+from flextui.cli.simulate import cmd_simulate
+from flextui.errors import FlextuiError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="flextui",
+        description="Find fast parallelization strategies for deep networks on GPU clusters.")
+    parser.add_argument("--version", action="version", version=f"flextui {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    p = sub.add_parser("models", help="list the built-in models and their options")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(handler=cmd_models)
+
+    p = sub.add_parser("clusters", help="list the built-in clusters, or describe this machine")
+    p.add_argument("--detect", action="store_true", help="describe the local machine (GPUs or CPU)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(handler=cmd_clusters)
+
+    p = sub.add_parser("show", help="show a model's ops and parallel dims, or validate a strategy",
+                       description="Without --strategy: the model's ops, output shapes, parallel "
+                       "dims (S/A/P) and FLOPs. With --strategy: validate it against the model "
+                       "and cluster and print each op's degrees and devices.")
+    model_args(p)
+    p.add_argument("--strategy", "-s", metavar="FILE|NAME",
+                   help="a strategy .json file, or data-parallel, model-parallel, expert, random")
+    cluster_arg(p)
+    p.add_argument("--export", metavar="FILE", help="write the strategy to FILE as JSON")
+    p.add_argument("--limit", type=int, default=40, help="rows to print (0: all; default 40)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.set_defaults(handler=cmd_show)
+
+    p = sub.add_parser("simulate", help="simulate one iteration of a strategy",
+                       description="Simulate one training (or inference) iteration of a model "
+                       "under a strategy on a cluster, with the analytic cost model: iteration "
+                       "time, throughput, per-device utilisation and memory, communication, "
+                       "and the ops that take the longest.")
+    model_args(p)
+    p.add_argument("--strategy", "-s", default="data-parallel", metavar="FILE|NAME",
+                   help="a strategy .json file, or data-parallel (default), model-parallel, "
+                   "expert, random")
+    cluster_arg(p)
+    p.add_argument("--inference", action="store_true", help="forward pass only")
+    p.add_argument("--memory", choices=("penalize", "reject", "ignore"), default="penalize",
+                   help="over a device's memory: +1 ms per MB over (default), reject, or ignore")
+    p.add_argument("--trace", metavar="FILE", help="write the timeline as Chrome trace JSON")
+    p.add_argument("--top", type=int, default=10, help="how many top ops to list")
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.set_defaults(handler=cmd_simulate)
+    search.add_parser(sub)
+    replay.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler: Callable | None = getattr(args, "handler", None)
+    if handler is None:
+        parser.print_help()
+        return 0
+    try:
+        handler(args, Console())
+    except FlextuiError as exc:
+        print(f"flextui: error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0
+    return 0

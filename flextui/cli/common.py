@@ -1,0 +1,76 @@
+"""Helpers the subcommands share: loading what the user named, printing JSON and sizes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from flextui.errors import FlextuiError
+
+DEFAULT_MODEL = "alexnet"
+DEFAULT_CLUSTER = "p100-4x4"
+
+
+def model_options(args: argparse.Namespace) -> dict[str, str]:
+    options = {}
+    for item in args.option or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise FlextuiError(f"--option {item!r}: write KEY=VALUE, e.g. --option hidden=512")
+        options[key.strip()] = value.strip()
+    if args.batch_size is not None:
+        options["batch_size"] = str(args.batch_size)
+    return options
+
+
+def load_graph(args: argparse.Namespace):
+    from flextui.graph.library import load_model
+    return load_model(args.model, **model_options(args))
+
+
+def emit_json(data: Any) -> None:
+    json.dump(data, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+
+
+def si(value: float, unit: str = "") -> str:
+    for prefix, scale in (("P", 1e15), ("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= scale:
+            return f"{value / scale:.2f} {prefix}{unit}"
+    return f"{value:.0f} {unit}".rstrip()
+
+
+def load_strategy(name: str, graph, cluster):
+    """A built-in strategy by name, or a strategy file, checked against graph and cluster."""
+    from pathlib import Path
+
+    from flextui.strategy import BUILTIN_STRATEGIES, builtin_strategy, load_strategy
+    if name in BUILTIN_STRATEGIES or not Path(name).exists():
+        strategy = builtin_strategy(name, graph, cluster)
+        strategy.check(graph, cluster.num_devices)
+        return strategy
+    return load_strategy(Path(name), graph, cluster)
+
+
+def device_list(devices: Sequence[int]) -> str:
+    if len(devices) > 2 and list(devices) == list(range(devices[0], devices[-1] + 1)):
+        return f"{devices[0]}-{devices[-1]}"
+    return ",".join(map(str, devices))
+
+
+def model_args(p: argparse.ArgumentParser, default: str | None = DEFAULT_MODEL) -> None:
+    """--model, --batch-size, --option; a None default lets a command tell whether the
+    user named a model (it then falls back to DEFAULT_MODEL itself)."""
+    p.add_argument("--model", "-m", default=default,
+                   help=f"library model name or a model .py file (default {DEFAULT_MODEL})")
+    p.add_argument("--batch-size", "-b", type=int, help="batch size (default: the model's)")
+    p.add_argument("--option", "-o", action="append", metavar="KEY=VALUE",
+                   help="a model option, e.g. -o hidden=512 (repeatable; see `flextui models`)")
+
+
+def cluster_arg(p: argparse.ArgumentParser, default: str | None = DEFAULT_CLUSTER) -> None:
+    p.add_argument("--cluster", "-c", default=default,
+                   help=f"library cluster name, a .toml file, or 'local' (default {DEFAULT_CLUSTER})")

@@ -1,0 +1,124 @@
+"""``flextui models``, ``clusters`` and ``show``: what the libraries hold, and checking
+a strategy against a model and cluster."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+from rich.table import Table
+
+from flextui.cli.common import device_list, emit_json, load_graph, load_strategy, si
+from flextui.errors import FlextuiError
+
+
+def cmd_models(args: argparse.Namespace, console: Console) -> None:
+    from flextui.graph.library import model_info, model_names
+    infos = [model_info(name) for name in model_names()]
+    if args.json:
+        emit_json([{"name": i.name, "description": i.description, "options": i.defaults}
+                    for i in infos])
+        return
+    table = Table(title="Built-in models")
+    for col in ("name", "description", "options"):
+        table.add_column(col)
+    for i in infos:
+        table.add_row(i.name, i.description, " ".join(f"{k}={v}" for k, v in i.defaults.items()))
+    console.print(table)
+
+
+def cmd_clusters(args: argparse.Namespace, console: Console) -> None:
+    from flextui.machine import cluster_names, describe_local, detect_local, load_named_cluster
+    if args.detect:
+        info, cluster = describe_local(), detect_local()
+        if args.json:
+            emit_json({"detected": info, "cluster": cluster.summary()})
+            return
+        for key, value in info.items():
+            console.print(f"[bold]{key}[/]: {value}")
+        _print_cluster_table(console, [cluster], "Local machine")
+        return
+    clusters = [load_named_cluster(name) for name in cluster_names()]
+    if args.json:
+        emit_json([{"name": c.name, "description": c.description, **c.summary()} for c in clusters])
+        return
+    _print_cluster_table(console, clusters, "Built-in clusters")
+
+
+def _print_cluster_table(console: Console, clusters, title: str) -> None:
+    table = Table(title=title)
+    for col in ("name", "devices", "nodes", "device kinds", "links"):
+        table.add_column(col)
+    for c in clusters:
+        s = c.summary()
+        kinds = ", ".join(f"{n}× {k}" for k, n in s["device_kinds"].items())
+        links = ", ".join(f"{k} {v['bandwidth'] / 1e9:.0f} GB/s" for k, v in s["links"].items())
+        table.add_row(c.name, str(s["devices"]), str(s["nodes"]), kinds, links or "-")
+    console.print(table)
+
+
+def cmd_show(args: argparse.Namespace, console: Console) -> None:
+    graph = load_graph(args)
+    if args.strategy is None:
+        if args.export:
+            raise FlextuiError("--export writes a strategy: give --strategy too")
+        _show_graph(graph, args, console)
+    else:
+        _show_strategy(graph, args, console)
+
+
+def _show_graph(graph, args: argparse.Namespace, console: Console) -> None:
+    from flextui.graph.summary import graph_summary, op_rows
+    summary, rows = graph_summary(graph), op_rows(graph)
+    if args.json:
+        emit_json({"summary": summary, "ops": rows})
+        return
+    console.print(f"[bold]{summary['model']}[/] ({summary['family'] or 'custom'}): "
+                  f"{summary['ops']} ops, {summary['parameters']:,} parameters "
+                  f"({summary['parameter_bytes'] / 2**20:.1f} MiB), batch {summary['batch_size']}, "
+                  f"{si(summary['forward_flops'], 'FLOP')} forward / "
+                  f"{si(summary['backward_flops'], 'FLOP')} backward per iteration")
+    table = Table(caption="dims: S sample, A attribute, P parameter, - not parallel")
+    table.add_column("op", overflow="fold")
+    for col in ("type", "dims", "params", "fwd FLOPs"):
+        table.add_column(col, justify="right" if col in ("params", "fwd FLOPs") else "left")
+    for row in rows[: args.limit or None]:
+        dims = " ".join(f"{_KIND_MARK[d['kind']]}{d['size']}" for d in row["dims"])
+        params = f"{row['parameters']:,}" + (" (shared)" if row["shared"] else "")
+        table.add_row(row["name"], row["type"], dims, params, si(row["forward_flops"]))
+    console.print(table)
+    if args.limit and len(rows) > args.limit:
+        console.print(f"... {len(rows) - args.limit} more ops (--limit 0 shows all)")
+
+
+_KIND_MARK = {"sample": "S", "attribute": "A", "parameter": "P", None: "-"}
+
+
+def _show_strategy(graph, args: argparse.Namespace, console: Console) -> None:
+    from flextui.machine import load_named_cluster
+    from flextui.strategy import save_strategy
+    from flextui.strategy.summary import strategy_rows, strategy_summary
+    cluster = load_named_cluster(args.cluster)
+    strategy = load_strategy(args.strategy, graph, cluster)
+    if args.export:
+        save_strategy(args.export, strategy, graph, cluster)
+    summary, rows = strategy_summary(strategy, graph), strategy_rows(strategy, graph)
+    if args.json:
+        emit_json({"summary": {**summary, "model": graph.meta.get("model", graph.name),
+                                "cluster": cluster.name, "valid": True}, "ops": rows})
+        return
+    kinds = ", ".join(f"{n} {k}" for k, n in summary["parallelism"].items())
+    console.print(f"[bold]{strategy.name}[/] for {graph.name} on {cluster.name} "
+                  f"({cluster.num_devices} devices): valid; {summary['tasks']} tasks on "
+                  f"{len(summary['devices_used'])} devices; ops: {kinds}")
+    table = Table()
+    for col in ("op", "type", "degrees", "devices"):
+        table.add_column(col)
+    for row in rows[: args.limit or None]:
+        degrees = " ".join(f"{k}={v}" for k, v in row["degrees"].items()) or "1"
+        table.add_row(row["op"], row["type"], degrees, device_list(row["devices"]))
+    console.print(table)
+    if args.limit and len(rows) > args.limit:
+        console.print(f"... {len(rows) - args.limit} more ops (--limit 0 shows all)")
+    if args.export:
+        console.print(f"wrote {args.export}")

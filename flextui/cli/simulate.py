@@ -1,0 +1,57 @@
+"""``flextui simulate``: one simulated iteration of a strategy."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+from rich.table import Table
+
+from flextui.cli.common import emit_json, load_graph, load_strategy
+
+
+def cmd_simulate(args: argparse.Namespace, console: Console) -> None:
+    from flextui.cost import AnalyticCostModel
+    from flextui.machine import load_named_cluster
+    from flextui.sim import Simulator
+    from flextui.sim.summary import timeline_summary
+    from flextui.sim.trace import write_trace
+    graph, cluster = load_graph(args), load_named_cluster(args.cluster)
+    strategy = load_strategy(args.strategy, graph, cluster)
+    simulator = Simulator(graph, cluster, AnalyticCostModel(), training=not args.inference,
+                          memory=args.memory)
+    timeline = simulator.simulate(strategy)
+    if args.trace:
+        write_trace(args.trace, timeline)
+    summary = {"model": graph.meta.get("model", graph.name), "cluster": cluster.name,
+               "strategy": strategy.name, "training": not args.inference,
+               **timeline_summary(timeline, graph, top=args.top)}
+    if args.json:
+        emit_json(summary)
+        return
+    rate = summary["throughput_samples_per_s"]
+    console.print(f"[bold]{summary['strategy']}[/] for {summary['model']} on {cluster.name}: "
+                  f"{summary['iteration_s'] * 1e3:.3f} ms per "
+                  f"{'training' if summary['training'] else 'inference'} iteration, "
+                  f"{rate:,.0f} samples/s, {summary['communication_bytes'] / 2**20:,.1f} MiB moved "
+                  f"over links, {summary['tasks']:,} tasks")
+    if summary["overflows"]:
+        over = ", ".join(f"{k} by {v / 2**20:,.0f} MiB" for k, v in summary["overflows"].items())
+        console.print(f"[red]over memory[/]: {over} (+{summary['memory_penalty_s'] * 1e3:.1f} ms "
+                      f"penalty; --memory reject rejects such strategies)")
+    table = Table(title="devices")
+    for col in ("device", "busy", "sent", "received", "memory"):
+        table.add_column(col, justify="left" if col == "device" else "right")
+    for d in summary["devices"]:
+        table.add_row(d["name"], f"{d['utilization']:.0%}", f"{d['bytes_sent'] / 2**20:,.1f} MiB",
+                      f"{d['bytes_received'] / 2**20:,.1f} MiB",
+                      f"{d['memory_bytes'] / 2**30:,.2f} / {d['capacity_bytes'] / 2**30:,.0f} GiB")
+    console.print(table)
+    table = Table(title="top ops by compute time (all tasks, forward + backward)")
+    table.add_column("op")
+    table.add_column("time", justify="right")
+    for row in summary["top_ops"]:
+        table.add_row(row["op"], f"{row['compute_s'] * 1e3:.3f} ms")
+    console.print(table)
+    if args.trace:
+        console.print(f"wrote {args.trace} (open it in Perfetto or chrome://tracing)")
