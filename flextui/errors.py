@@ -24,3 +24,7 @@ class ClusterError(FlextuiError):
 
 class StrategyError(FlextuiError):
     """A parallelization strategy that does not fit its graph or cluster."""
+
+
+class SearchLogError(FlextuiError):
+    """A search log (.ffsearch) that cannot be read or written: foreign, corrupt, too new."""

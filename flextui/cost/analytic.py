@@ -10,6 +10,7 @@ assumption A2).
 
 from __future__ import annotations
 
+import re
 import weakref
 from dataclasses import dataclass, field
 
@@ -18,14 +19,35 @@ from flextui.graph import Op
 from flextui.machine import Device, Link
 
 
+IDENTITY_PREFIX = "analytic-roofline-v1"
+_NUMBER = r"([0-9.eE+-]+)"
+_IDENTITY = re.compile(re.escape(IDENTITY_PREFIX) + r"\(compute_efficiency=" + _NUMBER
+                       + r",memory_efficiency=" + _NUMBER + r",launch_overhead_s=" + _NUMBER + r"\)")
+
+
 @dataclass
 class AnalyticCostModel:
     compute_efficiency: float = 0.6
     memory_efficiency: float = 0.8
     launch_overhead_s: float = 5e-6
-    identity: str = "analytic-roofline-v1"
     _memo: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary,
                                              repr=False, compare=False)
+
+    @property
+    def identity(self) -> str:
+        """Names the model and its parameters; ``from_identity`` rebuilds it (replay and
+        search workers do, so a search log needs no code to be re-simulated)."""
+        return (f"{IDENTITY_PREFIX}(compute_efficiency={self.compute_efficiency!r},"
+                f"memory_efficiency={self.memory_efficiency!r},"
+                f"launch_overhead_s={self.launch_overhead_s!r})")
+
+    @classmethod
+    def from_identity(cls, identity: str) -> "AnalyticCostModel | None":
+        """The model an ``identity`` string names, or None if it is not this model's."""
+        match = _IDENTITY.fullmatch(identity)
+        if not match:
+            return None
+        return cls(*(float(v) for v in match.groups()))
 
     def op_cost(self, op: Op, block_shape: tuple[int, ...], device: Device) -> OpCost:
         per_op = self._memo.setdefault(op, {})

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import enum
+import functools
+import math
 from dataclasses import dataclass
 
 
@@ -43,6 +45,10 @@ class Dim:
 
     def valid_degrees(self) -> tuple[int, ...]:
         """The degrees this dim may be split into (1 alone if it is not parallel)."""
-        if not self.parallel:
-            return (1,)
-        return tuple(d for d in range(1, self.splits + 1) if self.splits % d == 0)
+        return _divisors(self.splits) if self.parallel else (1,)
+
+
+@functools.lru_cache(maxsize=None)
+def _divisors(n: int) -> tuple[int, ...]:
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return tuple(sorted(set(small + [n // d for d in small])))

@@ -15,6 +15,7 @@ import json
 import math
 import operator
 from collections import Counter
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -249,6 +250,13 @@ class Cluster:
         """The sum of the bandwidths of the links leaving a device (bytes/s)."""
         name = self.device(device_id).name
         return sum(link.bandwidth for link in self.links if link.src == name)
+
+    def with_memory_limit(self, limit: int) -> "Cluster":
+        """A copy whose devices have at most ``limit`` bytes of memory (a search's
+        memory budget is simulated this way)."""
+        devices = [dataclasses.replace(d, spec=dataclasses.replace(
+            d.spec, memory_bytes=min(d.spec.memory_bytes, limit))) for d in self.devices]
+        return Cluster(self.name, devices, self.links, self.switches, self.description)
 
     def summary(self) -> dict[str, Any]:
         """Plain-data overview for people (JSON-safe).

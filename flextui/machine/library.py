@@ -26,21 +26,20 @@ def cluster_names() -> list[str]:
                   if entry.name.endswith(".toml") and entry.is_file())
 
 
-def load_named_cluster(name_or_path: str | Path) -> Cluster:
-    """A built-in cluster by name, a cluster TOML file by path, or ``"local"`` (detected)."""
+def load_named_cluster(name_or_path: str | Path, nodes: int | None = None) -> Cluster:
+    """A built-in cluster by name, a cluster TOML file by path, or ``"local"`` (detected).
+    ``nodes`` resizes a built-in cluster described by node count (``[nodes]``), e.g. the
+    paper's P100 cluster at 4 GPUs is ``load_named_cluster("p100-4x4", nodes=1)``."""
     text = str(name_or_path)
+    if nodes is not None:
+        return _resized(text, nodes)
     if not isinstance(name_or_path, Path):
         if text == LOCAL:
             from flextui.machine.detect import detect_local
             return detect_local()
         if text in cluster_names():
             entry = _library().joinpath(f"{text}.toml")
-            source = str(entry)
-            try:
-                data = tomllib.loads(entry.read_text(encoding="utf-8"))
-            except tomllib.TOMLDecodeError as e:
-                raise ClusterError(f"{source}: TOML syntax error: {e}") from None
-            return parse_cluster(data, source)
+            return parse_cluster(_library_data(text), str(entry))
     path = Path(text).expanduser()
     if isinstance(name_or_path, Path) or path.suffix == ".toml" or path.exists() \
             or "/" in text or "\\" in text:
@@ -48,3 +47,23 @@ def load_named_cluster(name_or_path: str | Path) -> Cluster:
     known = ", ".join(cluster_names() + [LOCAL])
     raise ClusterError(f"unknown cluster {text!r}; built-in clusters: {known}; "
                        f"or give a path to a .toml file")
+
+
+def _library_data(name: str) -> dict:
+    entry = _library().joinpath(f"{name}.toml")
+    try:
+        return tomllib.loads(entry.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as e:
+        raise ClusterError(f"{entry}: TOML syntax error: {e}") from None
+
+
+def _resized(name: str, nodes: int) -> Cluster:
+    if name not in cluster_names():
+        raise ClusterError(f"only a built-in cluster can be resized, not {name!r}")
+    data = _library_data(name)
+    if "nodes" not in data or not isinstance(nodes, int) or nodes < 1:
+        raise ClusterError(f"cluster {name!r} cannot be resized to {nodes!r} nodes "
+                           "(it needs a [nodes] table, and nodes must be at least 1)")
+    data["nodes"]["count"] = nodes
+    data["name"] = f"{name}@{nodes}node{'s' if nodes > 1 else ''}"
+    return parse_cluster(data, f"{_library().joinpath(name + '.toml')} resized to {nodes} nodes")

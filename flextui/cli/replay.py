@@ -1,0 +1,99 @@
+"""``flextui replay``: what a saved search (.ffsearch) did, from the log alone (it
+carries its model and cluster, so no library and no GPU are needed)."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+from rich.table import Table
+
+from flextui.cli.common import device_list, emit_json
+from flextui.errors import FlextuiError
+from flextui.graph.dims import DimKind
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("replay", help="replay a saved search (.ffsearch)",
+                       description="Summarise a search log: best cost over time, acceptance "
+                       "rate, speedup over data parallelism and the best strategy; export the "
+                       "best strategy (or the one at any step) and its simulated timeline.")
+    p.add_argument("log", metavar="FILE.ffsearch")
+    p.add_argument("--headless", action="store_true",
+                   help="print the summary (the terminal app's replay screen is not built yet, "
+                   "so this is also what happens without it)")
+    p.add_argument("--chain", type=int, default=None, help="with --step: which chain")
+    p.add_argument("--step", type=int, default=None,
+                   help="export the chain's strategy after this many steps instead of the best")
+    p.add_argument("--export-strategy", metavar="FILE.json", help="write the strategy as JSON")
+    p.add_argument("--trace", metavar="FILE.json",
+                   help="write the strategy's simulated timeline as Chrome trace JSON")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.set_defaults(handler=cmd_replay)
+
+
+def cmd_replay(args: argparse.Namespace, console: Console) -> None:
+    from flextui.cost import cost_model_from_identity
+    from flextui.search.log import read_search_log
+    from flextui.search.options import SearchOptions
+    from flextui.search.summary import log_summary
+    from flextui.sim import Simulator
+    from flextui.sim.trace import write_trace
+    from flextui.strategy import save_strategy
+    log = read_search_log(args.log)
+    header = log.header
+    cost_model = cost_model_from_identity(header.cost_model)
+    summary = log_summary(log, cost_model)
+    strategy = summary.pop("best")
+    if args.step is not None:
+        strategy = log.strategy_at(args.chain or 0, args.step)
+    elif args.chain is not None:
+        raise FlextuiError("--chain goes with --step")
+    if args.export_strategy:
+        save_strategy(args.export_strategy, strategy, header.graph, header.cluster)
+    if args.trace:
+        options = SearchOptions.from_dict(header.options, str(log.path))
+        cluster = header.cluster.with_memory_limit(options.memory_budget) \
+            if options.memory_budget else header.cluster
+        timeline = Simulator(header.graph, cluster, cost_model, options.training,
+                             options.memory).simulate(strategy)
+        write_trace(args.trace, timeline)
+    if args.json:
+        emit_json(summary)
+        return
+    _print(summary, strategy, header, console)
+    for flag, what in ((args.export_strategy, "strategy"), (args.trace, "timeline trace")):
+        if flag:
+            console.print(f"wrote the {what} to {flag}")
+
+
+def _print(summary, strategy, header, console: Console) -> None:
+    state = f"finished ({summary['reason']})" if summary["finished"] else \
+        "not finished" + (" (its last record was cut off)" if summary["truncated"] else "")
+    console.print(f"[bold]{summary['log']}[/]: {summary['model']} on {summary['cluster']}, "
+                  f"seed {summary['seed']}, flextui {summary['flextui_version']}, {state}")
+    console.print(f"{summary['iterations']:,} steps in {summary['elapsed_s']:.1f} s, "
+                  f"acceptance {summary['acceptance_rate']:.0%}; best "
+                  f"{summary['best_s'] * 1e3:.3f} ms vs data parallel "
+                  f"{summary['data_parallel_s'] * 1e3:.3f} ms "
+                  f"({summary['speedup_over_data_parallel']:.2f}x), expert "
+                  f"{summary['expert_s'] * 1e3:.3f} ms")
+    table = Table(title="best cost over time")
+    for col in ("elapsed", "chain", "step", "best"):
+        table.add_column(col, justify="right")
+    rows = summary["best_over_time"]
+    for row in rows[:5] + (rows[-5:] if len(rows) > 10 else rows[5:]):
+        table.add_row(f"{row['elapsed_s']:.2f} s", str(row["chain"]), f"{row['iteration']:,}",
+                      f"{row['best_s'] * 1e3:.3f} ms")
+    console.print(table)
+    table = Table(title="best strategy (ops not split over the sample dim only)")
+    for col in ("op", "degrees", "devices"):
+        table.add_column(col)
+    for op in header.graph.ops:
+        config = strategy[op.name]
+        split = [(d, n) for d, n in zip(op.space, config.degrees) if n > 1]
+        if any(d.kind != DimKind.SAMPLE for d, _ in split):
+            table.add_row(op.name, " ".join(f"{d.name}={n}" for d, n in split),
+                          device_list(config.devices))
+    console.print(table if table.row_count else "best strategy: every op is data parallel "
+                  "(or unsplit)")

@@ -1,0 +1,227 @@
+"""``flextui search``: run the MCMC search, log it, export the best strategy.
+
+Ctrl-C (SIGINT) or SIGTERM ends the search cleanly: the chains stop after their
+current step, the log gets its final record, and the best strategy so far is exported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import signal
+import threading
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+from flextui.cli.common import (DEFAULT_CLUSTER, DEFAULT_MODEL, cluster_arg, emit_json,
+                                load_graph, load_strategy, model_args)
+from flextui.errors import FlextuiError
+
+DEFAULT_BUDGET = "30s"
+PROGRESS_S = 1.0  # how often the plain (piped) progress prints a line
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("search", help="search for a fast strategy (MCMC over the simulator)",
+                       description="Metropolis-Hastings search over the SOAP space, guided by "
+                       "the delta simulator (FlexFlow section 6). Logs every step to a "
+                       ".ffsearch file (replay it with `flextui replay`), exports the best "
+                       "strategy as JSON. Ctrl-C stops cleanly and keeps both.")
+    model_args(p, default=None)
+    cluster_arg(p, default=None)
+    p.add_argument("--budget", default=None,
+                   help="iterations per chain (5000) or a time (30s, 2m); default 30s")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--workers", "-j", type=int, default=1,
+                   help="independent chains, one worker process each (default 1)")
+    p.add_argument("--init", default="data-parallel", metavar="NAME|FILE",
+                   help="start from data-parallel (default), expert, model-parallel, random, "
+                   "or a strategy .json file")
+    p.add_argument("--beta", type=float, help="inverse temperature per ms (default: 20 / "
+                   "initial cost in ms, see the README)")
+    p.add_argument("--restart-every", type=int, metavar="N",
+                   help="every N iterations, go back to the chain's best strategy")
+    p.add_argument("--no-early-stop", action="store_true",
+                   help="run the whole budget even when the best stops improving")
+    p.add_argument("--memory-budget", metavar="SIZE",
+                   help="per-device memory budget (12GiB, 16GB): the search penalises more, "
+                   "and the fastest strategy within it is exported")
+    p.add_argument("--memory", choices=("penalize", "reject", "ignore"), default="penalize",
+                   help="over a device's memory: +1 ms per MB over (default), reject, or ignore")
+    p.add_argument("--inference", action="store_true", help="optimise the forward pass only")
+    p.add_argument("--out", metavar="FILE.ffsearch",
+                   help="the search log (default: <model>-<cluster>-<time>.ffsearch here)")
+    p.add_argument("--no-log", action="store_true", help="do not write a search log")
+    p.add_argument("--resume", metavar="FILE.ffsearch",
+                   help="continue the search logged in FILE (its model, cluster and options)")
+    p.add_argument("--export-strategy", metavar="FILE.json",
+                   help="where to write the best strategy (default: next to the log)")
+    p.add_argument("--json", action="store_true", help="print a JSON summary at the end")
+    p.set_defaults(handler=cmd_search)
+
+
+def cmd_search(args: argparse.Namespace, console: Console) -> None:
+    from flextui.search.log import read_search_log
+    resume = read_search_log(args.resume) if args.resume else None
+    graph, cluster, cost_model, options, initial = _inputs(args, resume)
+    log_path = None if (args.no_log or resume) else _log_path(args, graph, cluster)
+    export = Path(args.export_strategy) if args.export_strategy else \
+        _default_export(resume.path if resume else log_path, graph, cluster)
+    result = _run(graph, cluster, cost_model, options, initial, log_path, resume, args, console)
+    _report(result, graph, cluster, cost_model, options, log_path or (resume and resume.path),
+            export, args, console)
+
+
+def _inputs(args, resume):
+    """Graph, cluster, cost model, options and initial strategy, from the command line
+    or, resuming, from the log (which a --model/--cluster given too must match)."""
+    from flextui.cost import AnalyticCostModel, cost_model_from_identity
+    from flextui.machine import load_named_cluster
+    from flextui.search.options import INITS, SearchOptions, parse_budget, parse_size
+    iterations, seconds = parse_budget(args.budget or DEFAULT_BUDGET)
+    if args.workers < 1:
+        raise FlextuiError("--workers must be at least 1")
+    if resume is not None:
+        header = resume.header
+        if resume.final is not None:
+            raise FlextuiError(f"{resume.path}: this search already finished "
+                               f"({resume.final.reason}); start a new one with "
+                               f"--init and the strategy `flextui replay {resume.path} "
+                               "--export-strategy best.json` writes")
+        _check_same(args, header)
+        options = SearchOptions.from_dict(header.options, f"{resume.path} header")
+        if args.budget:
+            options = options.with_changes(iterations=iterations, time_limit=seconds)
+        return header.graph, header.cluster, cost_model_from_identity(header.cost_model), \
+            options, None
+    args.model = args.model or DEFAULT_MODEL
+    graph, cluster = load_graph(args), load_named_cluster(args.cluster or DEFAULT_CLUSTER)
+    initial = None
+    if args.init not in INITS:
+        initial = load_strategy(args.init, graph, cluster)
+    options = SearchOptions(
+        iterations=iterations, time_limit=seconds, seed=args.seed, chains=args.workers,
+        beta=args.beta, init=args.init, restart_every=args.restart_every,
+        converge=not args.no_early_stop, training=not args.inference, memory=args.memory,
+        memory_budget=parse_size(args.memory_budget) if args.memory_budget else None)
+    return graph, cluster, AnalyticCostModel(), options, initial
+
+
+def _check_same(args, header) -> None:
+    """A resumed log must be resumed against the model and cluster it was started on."""
+    from flextui.machine import load_named_cluster
+    if args.model or args.option or args.batch_size:
+        args.model = args.model or header.graph.meta.get("model", header.graph.name)
+        graph = load_graph(args)
+        if graph.fingerprint != header.graph.fingerprint:
+            raise FlextuiError(f"--model {args.model} is not the model this search ran on "
+                               f"({header.graph.name}, fingerprint {header.graph.fingerprint}); "
+                               "resume without --model to use the log's own copy")
+    if args.cluster:
+        cluster = load_named_cluster(args.cluster)
+        if cluster.fingerprint != header.cluster.fingerprint:
+            raise FlextuiError(f"--cluster {args.cluster} is not the cluster this search ran "
+                               f"on ({header.cluster.name}); resume without --cluster to use "
+                               "the log's own copy")
+
+
+def _log_path(args, graph, cluster) -> Path:
+    if args.out:
+        path = Path(args.out)
+        if path.exists():
+            raise FlextuiError(f"{path} exists; continue it with --resume {path}, or choose "
+                               "another --out")
+        return path
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path(f"{graph.meta.get('model', graph.name)}-{cluster.name}-{stamp}.ffsearch")
+
+
+def _default_export(log_path, graph, cluster) -> Path:
+    if log_path is not None:
+        return Path(log_path).with_suffix(".best.json")
+    return Path(f"{graph.meta.get('model', graph.name)}-{cluster.name}.best.json")
+
+
+def _run(graph, cluster, cost_model, options, initial, log_path, resume, args, console):
+    from flextui.search import run_search
+    stop = threading.Event()
+    progress = _Progress(console, options, quiet=args.json)
+    with _stop_on_signals(stop):
+        return run_search(graph, cluster, cost_model, options, initial=initial,
+                          log_path=log_path, resume=resume, on_events=progress.update,
+                          stop=stop)
+
+
+@contextlib.contextmanager
+def _stop_on_signals(stop: threading.Event):
+    """The first SIGINT/SIGTERM asks the search to stop; a second SIGINT interrupts."""
+    def handler(signum, frame):
+        if stop.is_set() and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        stop.set()
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+class _Progress:
+    """A line of progress per second: to a terminal, rewritten in place; piped, appended."""
+
+    def __init__(self, console: Console, options, quiet: bool) -> None:
+        self.console, self.options, self.quiet = console, options, quiet
+        self.latest: dict[int, object] = {}
+        self.shown = 0.0
+
+    def update(self, events) -> None:
+        for e in events:
+            self.latest[e.chain] = e
+        now = time.monotonic()
+        if self.quiet or now - self.shown < PROGRESS_S:
+            return
+        self.shown = now
+        best = min(e.best for e in self.latest.values())
+        iterations = sum(e.iteration for e in self.latest.values())
+        elapsed = max(e.elapsed for e in self.latest.values())
+        line = (f"{elapsed:6.1f}s  {iterations:>8,} steps  best {best * 1e3:.3f} ms  "
+                f"{iterations / max(elapsed, 1e-9):,.0f} steps/s")
+        if self.console.is_terminal:
+            self.console.print(line, end="\r", highlight=False, soft_wrap=True)
+        else:
+            self.console.print(line, highlight=False, soft_wrap=True)
+
+
+def _report(result, graph, cluster, cost_model, options, log_path, export, args, console):
+    from flextui.search.summary import search_summary
+    from flextui.strategy import Strategy, save_strategy
+    chosen, note = result.best, None
+    if options.memory_budget:
+        point = result.fastest_within(options.memory_budget)
+        if point is None:
+            note = "no strategy simulated fits the memory budget; exported the fastest found"
+        else:
+            chosen = point.strategy
+    save_strategy(export, Strategy(chosen, name=f"searched (seed {options.seed})"), graph, cluster)
+    summary = search_summary(result, graph, cluster, cost_model, options)
+    summary.update(log=str(log_path) if log_path else None, strategy=str(export), note=note)
+    if args.json:
+        emit_json(summary)
+        return
+    if console.is_terminal:
+        console.print()
+    console.print(
+        f"[bold]{summary['model']}[/] on {summary['cluster']}: best "
+        f"{summary['best_s'] * 1e3:.3f} ms per iteration after {summary['iterations']:,} "
+        f"steps in {summary['elapsed_s']:.1f} s ({summary['reason']}); data parallel "
+        f"{summary['data_parallel_s'] * 1e3:.3f} ms ({summary['speedup_over_data_parallel']:.2f}x), "
+        f"expert {summary['expert_s'] * 1e3:.3f} ms; acceptance {summary['acceptance_rate']:.0%}")
+    if note:
+        console.print(f"[yellow]{note}[/]")
+    if log_path:
+        console.print(f"log: {log_path}  (flextui replay {log_path} --headless)")
+    console.print(f"best strategy: {export}  (flextui simulate -m {summary['model']} "
+                  f"-c {cluster.name} --strategy {export})")

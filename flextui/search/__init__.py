@@ -1,0 +1,12 @@
+"""Strategy search: MCMC over the delta simulator, exhaustive search for small graphs,
+the time/memory frontier, and search logs (.ffsearch)."""
+
+from flextui.search.events import RestartEvent, StepEvent
+from flextui.search.frontier import Frontier
+from flextui.search.log import SearchLog, SearchLogWriter, read_search_log
+from flextui.search.options import SearchOptions, parse_budget, parse_size
+from flextui.search.runner import SearchResult, run_search
+
+__all__ = ["RestartEvent", "StepEvent", "Frontier", "SearchLog", "SearchLogWriter",
+           "read_search_log", "SearchOptions", "parse_budget", "parse_size", "SearchResult",
+           "run_search"]

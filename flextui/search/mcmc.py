@@ -1,0 +1,167 @@
+"""One Metropolis-Hastings chain over the SOAP space (paper section 6), driven by the
+delta simulator.
+
+A step picks an op uniformly among those with more than one valid config, gives it a
+random valid config (``random_config``), simulates the result incrementally and
+accepts it with probability min(1, exp(beta * (cost(S) - cost(S*)))), costs in ms.
+Everything random comes from the chain's own ``random.Random``, drawn in a fixed
+order, so a chain is a deterministic function of its seed and inputs.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from dataclasses import dataclass
+
+from flextui.cost.model import CostModel
+from flextui.graph import OpGraph
+from flextui.machine import Cluster
+from flextui.search.events import RestartEvent, StepEvent
+from flextui.search.frontier import Frontier
+from flextui.search.log import Checkpoint, FrontierPoint
+from flextui.search.options import SearchOptions
+from flextui.sim import DeltaSimulator
+from flextui.strategy import ParallelConfig, Strategy, count_configs, random_config
+
+
+def chain_seed(seed: int, chain: int) -> str:
+    """The seed of chain ``chain`` of a search seeded ``seed`` (strings seed
+    ``random.Random`` the same way in every Python process)."""
+    return f"flextui-search:{seed}:{chain}"
+
+
+def default_beta(initial_cost_s: float) -> float:
+    """20 / (initial cost in ms): see ``SearchOptions``."""
+    if not math.isfinite(initial_cost_s) or initial_cost_s <= 0:
+        return 1.0
+    return 20.0 / (initial_cost_s * 1e3)
+
+
+@dataclass(frozen=True)
+class _Proposal:
+    """A frontier entry, kept as (strategy, change) until someone needs the strategy:
+    most proposals never leave the chain, so they are never copied."""
+
+    base: Strategy
+    op: str
+    config: ParallelConfig
+
+    def strategy(self) -> Strategy:
+        return self.base.replace(self.op, self.config)
+
+
+class Chain:
+    """A chain's state: the delta simulator holding its current strategy, its best
+    strategy, its random state, counters and its own time/memory frontier."""
+
+    def __init__(self, index: int, graph: OpGraph, cluster: Cluster, cost_model: CostModel,
+                 options: SearchOptions, initial: Strategy) -> None:
+        self.index, self.graph, self.options = index, graph, options
+        self.num_devices = cluster.num_devices
+        self.sim = DeltaSimulator(graph, cluster, cost_model, options.training, options.memory)
+        self.rng = random.Random(chain_seed(options.seed, index))
+        self.current_cost = self.sim.reset(initial)
+        self.initial_cost = self.current_cost
+        self.best, self.best_cost = initial, self.current_cost
+        self.beta = options.beta if options.beta is not None else default_beta(self.current_cost)
+        self.ops = [op for op in graph.ops if count_configs(op, self.num_devices) > 1]
+        self.iteration = self.accepted = 0
+        self.improved_iteration, self.improved_elapsed = 0, 0.0
+        self.frontier = Frontier()
+        self.frontier.add(self.sim.makespan, self._peak_memory(), _Proposal(initial, "", None))
+        self._elapsed_before = 0.0
+        self._clock = time.perf_counter()
+
+    @classmethod
+    def from_checkpoint(cls, cp: Checkpoint, graph: OpGraph, cluster: Cluster,
+                        cost_model: CostModel, options: SearchOptions,
+                        initial_cost: float) -> Chain:
+        """The chain as it was at ``cp`` (a resumed search)."""
+        chain = cls(cp.chain, graph, cluster, cost_model, options, cp.current)
+        chain.best, chain.best_cost = cp.best, cp.best_cost
+        chain.rng.setstate(cp.rng_state)
+        chain.iteration = cp.iteration
+        chain.initial_cost = initial_cost
+        chain.beta = options.beta if options.beta is not None else default_beta(initial_cost)
+        chain.set_elapsed(cp.elapsed)
+        return chain
+
+    # -- stepping ----------------------------------------------------------------------
+
+    @property
+    def elapsed(self) -> float:
+        return self._elapsed_before + time.perf_counter() - self._clock
+
+    def set_elapsed(self, elapsed: float) -> None:
+        self._elapsed_before, self._clock = elapsed, time.perf_counter()
+
+    def step(self) -> StepEvent:
+        """Propose, simulate, accept or reject; return what happened."""
+        rng, op = self.rng, None
+        if not self.ops:
+            raise RuntimeError("no op has more than one valid config on this cluster")
+        op = rng.choice(self.ops)
+        config = random_config(op, self.num_devices, rng)
+        draw = rng.random()
+        base = self.sim.strategy
+        if config == base[op.name]:  # no change: the same strategy, the same cost
+            proposed, memory, accepted = self.current_cost, self._peak_memory(), True
+        else:
+            proposed = self.sim.propose(op, config)
+            memory = self._peak_memory()
+            self.frontier.add(self.sim.makespan, memory, _Proposal(base, op.name, config))
+            accepted = self._accepts(proposed, draw)
+            self.sim.accept() if accepted else self.sim.reject()
+        self.iteration += 1
+        if accepted:
+            self.accepted += 1
+            self.current_cost = proposed
+            if proposed < self.best_cost:
+                self.improved_iteration, self.improved_elapsed = self.iteration, self.elapsed
+            if proposed <= self.best_cost:
+                self.best, self.best_cost = self.sim.strategy, proposed
+        return StepEvent(self.index, self.iteration, self.elapsed, op.index, config, proposed,
+                         self.current_cost, self.best_cost, accepted, memory)
+
+    def _accepts(self, proposed: float, draw: float) -> bool:
+        if proposed <= self.current_cost:
+            return True
+        if not math.isfinite(self.current_cost):
+            return math.isfinite(proposed)
+        return draw < math.exp(-self.beta * (proposed - self.current_cost) * 1e3)
+
+    def _peak_memory(self) -> int:
+        return max(u.total for u in self.sim.memory.usage())
+
+    def restart_due(self) -> bool:
+        every = self.options.restart_every
+        return bool(every) and self.iteration % every == 0 and self.current_cost > self.best_cost
+
+    def restart(self) -> RestartEvent:
+        """Go back to the best strategy (public FlexFlow restarts chains this way)."""
+        self.current_cost = self.sim.reset(self.best)
+        return RestartEvent(self.index, self.iteration)
+
+    def converged(self, by_time: bool) -> bool:
+        """The best has not improved for half of the chain's run (paper 6.2)."""
+        if not self.options.converge or self.iteration < self.options.min_steps:
+            return False
+        if by_time:
+            elapsed = self.elapsed
+            return elapsed - self.improved_elapsed > elapsed / 2
+        return self.iteration - self.improved_iteration > self.iteration / 2
+
+    # -- reporting ---------------------------------------------------------------------
+
+    def checkpoint(self) -> Checkpoint:
+        return Checkpoint(self.index, self.iteration, self.elapsed, self.sim.strategy,
+                          self.current_cost, self.best, self.best_cost, self.rng.getstate())
+
+    def frontier_points(self) -> list[FrontierPoint]:
+        return [FrontierPoint(p.time, p.memory, _materialize(p.item)) for p in self.frontier.points]
+
+
+def _materialize(item: _Proposal) -> Strategy:
+    return item.base if item.config is None else item.strategy()

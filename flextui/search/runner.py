@@ -1,0 +1,348 @@
+"""Running a search: one or more chains (in worker processes when there are several),
+their events batched to subscribers and to the search log, stop rules, resume.
+
+Chains never share state; each is a deterministic function of the seed, its index and
+the inputs, so with a budget in iterations the result is the same whether the chains
+ran in one process or several, and whether the search ran at once or was killed and
+resumed (a resumed chain re-runs, silently, the steps logged after its last checkpoint
+to recover its random state).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from flextui.cost import cost_model_from_identity
+from flextui.cost.model import CostModel
+from flextui.errors import FlextuiError
+from flextui.graph import OpGraph, graph_from_dict
+from flextui.machine import Cluster
+from flextui.search.events import RestartEvent, StepEvent
+from flextui.search.frontier import Frontier
+from flextui.search.log import (Checkpoint, FinalRecord, FrontierPoint, SearchHeader, SearchLog,
+                                SearchLogWriter)
+from flextui.search.mcmc import Chain, chain_seed
+from flextui.search.options import SearchOptions
+from flextui.strategy import Strategy, builtin_strategy, random_strategy
+
+BATCH_S = 0.1        # how often a chain hands its events on
+CHECKPOINT_S = 5.0   # how often a chain checkpoints into the log
+REASONS = ("interrupted", "time", "iterations", "converged")  # the final reason, by precedence
+
+EventSink = Callable[[list[StepEvent]], None]
+
+
+@dataclass
+class ChainSummary:
+    chain: int
+    iterations: int
+    accepted: int
+    initial_cost: float
+    best_cost: float
+    reason: str
+    best: Strategy = field(repr=False)
+
+
+@dataclass
+class SearchResult:
+    best: Strategy
+    best_cost: float
+    best_chain: int
+    reason: str
+    elapsed: float
+    chains: list[ChainSummary]
+    frontier: list[FrontierPoint]
+
+    @property
+    def iterations(self) -> int:
+        return sum(c.iterations for c in self.chains)
+
+    @property
+    def acceptance_rate(self) -> float:
+        return sum(c.accepted for c in self.chains) / max(1, self.iterations)
+
+    @property
+    def initial_cost(self) -> float:
+        return self.chains[0].initial_cost
+
+    def fastest_within(self, memory_bytes: int) -> FrontierPoint | None:
+        fitting = [p for p in self.frontier if p.memory <= memory_bytes]
+        return min(fitting, key=lambda p: (p.time, p.memory), default=None)
+
+
+def initial_strategy(init: str, graph: OpGraph, cluster: Cluster, seed: int, chain: int) -> Strategy:
+    """A chain's starting point: a built-in strategy, or a random one per chain."""
+    if init == "random":
+        return random_strategy(graph, cluster, seed=hash_seed(chain_seed(seed, chain)))
+    return builtin_strategy(init, graph, cluster)
+
+
+def hash_seed(text: str) -> int:
+    """A stable integer from a string (Python's ``hash`` of a str varies per process)."""
+    import hashlib
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
+
+
+# -- one chain's loop, the same in-process and in a worker --------------------------------
+
+def drive(chain: Chain, options: SearchOptions, stopped: Callable[[], bool],
+          emit: Callable[[list], None]) -> str:
+    """Step ``chain`` until a stop rule fires; hand events on in batches. Returns why it
+    stopped. The last item emitted is always the chain's final checkpoint."""
+    pending: list = []
+    last_emit = last_checkpoint = time.monotonic()
+    by_time = options.iterations is None
+    while True:
+        if options.iterations is not None and chain.iteration >= options.iterations:
+            reason = "iterations"
+        elif options.time_limit is not None and chain.elapsed >= options.time_limit:
+            reason = "time"
+        elif chain.converged(by_time):
+            reason = "converged"
+        elif stopped():
+            reason = "interrupted"
+        else:
+            pending.append(chain.step())
+            if chain.restart_due():
+                pending.append(chain.restart())
+            now = time.monotonic()
+            if now - last_checkpoint >= CHECKPOINT_S:
+                pending.append((chain.checkpoint(), chain.frontier_points()))
+                last_checkpoint = now
+            if now - last_emit >= BATCH_S:
+                emit(pending)
+                pending, last_emit = [], now
+            continue
+        pending.append((chain.checkpoint(), chain.frontier_points()))
+        emit(pending)
+        return reason
+
+
+def catch_up(chain: Chain, last: StepEvent | None, where: str) -> None:
+    """Re-run, without reporting, the steps logged beyond the chain's checkpoint, up to
+    ``last`` (the chain's last logged step), and check the last one matches."""
+    if last is None or last.iteration <= chain.iteration:
+        return
+    while chain.iteration < last.iteration:
+        event = chain.step()
+        if chain.restart_due():
+            chain.restart()
+    if (event.op, event.config, event.proposed) != (last.op, last.config, last.proposed):
+        raise FlextuiError(f"{where}: resuming chain {chain.index} did not reproduce its "
+                           f"logged step {last.iteration}; the log was written with a "
+                           "different cost model or flextui version")
+    chain.set_elapsed(last.elapsed)
+
+
+@dataclass
+class ChainStart:
+    """Where a chain starts: a strategy (a new search), or a checkpoint plus the last
+    step logged after it (a resumed one)."""
+
+    index: int
+    strategy: Strategy | None = None
+    checkpoint: Checkpoint | None = None
+    initial_cost: float = 0.0
+    last_step: StepEvent | None = None
+    where: str = ""
+
+    def chain(self, graph: OpGraph, cluster: Cluster, cost_model: CostModel,
+              options: SearchOptions) -> Chain:
+        if self.checkpoint is None:
+            return Chain(self.index, graph, cluster, cost_model, options, self.strategy)
+        chain = Chain.from_checkpoint(self.checkpoint, graph, cluster, cost_model, options,
+                                      self.initial_cost)
+        catch_up(chain, self.last_step, self.where)
+        return chain
+
+
+def chain_starts(options: SearchOptions, graph: OpGraph, cluster: Cluster,
+                 initial: Strategy | None, resume: SearchLog | None) -> list[ChainStart]:
+    if resume is None:
+        return [ChainStart(c, initial or initial_strategy(options.init, graph, cluster,
+                                                          options.seed, c))
+                for c in range(options.chains)]
+    starts = []
+    for c in range(options.chains):
+        steps = resume.steps_of(c)
+        first = next(cp for cp in resume.checkpoints if cp.chain == c)
+        starts.append(ChainStart(c, None, resume.last_checkpoint(c), first.current_cost,
+                                 steps[-1] if steps else None, str(resume.path)))
+    return starts
+
+
+# -- the search ---------------------------------------------------------------------------
+
+class _Collector:
+    """Receives every chain's batches (on the caller's thread): writes the log, keeps
+    the merged frontier and each chain's last checkpoint, passes steps to ``on_events``."""
+
+    def __init__(self, writer: SearchLogWriter | None, on_events: EventSink | None,
+                 frontier: Frontier) -> None:
+        self.writer, self.on_events, self.frontier = writer, on_events, frontier
+        self.last: dict[int, Checkpoint] = {}
+        self.accepted: dict[int, int] = {}
+        self.initial_cost: dict[int, float] = {}
+
+    def take(self, items: list) -> None:
+        steps = []
+        for item in items:
+            if isinstance(item, StepEvent):
+                steps.append(item)
+                self.accepted[item.chain] = self.accepted.get(item.chain, 0) + item.accepted
+                if self.writer:
+                    self.writer.step(item)
+            elif isinstance(item, RestartEvent):
+                if self.writer:
+                    self.writer.restart(item.chain, item.iteration)
+            else:
+                checkpoint, points = item
+                self.last[checkpoint.chain] = checkpoint
+                for p in points:
+                    self.frontier.add(p.time, p.memory, p.strategy)
+                if self.writer:
+                    self.writer.checkpoint(checkpoint, self.frontier_points())
+        if steps and self.on_events:
+            self.on_events(steps)
+
+    def started(self, chain: int, initial_cost: float, items: list) -> None:
+        """Chain ``chain`` is running; ``items`` is its first checkpoint if it is new."""
+        self.initial_cost[chain] = initial_cost
+        self.take(items)
+
+    def frontier_points(self) -> list[FrontierPoint]:
+        return [FrontierPoint(p.time, p.memory, p.item) for p in self.frontier.points]
+
+
+def run_search(graph: OpGraph, cluster: Cluster, cost_model: CostModel,
+               options: SearchOptions, *, initial: Strategy | None = None,
+               log_path: str | Path | None = None, resume: SearchLog | None = None,
+               on_events: EventSink | None = None,
+               stop: threading.Event | None = None) -> SearchResult:
+    """Run ``options.chains`` chains to their stop rules (or until ``stop`` is set) and
+    return the best strategy found. ``initial`` overrides ``options.init``. With
+    ``log_path`` the search is logged there; with ``resume`` (a log read back) it goes
+    on from that log's checkpoints, appending to it."""
+    stop = stop or threading.Event()
+    sim_cluster = cluster.with_memory_limit(options.memory_budget) if options.memory_budget else cluster
+    frontier = Frontier()
+    writer = None
+    if resume is not None:
+        for p in (resume.frontiers[-1] if resume.frontiers else []):
+            frontier.add(p.time, p.memory, p.strategy)
+        writer = SearchLogWriter.resume(resume)
+    elif log_path is not None:
+        header = SearchHeader(graph, cluster, cost_model.identity, options.seed, options.to_dict())
+        writer = SearchLogWriter(log_path, header)
+    collector = _Collector(writer, on_events, frontier)
+    if resume is not None:
+        for step in resume.steps:
+            collector.accepted[step.chain] = collector.accepted.get(step.chain, 0) + step.accepted
+    started = time.monotonic()
+    try:
+        starts = chain_starts(options, graph, cluster, initial, resume)
+        if options.chains == 1:
+            reasons = [_run_here(starts[0], graph, sim_cluster, cost_model, options, stop,
+                                 collector)]
+        else:
+            reasons = _run_workers(starts, graph, sim_cluster, cost_model, options, stop,
+                                   collector)
+        result = _result(collector, reasons, time.monotonic() - started)
+        if writer:
+            writer.final(FinalRecord(result.reason, result.iterations, result.elapsed,
+                                     result.best_cost, result.best, result.best_chain,
+                                     result.frontier))
+    finally:
+        if writer:
+            writer.close()
+    return result
+
+
+def _run_here(start: ChainStart, graph, cluster, cost_model, options, stop, collector) -> str:
+    chain = start.chain(graph, cluster, cost_model, options)
+    collector.started(chain.index, chain.initial_cost, _first_items(start, chain))
+    return drive(chain, options, stop.is_set, collector.take)
+
+
+def _run_workers(starts, graph, cluster, cost_model, options, stop, collector) -> list[str]:
+    """One process per chain; this thread collects their batches until all are done."""
+    identity = cost_model.identity
+    cost_model_from_identity(identity)  # fail here, not in a worker
+    context = multiprocessing.get_context("spawn")
+    inbox = context.Queue()
+    halt = context.Event()
+    args = (graph.to_dict(), cluster.to_dict(), identity, options, inbox, halt, os.getpid())
+    workers = [context.Process(target=_worker, args=(start, *args), daemon=True)
+               for start in starts]
+    for w in workers:
+        w.start()
+    reasons: dict[int, str] = {}
+    try:
+        while len(reasons) < len(workers):
+            if stop.is_set():
+                halt.set()
+            try:
+                message = inbox.get(timeout=0.1)
+            except queue.Empty:
+                dead = [i for i, w in enumerate(workers) if not w.is_alive() and i not in reasons]
+                if dead and inbox.empty():
+                    raise FlextuiError(f"search worker for chain {dead[0]} died "
+                                       f"(exit code {workers[dead[0]].exitcode})")
+                continue
+            kind, chain, payload = message
+            if kind == "error":
+                raise FlextuiError(payload)
+            if kind == "started":
+                collector.started(chain, *payload)
+            elif kind == "batch":
+                collector.take(payload)
+            else:
+                reasons[chain] = payload
+    finally:
+        halt.set()
+        for w in workers:
+            w.join(timeout=5)
+            if w.is_alive():
+                w.terminate()
+    return [reasons[c] for c in sorted(reasons)]
+
+
+def _worker(start: ChainStart, graph_data, cluster_data, identity, options, inbox, halt,
+            parent: int) -> None:
+    """A worker process: rebuild the inputs from data, run one chain, post its batches.
+    Ctrl-C goes to the whole process group; the parent decides when workers stop."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        graph, cluster = graph_from_dict(graph_data), Cluster.from_dict(cluster_data)
+        chain = start.chain(graph, cluster, cost_model_from_identity(identity), options)
+        inbox.put(("started", chain.index, (chain.initial_cost, _first_items(start, chain))))
+        stopped = lambda: halt.is_set() or os.getppid() != parent  # noqa: E731
+        reason = drive(chain, options, stopped, lambda items: inbox.put(("batch", chain.index, items)))
+        inbox.put(("done", chain.index, reason))
+    except FlextuiError as exc:
+        inbox.put(("error", start.index, str(exc)))
+
+
+def _first_items(start: ChainStart, chain: Chain) -> list:
+    """A new chain's iteration-0 checkpoint (a resumed one has it in its log already)."""
+    return [(chain.checkpoint(), chain.frontier_points())] if start.checkpoint is None else []
+
+
+def _result(collector: _Collector, reasons: list[str], elapsed: float) -> SearchResult:
+    chains = []
+    for index, reason in enumerate(reasons):
+        cp = collector.last[index]
+        chains.append(ChainSummary(index, cp.iteration, collector.accepted.get(index, 0),
+                                   collector.initial_cost[index], cp.best_cost, reason, cp.best))
+    best = min(chains, key=lambda c: (c.best_cost, c.chain))
+    reason = min(set(reasons), key=REASONS.index)
+    return SearchResult(best.best, best.best_cost, best.chain, reason, elapsed, chains,
+                        collector.frontier_points())

@@ -1,0 +1,88 @@
+"""Plain-data summaries of a search run or a search log, for the CLI's text and --json."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from flextui.cost.model import CostModel
+from flextui.graph import OpGraph
+from flextui.machine import Cluster
+from flextui.search.log import SearchLog
+from flextui.search.options import SearchOptions
+from flextui.search.runner import SearchResult
+from flextui.sim import Simulator
+from flextui.strategy import builtin_strategy
+
+
+def baseline_costs(graph: OpGraph, cluster: Cluster, cost_model: CostModel,
+                   options: SearchOptions) -> dict[str, float]:
+    """The simulated cost of data parallelism and of the expert strategy, simulated as
+    the search simulates (same training mode, memory policy and budget)."""
+    if options.memory_budget:
+        cluster = cluster.with_memory_limit(options.memory_budget)
+    simulator = Simulator(graph, cluster, cost_model, options.training, options.memory)
+    return {name: simulator.simulate(builtin_strategy(name, graph, cluster)).cost
+            for name in ("data-parallel", "expert")}
+
+
+def _frontier(points) -> list[dict[str, float]]:
+    return [{"time_s": p.time, "memory_bytes": p.memory} for p in points]
+
+
+def search_summary(result: SearchResult, graph: OpGraph, cluster: Cluster,
+                   cost_model: CostModel, options: SearchOptions) -> dict[str, Any]:
+    baselines = baseline_costs(graph, cluster, cost_model, options)
+    dp, expert = baselines["data-parallel"], baselines["expert"]
+    return {
+        "model": graph.meta.get("model", graph.name), "cluster": cluster.name,
+        "best_s": result.best_cost, "initial_s": result.initial_cost,
+        "data_parallel_s": dp, "expert_s": expert,
+        "speedup_over_data_parallel": dp / result.best_cost,
+        "speedup_over_expert": expert / result.best_cost,
+        "iterations": result.iterations, "acceptance_rate": result.acceptance_rate,
+        "elapsed_s": result.elapsed, "reason": result.reason, "best_chain": result.best_chain,
+        "chains": [{"chain": c.chain, "iterations": c.iterations, "accepted": c.accepted,
+                    "initial_s": c.initial_cost, "best_s": c.best_cost, "reason": c.reason}
+                   for c in result.chains],
+        "frontier": _frontier(result.frontier),
+    }
+
+
+def best_over_time(log: SearchLog) -> list[dict[str, float]]:
+    """Every time the best cost over all chains improved: (elapsed, chain, iteration, best)."""
+    rows, best = [], float("inf")
+    for cp in log.checkpoints:
+        if cp.iteration == 0 and cp.best_cost < best:
+            best = cp.best_cost
+            rows.append({"elapsed_s": 0.0, "chain": cp.chain, "iteration": 0, "best_s": best})
+    for e in sorted(log.steps, key=lambda e: (e.elapsed, e.chain)):
+        if e.best < best:
+            best = e.best
+            rows.append({"elapsed_s": e.elapsed, "chain": e.chain, "iteration": e.iteration,
+                         "best_s": best})
+    return rows
+
+
+def log_summary(log: SearchLog, cost_model: CostModel) -> dict[str, Any]:
+    header = log.header
+    options = SearchOptions.from_dict(header.options, str(log.path))
+    best, best_cost = log.best_strategy()
+    baselines = baseline_costs(header.graph, header.cluster, cost_model, options)
+    steps = log.steps
+    final = log.final
+    return {
+        "log": str(log.path), "model": header.graph.meta.get("model", header.graph.name),
+        "cluster": header.cluster.name, "flextui_version": header.flextui_version,
+        "created": header.created, "cost_model": header.cost_model, "seed": header.seed,
+        "options": header.options, "finished": final is not None,
+        "reason": final.reason if final else None, "truncated": log.truncated,
+        "iterations": len(steps),
+        "acceptance_rate": sum(e.accepted for e in steps) / max(1, len(steps)),
+        "elapsed_s": final.elapsed if final else max((e.elapsed for e in steps), default=0.0),
+        "best_s": best_cost, "data_parallel_s": baselines["data-parallel"],
+        "expert_s": baselines["expert"],
+        "speedup_over_data_parallel": baselines["data-parallel"] / best_cost,
+        "best_over_time": best_over_time(log),
+        "frontier": _frontier(final.frontier if final else (log.frontiers[-1] if log.frontiers else [])),
+        "best": best,
+    }

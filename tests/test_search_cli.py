@@ -1,0 +1,152 @@
+"""`flextui search` and `flextui replay`: results, exports, signals, resume, bad input."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from flextui.cli import main
+from flextui.search import read_search_log
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_search_exports_a_strategy_simulate_reproduces(capsys, tmp_path):
+    log, best = tmp_path / "run.ffsearch", tmp_path / "best.json"
+    code, out, _ = run(capsys, "search", "-m", "lenet", "--budget", "300", "--seed", "4",
+                       "--out", str(log), "--export-strategy", str(best), "--json")
+    data = json.loads(out)
+    assert code == 0 and (data["iterations"] == 300 or data["reason"] == "converged")
+    assert data["best_s"] <= min(data["data_parallel_s"], data["initial_s"])
+    assert data["log"] == str(log) and data["strategy"] == str(best)
+    code, out, _ = run(capsys, "simulate", "-m", "lenet", "--strategy", str(best), "--json")
+    assert code == 0 and json.loads(out)["cost_s"] == data["best_s"]
+
+    code, out, _ = run(capsys, "replay", str(log), "--headless", "--json")
+    replay = json.loads(out)
+    assert code == 0 and replay["best_s"] == data["best_s"] and replay["finished"]
+    assert replay["iterations"] == data["iterations"]
+    assert replay["best_over_time"][-1]["best_s"] == data["best_s"]
+    trace, again = tmp_path / "t.json", tmp_path / "again.json"
+    code, out, _ = run(capsys, "replay", str(log), "--export-strategy", str(again), "--trace",
+                       str(trace))
+    assert code == 0 and "best cost over time" in out
+    assert json.loads(again.read_text())["ops"] == json.loads(best.read_text())["ops"]
+    assert json.loads(trace.read_text())["traceEvents"]
+    code, _, _ = run(capsys, "replay", str(log), "--step", "0", "--export-strategy", str(again))
+    assert code == 0 and json.loads(again.read_text())["name"] == "data-parallel"
+
+
+def test_memory_budget_picks_the_fastest_that_fits(capsys, tmp_path):
+    code, out, _ = run(capsys, "search", "-m", "lenet", "--budget", "200", "--no-log",
+                       "--memory-budget", "1.9MiB", "--export-strategy",
+                       str(tmp_path / "b.json"), "--json")
+    data = json.loads(out)
+    assert code == 0
+    fitting = [p for p in data["frontier"] if p["memory_bytes"] <= 1.9 * 2**20]
+    if fitting:
+        assert data["note"] is None
+    else:
+        assert "fits the memory budget" in data["note"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--budget", "soon"], "give a number of iterations"),
+    (["--memory-budget", "12 parsecs"], "give a number and a unit"),
+    (["--workers", "0"], "--workers must be at least 1"),
+    (["--init", "nowhere.json"], "nowhere.json"),
+])
+def test_bad_search_arguments(capsys, tmp_path, argv, message):
+    code, _, err = run(capsys, "search", "-m", "lenet", "--no-log", *argv)
+    assert code == 2 and message in err and "Traceback" not in err
+
+
+def test_bad_logs(capsys, tmp_path):
+    log = tmp_path / "run.ffsearch"
+    assert run(capsys, "search", "-m", "lenet", "--budget", "50", "--out", str(log))[0] == 0
+    code, _, err = run(capsys, "search", "-m", "lenet", "--budget", "50", "--out", str(log))
+    assert code == 2 and "exists" in err and "--resume" in err
+    code, _, err = run(capsys, "search", "--resume", str(log))
+    assert code == 2 and "already finished" in err
+    original = log.read_bytes()
+    flipped = bytearray(original)
+    flipped[len(original) // 2] ^= 0x10
+    bad = tmp_path / "bad.ffsearch"
+    bad.write_bytes(bytes(flipped))
+    for argv in (["replay", str(bad)], ["search", "--resume", str(bad)]):
+        code, _, err = run(capsys, *argv)
+        assert code == 2 and "corrupt" in err and err.count("\n") == 1
+        assert bad.read_bytes() == bytes(flipped)
+    foreign = tmp_path / "best.ffsearch"
+    foreign.write_text("{}")
+    code, _, err = run(capsys, "replay", str(foreign))
+    assert code == 2 and "not a flextui search log" in err
+
+
+def test_resume_checks_the_model(capsys, tmp_path):
+    log = tmp_path / "run.ffsearch"
+    assert run(capsys, "search", "-m", "lenet", "--budget", "60", "--out", str(log))[0] == 0
+    parsed = read_search_log(log)
+    torn = tmp_path / "torn.ffsearch"
+    torn.write_bytes(log.read_bytes()[:parsed.record_offsets[-1]])
+    code, _, err = run(capsys, "search", "--resume", str(torn), "-m", "alexnet")
+    assert code == 2 and "not the model this search ran on" in err
+    code, _, err = run(capsys, "search", "--resume", str(torn), "--json")
+    assert code == 0 and read_search_log(torn).final is not None
+
+
+def _start(tmp_path, budget):
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen([sys.executable, "-m", "flextui", "search", "-m", "lenet",
+                             "--budget", budget, "--no-early-stop", "--out", "run.ffsearch"],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _wait_for_steps(path, n=20, timeout=30):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if len(read_search_log(path).steps) >= n:
+                return
+        except Exception:  # noqa: BLE001 (not written yet)
+            pass
+        time.sleep(0.2)
+    raise AssertionError("the search did not log steps in time")
+
+
+@pytest.mark.slow
+def test_sigint_ends_cleanly_and_exports(tmp_path):
+    proc = _start(tmp_path, "60s")
+    _wait_for_steps(tmp_path / "run.ffsearch")
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    log = read_search_log(tmp_path / "run.ffsearch")
+    assert log.final is not None and log.final.reason == "interrupted"
+    assert (tmp_path / "run.best.json").exists() and "best strategy" in out
+
+
+@pytest.mark.slow
+def test_sigkill_leaves_a_log_that_resumes(tmp_path):
+    proc = _start(tmp_path, "60s")
+    _wait_for_steps(tmp_path / "run.ffsearch")
+    time.sleep(1.5)
+    proc.kill()
+    proc.communicate(timeout=30)
+    log = read_search_log(tmp_path / "run.ffsearch")
+    assert log.final is None and len(log.steps) >= 20
+    done = subprocess.run([sys.executable, "-m", "flextui", "search", "--resume", "run.ffsearch",
+                           "--budget", "2s", "--json"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    log = read_search_log(tmp_path / "run.ffsearch")
+    assert log.final is not None and len(log.steps) > 20

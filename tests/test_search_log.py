@@ -1,0 +1,499 @@
+"""The .ffsearch search log: round trips, replay, incremental writes, damage, resume."""
+
+import hashlib
+import json
+import math
+import random
+import time
+import zlib
+
+import msgpack
+import pytest
+
+from conftest import cluster, model
+from flextui.errors import FlextuiError, SearchLogError
+from flextui.search.events import StepEvent
+from flextui.search.log import (FORMAT_VERSION, MAGIC, Checkpoint, FinalRecord, FrontierPoint,
+                                SearchHeader, SearchLog, SearchLogWriter, _frame, read_search_log)
+from flextui.strategy import ParallelConfig, Strategy, data_parallel, random_config
+
+
+def setting():
+    return model("lenet"), cluster("p100-4x4")
+
+
+def header(**kw):
+    g, c = setting()
+    args = {"graph": g, "cluster": c, "cost_model": "analytic:v1", "seed": 7,
+            "options": {"beta": 0.05, "iterations": 80, "init": ["dp", "random"], "reject": False}}
+    args.update(kw)
+    return SearchHeader(**args)
+
+
+def cost_of(strategy: Strategy) -> float:
+    """A deterministic stand-in for the simulator."""
+    return sum(zlib.crc32(repr((name, c.degrees, c.devices)).encode()) % 1000
+               for name, c in strategy.items()) * 1e-6 + 1e-3
+
+
+def run_search(path, iterations=60, chains=2, checkpoint_every=20, restart_every=13,
+               flush_interval=1.0, close=True, seed=3):
+    """An MCMC-shaped fake search that logs as the real one will; returns what it tracked:
+    expected[chain][i] = the chain's current strategy after i steps, and the writer."""
+    g, c = setting()
+    w = SearchLogWriter(path, header(), flush_interval=flush_interval)
+    rngs = [random.Random(seed * 100 + k) for k in range(chains)]
+    cur = [data_parallel(g, c) for _ in range(chains)]
+    cur_cost = [cost_of(s) for s in cur]
+    best, best_cost = list(cur), list(cur_cost)
+    expected = [{0: cur[k]} for k in range(chains)]
+    states = [{} for _ in range(chains)]
+    frontier: list[FrontierPoint] = []
+    t = {"steps": [], "restarts": [], "checkpoints": [], "frontiers": []}
+
+    def checkpoint(k, i):
+        cp = Checkpoint(k, i, i * 1e-3 + k, cur[k], cur_cost[k], best[k], best_cost[k],
+                        rngs[k].getstate())
+        states[k][i] = rngs[k].getstate()
+        w.checkpoint(cp, list(frontier))
+        t["checkpoints"].append(cp)
+        t["frontiers"].append(list(frontier))
+
+    for k in range(chains):
+        checkpoint(k, 0)
+    for i in range(1, iterations + 1):
+        for k in range(chains):
+            rng = rngs[k]
+            op = rng.randrange(len(g.ops))
+            cfg = random_config(g.ops[op], c.num_devices, rng)
+            proposal = cur[k].replace(g.ops[op].name, cfg)
+            p = cost_of(proposal)
+            accepted = p < cur_cost[k] or rng.random() < math.exp(-2000 * (p - cur_cost[k]))
+            if accepted:
+                cur[k], cur_cost[k] = proposal, p
+                if p <= best_cost[k]:
+                    best[k], best_cost[k] = proposal, p
+            memory = sum(len(x.devices) for x in proposal.values()) * 1_000_003
+            if len(frontier) < 4 and accepted:
+                frontier.append(FrontierPoint(p, memory, proposal))
+            event = StepEvent(k, i, i * 1e-3 + k, op, cfg, p, cur_cost[k], best_cost[k], accepted,
+                              memory)
+            w.step(event)
+            t["steps"].append(event)
+            if i % restart_every == 0 and cur_cost[k] > best_cost[k]:
+                cur[k], cur_cost[k] = best[k], best_cost[k]
+                w.restart(k, i)
+                t["restarts"].append((k, i))
+            if i % checkpoint_every == 0:
+                checkpoint(k, i)
+            expected[k][i] = cur[k]
+    b = min(range(chains), key=lambda k: best_cost[k])
+    t["final"] = FinalRecord("iterations", iterations * chains, iterations * 1e-3 + chains,
+                             best_cost[b], best[b], b, list(frontier))
+    t.update(expected=expected, states=states, rngs=rngs, best=best, best_cost=best_cost)
+    if close:
+        w.final(t["final"])
+        w.close()
+    return w, t
+
+
+def assert_matches(log: SearchLog, t, final=True):
+    assert log.steps == t["steps"]
+    assert log.restarts == t["restarts"]
+    assert log.checkpoints == t["checkpoints"]
+    assert log.frontiers == t["frontiers"]
+    assert log.final == (t["final"] if final else None)
+
+
+def file_bytes(path):
+    return path.read_bytes()
+
+
+# -- round trips ------------------------------------------------------------------------
+
+
+def test_header_round_trip(tmp_path):
+    path = tmp_path / "a.ffsearch"
+    h = header()
+    SearchLogWriter(path, h).close()
+    assert h.created  # filled by the writer
+    log = read_search_log(path)
+    r = log.header
+    assert r.graph.fingerprint == h.graph.fingerprint
+    assert r.cluster.fingerprint == h.cluster.fingerprint
+    assert [op.name for op in r.graph.ops] == [op.name for op in h.graph.ops]
+    assert r.cluster.num_devices == 16
+    assert (r.cost_model, r.seed, r.options) == ("analytic:v1", 7, h.options)
+    assert (r.version, r.flextui_version, r.created) == (FORMAT_VERSION, h.flextui_version, h.created)
+    assert log.steps == [] and log.checkpoints == [] and log.final is None
+    assert not log.truncated and log.complete_bytes == path.stat().st_size
+    assert file_bytes(path).startswith(MAGIC)
+
+
+def test_records_round_trip(tmp_path):
+    path = tmp_path / "a.ffsearch"
+    _, t = run_search(path)
+    log = read_search_log(path)
+    assert_matches(log, t)
+    assert len(log.steps) == 120 and log.restarts and len(log.checkpoints) == 2 * 4
+    assert log.chains() == [0, 1]
+    assert [e.iteration for e in log.steps_of(1)] == list(range(1, 61))
+    assert log.last_checkpoint(0) == t["checkpoints"][-2]
+    assert log.last_checkpoint(5) is None
+    assert log.best_strategy() == (t["final"].best, t["final"].best_cost)
+    # the chain's rng continues exactly where the checkpoint left it
+    cp = log.last_checkpoint(1)
+    a, b = random.Random(), random.Random()
+    a.setstate(cp.rng_state)
+    b.setstate(t["states"][1][cp.iteration])
+    assert [a.random() for _ in range(5)] == [b.random() for _ in range(5)]
+    assert type(cp.rng_state) is tuple and type(cp.rng_state[1]) is tuple
+
+
+def test_strategy_at_reconstructs_every_iteration(tmp_path):
+    path = tmp_path / "a.ffsearch"
+    _, t = run_search(path, iterations=70, checkpoint_every=25, restart_every=9)
+    log = read_search_log(path)
+    for k in (0, 1):
+        for i, strategy in t["expected"][k].items():
+            assert log.strategy_at(k, i) == strategy, (k, i)
+    with pytest.raises(SearchLogError, match="out of range"):
+        log.strategy_at(0, 71)
+    with pytest.raises(SearchLogError, match="out of range"):
+        log.strategy_at(0, -1)
+    with pytest.raises(SearchLogError, match="no chain 9"):
+        log.strategy_at(9, 0)
+
+
+def test_best_strategy_without_final(tmp_path):
+    path = tmp_path / "a.ffsearch"
+    w, t = run_search(path, close=False, checkpoint_every=1000)
+    w.close()
+    log = read_search_log(path)
+    assert log.final is None
+    strategy, cost = log.best_strategy()
+    assert cost == min(t["best_cost"])
+    assert cost_of(strategy) == cost
+
+
+# -- incremental writes -----------------------------------------------------------------
+
+
+def test_flushed_but_unclosed_log_is_readable(tmp_path):
+    path = tmp_path / "a.ffsearch"
+    w, t = run_search(path, close=False, flush_interval=3600)
+    before = read_search_log(path)
+    assert before.steps == []                 # buffered, not yet written
+    w.flush()
+    log = read_search_log(path)
+    assert_matches(log, t, final=False)
+    assert not log.truncated
+    w.close()
+    w.close()                                 # idempotent
+    with pytest.raises(ValueError):
+        w.restart(0, 1)
+
+
+def test_auto_flush(tmp_path):
+    path = tmp_path / "a.ffsearch"
+    w, t = run_search(path, close=False, flush_interval=0)
+    assert_matches(read_search_log(path), t, final=False)   # every record already on disk
+    w.close()
+
+    path2 = tmp_path / "b.ffsearch"
+    w = SearchLogWriter(path2, header(), flush_interval=0.05)
+    w.restart(0, 0)
+    assert read_search_log(path2).restarts == []
+    time.sleep(0.06)
+    w.restart(0, 1)                           # more than flush_interval since the last flush
+    assert read_search_log(path2).restarts == [(0, 0), (0, 1)]
+    w.close()
+
+
+def test_context_manager_and_final_flushes(tmp_path):
+    path = tmp_path / "a.ffsearch"
+    g, c = setting()
+    s = data_parallel(g, c)
+    with SearchLogWriter(path, header(), flush_interval=3600) as w:
+        w.final(FinalRecord("converged", 0, 0.5, 1.0, s, 0, []))
+        assert read_search_log(path).final is not None
+        with pytest.raises(ValueError, match="reason"):
+            w.final(FinalRecord("bored", 0, 0.5, 1.0, s, 0, []))
+    assert w.closed
+
+
+# -- damage -----------------------------------------------------------------------------
+
+
+def record_offsets(path):
+    """Start offsets of every frame (header first) and the end of the file."""
+    data = file_bytes(path)
+    pos, offsets = len(MAGIC), []
+    while pos < len(data):
+        offsets.append(pos)
+        pos += 10 + int.from_bytes(data[pos:pos + 4], "little")
+    return offsets, len(data)
+
+
+def test_truncated_last_record_is_not_an_error(tmp_path):
+    path = tmp_path / "a.ffsearch"
+    _, t = run_search(path, iterations=10)
+    data = file_bytes(path)
+    offsets, size = record_offsets(path)
+    last = offsets[-1]
+    cut = tmp_path / "cut.ffsearch"
+    for end in range(last + 1, size):
+        cut.write_bytes(data[:end])
+        log = read_search_log(cut)
+        assert log.truncated and log.complete_bytes == last, end
+        assert log.final is None and log.steps == t["steps"]
+    cut.write_bytes(data[:last])              # cut exactly at a record boundary
+    log = read_search_log(cut)
+    assert not log.truncated and log.complete_bytes == last
+
+
+def test_truncated_header_is_an_error(tmp_path):
+    path = tmp_path / "a.ffsearch"
+    SearchLogWriter(path, header()).close()
+    data = file_bytes(path)
+    cut = tmp_path / "cut.ffsearch"
+    for end in range(len(data)):
+        cut.write_bytes(data[:end])
+        with pytest.raises(SearchLogError):
+            read_search_log(cut)
+    cut.write_bytes(MAGIC)
+    with pytest.raises(SearchLogError, match="header is missing"):
+        read_search_log(cut)
+    cut.write_bytes(data[:len(MAGIC) + 50])
+    with pytest.raises(SearchLogError, match="header is truncated"):
+        read_search_log(cut)
+
+
+def test_bit_flips_are_detected_and_never_modify_the_file(tmp_path):
+    path = tmp_path / "a.ffsearch"
+    _, t = run_search(path, iterations=15)
+    good = file_bytes(path)
+    offsets, size = record_offsets(path)
+    torn = good[:offsets[-1] + (size - offsets[-1]) // 2]   # ends inside the final record
+    rng = random.Random(1234)
+    bad = tmp_path / "bad.ffsearch"
+    for base, tail_start in ((good, None), (torn, offsets[-1])):
+        positions = sorted(rng.sample(range(len(base)), 250)) + list(range(40))
+        for pos in positions:
+            data = bytearray(base)
+            data[pos] ^= 1 << rng.randrange(8)
+            bad.write_bytes(bytes(data))
+            digest = hashlib.sha256(bytes(data)).hexdigest()
+            try:
+                log = read_search_log(bad)
+            except SearchLogError as exc:
+                assert str(bad) in str(exc)
+            else:
+                # only a flip inside the torn tail can go unnoticed, and it is reported torn
+                assert tail_start is not None and pos >= tail_start + 10, pos
+                assert log.truncated and log.complete_bytes == tail_start
+                assert log.steps == t["steps"]
+            assert hashlib.sha256(bad.read_bytes()).hexdigest() == digest
+
+
+def test_corrupt_record_message_names_record_and_offset(tmp_path):
+    path = tmp_path / "a.ffsearch"
+    run_search(path, iterations=5)
+    offsets, _ = record_offsets(path)
+    data = bytearray(file_bytes(path))
+    data[offsets[3] + 12] ^= 0x10
+    path.write_bytes(bytes(data))
+    with pytest.raises(SearchLogError, match=rf"record 3 at byte {offsets[3]} is corrupt"):
+        read_search_log(path)
+
+
+@pytest.mark.parametrize("content", [
+    b"", json.dumps({"format": "flextui-strategy", "version": 1}).encode(),
+    random.Random(5).randbytes(3000), b"FFSEARC", b"ffsearch\n" + b"\0" * 40,
+])
+def test_foreign_files(tmp_path, content):
+    path = tmp_path / "x.ffsearch"
+    path.write_bytes(content)
+    with pytest.raises(SearchLogError, match="is not a flextui search log"):
+        read_search_log(path)
+    assert path.read_bytes() == content
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(SearchLogError, match="cannot read search log"):
+        read_search_log(tmp_path / "nope.ffsearch")
+    with pytest.raises(SearchLogError, match="cannot write search log"):
+        SearchLogWriter(tmp_path / "no" / "dir.ffsearch", header())
+
+
+def test_newer_format_version(tmp_path):
+    path = tmp_path / "a.ffsearch"
+    SearchLogWriter(path, header(version=2)).close()
+    with pytest.raises(SearchLogError,
+                       match=r"was written by a newer flextui \(format v2\); upgrade flextui"):
+        read_search_log(path)
+
+
+def test_zero_filled_tail_reads_as_truncated(tmp_path):
+    path = tmp_path / "a.ffsearch"
+    _, t = run_search(path, iterations=5)
+    size = path.stat().st_size
+    path.write_bytes(file_bytes(path) + b"\0" * 4096)
+    log = read_search_log(path)
+    assert log.truncated and log.complete_bytes == size and log.final == t["final"]
+
+
+# -- resume -----------------------------------------------------------------------------
+
+
+def test_resume_after_a_torn_tail(tmp_path):
+    path = tmp_path / "a.ffsearch"
+    w, t = run_search(path, iterations=20, close=False)
+    w.flush()
+    g, _ = setting()
+    complete = path.stat().st_size
+    # the search is killed in the middle of writing a step record
+    extra = StepEvent(0, 21, 0.5, 0, t["expected"][0][20][g.ops[0].name], 1.0, 1.0, 1.0, False, 0)
+    w._file.write(_frame(msgpack.packb([1, 0, 21, 0.5, 0, [[1] * len(g.ops[0].space), 0],
+                                        1.0, None, None, False, 0]))[:-3])
+    w._file.flush()
+    log = read_search_log(path)
+    assert log.truncated and log.complete_bytes == complete
+    with SearchLogWriter.resume(log, flush_interval=0) as w2:
+        assert path.stat().st_size == complete    # the torn tail is gone
+        w2.step(extra)
+        w2.restart(1, 20)
+        w2.final(t["final"])
+    again = read_search_log(path)
+    assert not again.truncated
+    assert again.steps == t["steps"] + [extra]
+    assert again.restarts == t["restarts"] + [(1, 20)]
+    assert again.checkpoints == t["checkpoints"] and again.final == t["final"]
+    assert again.header.graph.fingerprint == g.fingerprint
+    # a stale SearchLog (the file changed since) is refused
+    with pytest.raises(SearchLogError, match="changed since it was read"):
+        SearchLogWriter.resume(log)
+
+
+def test_resumed_search_supersedes_records_after_its_checkpoint(tmp_path):
+    path = tmp_path / "a.ffsearch"
+    w, t = run_search(path, iterations=30, chains=1, checkpoint_every=10, restart_every=1000,
+                      close=False)
+    w.close()
+    log = read_search_log(path)
+    cp = log.last_checkpoint(0)
+    assert cp.iteration == 30
+    cp20 = log.checkpoints[2]
+    assert cp20.iteration == 20
+    # resume from the checkpoint at 20 (as if 21..30 had been lost) and take other steps
+    g, _ = setting()
+    w = SearchLogWriter.resume(log)
+    w.checkpoint(cp20, [])
+    op = g.ops[2]
+    cfg = ParallelConfig((1,) * len(op.space), (5,))
+    w.step(StepEvent(0, 21, 9.0, 2, cfg, 0.5, 0.5, 0.5, True, 1))
+    w.close()
+    log = read_search_log(path)
+    assert len(log.steps) == 31                       # every record, in file order
+    assert [e.iteration for e in log.steps_of(0)] == list(range(1, 22))
+    assert log.strategy_at(0, 21) == t["expected"][0][20].replace(op.name, cfg)
+    assert log.strategy_at(0, 15) == t["expected"][0][15]
+    with pytest.raises(SearchLogError, match="out of range"):
+        log.strategy_at(0, 25)
+
+
+# -- malformed content --------------------------------------------------------------------
+
+
+def append_record(path, record):
+    with open(path, "ab") as f:
+        f.write(_frame(msgpack.packb(record)))
+
+
+def good_strategy_data():
+    g, _ = setting()
+    return ["dp", [[[16] + [1] * (len(op.space) - 1), 0] for op in g.ops]]
+
+
+@pytest.mark.parametrize("record, message", [
+    ([3, 0, 0, 0.0, ["dp", [[[1], 0]] * 3], 1.0, None, 1.0, None, []], "does not fit"),
+    ([3, 0, 0, 0.0, None, 1.0, None, 1.0, None, []], "must be a list"),
+    ([1, 0, 1, 0.0, 0, [[3, 1, 1, 1], 0], 1.0, None, None, True, 0], "does not fit"),
+    ([1, 0, 1, 0.0, 0, [[1, 1, 1, 1], 16], 1.0, None, None, True, 0], "do not fit"),
+    ([1, 0, 1, 0.0, 0, [[1, 1, 1, 1], [99]], 1.0, None, None, True, 0], "does not fit"),
+    ([1, 0, 1, 0.0, 99, [[1, 1, 1, 1], 0], 1.0, None, None, True, 0], "op index 99"),
+    ([1, "0", 1, 0.0, 0, [[1, 1, 1, 1], 0], 1.0, None, None, True, 0], "chain"),
+    ([1, 0, 1, -1.0, 0, [[1, 1, 1, 1], 0], 1.0, None, None, True, 0], "elapsed"),
+    ([1, 0, 1, 0.0, 0, [[1, 1, 1, 1], 0], 1.0, None, None, 1, 0], "accepted"),
+    ([1, 0, 1, 0.0, 0, [[[1], 1, 1, 1], 0], 1.0, None, None, True, 0], "integers"),
+    ([1, 0, 1], "11 fields"),
+    ([2, 0], "3 fields"),
+    ([2, 0, -4], "restart iteration"),
+    ([4, "bored", 1, 1.0, 1.0, None, 0, []], "final reason"),
+    ([9, 1], "unknown record type"),
+    ([0, {}], "second header"),
+    ({"a": 1}, "type tag"),
+    ("text", "type tag"),
+])
+def test_malformed_records(tmp_path, record, message):
+    if isinstance(record, list) and record[0] == 3 and record[8] is None:
+        record = list(record)
+        record[8] = [3, list(random.Random(0).getstate()[1]), None]
+        if record[4] is None:
+            record[6] = good_strategy_data()
+    path = tmp_path / "a.ffsearch"
+    SearchLogWriter(path, header()).close()
+    append_record(path, record)
+    with pytest.raises(SearchLogError, match=message) as info:
+        read_search_log(path)
+    assert "record 1 at byte" in str(info.value)
+
+
+def test_bad_rng_state_and_undecodable_body(tmp_path):
+    path = tmp_path / "a.ffsearch"
+    SearchLogWriter(path, header()).close()
+    s = good_strategy_data()
+    append_record(path, [3, 0, 0, 0.0, s, 1.0, s, 1.0, [3, [1, 2, 3], None], []])
+    with pytest.raises(SearchLogError, match="rng state"):
+        read_search_log(path)
+    path2 = tmp_path / "b.ffsearch"
+    SearchLogWriter(path2, header()).close()
+    with open(path2, "ab") as f:
+        f.write(_frame(b"\xc1\xc1"))              # valid checksum, not msgpack
+    with pytest.raises(SearchLogError, match="record 1 at byte .* malformed"):
+        read_search_log(path2)
+
+
+def test_header_hash_mismatch_and_bad_header(tmp_path):
+    path = tmp_path / "a.ffsearch"
+    h = header()
+    body = {"version": 1, "flextui": "0", "created": "", "graph": h.graph.to_dict(),
+            "graph_hash": "0" * 16, "cluster": h.cluster.to_dict(),
+            "cluster_hash": h.cluster.fingerprint, "cost_model": "x", "seed": 1, "options": {}}
+    path.write_bytes(MAGIC + _frame(msgpack.packb([0, body])))
+    with pytest.raises(SearchLogError, match="record 0 .*does not match its recorded hash"):
+        read_search_log(path)
+    body["graph_hash"] = h.graph.fingerprint
+    body["graph"] = {"name": "x", "ops": [{"type": "nonsense"}]}
+    path.write_bytes(MAGIC + _frame(msgpack.packb([0, body])))
+    with pytest.raises(SearchLogError, match="graph cannot be rebuilt"):
+        read_search_log(path)
+    path.write_bytes(MAGIC + _frame(msgpack.packb([1, 2, 3])))
+    with pytest.raises(SearchLogError, match="not a search-log header"):
+        read_search_log(path)
+
+
+def test_writer_rejects_what_it_could_not_read_back(tmp_path):
+    g, c = setting()
+    w = SearchLogWriter(tmp_path / "a.ffsearch", header())
+    s = data_parallel(g, c)
+    partial = Strategy({op.name: s[op.name] for op in g.ops[1:]})
+    with pytest.raises(SearchLogError, match="no config for op"):
+        w.checkpoint(Checkpoint(0, 0, 0.0, partial, 1.0, partial, 1.0, random.Random().getstate()), [])
+    with pytest.raises(FlextuiError):
+        w.step(StepEvent(0, 1, 0.0, 0, ParallelConfig((3,), (0,)), 1.0, 1.0, 1.0, True, 0))
+    with pytest.raises(SearchLogError, match="cannot store"):
+        SearchLogWriter(tmp_path / "b.ffsearch", header(options={"x": object()}))
+    with pytest.raises(SearchLogError, match="seed must be an integer"):
+        SearchLogWriter(tmp_path / "c.ffsearch", header(seed=None))
+    w.close()
