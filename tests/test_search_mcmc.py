@@ -12,7 +12,7 @@ from flextui.machine import load_named_cluster
 from flextui.search import RestartEvent, SearchOptions, read_search_log, run_search
 from flextui.search.mcmc import Chain
 from flextui.sim import Simulator
-from flextui.strategy import data_parallel
+from flextui.strategy import builtin_strategy, data_parallel
 from tests.conftest import model
 
 
@@ -66,9 +66,10 @@ def test_iteration_budget_and_result():
     assert result.reason == "iterations" and result.iterations == 250
     again = search(iterations=250, converge=False, seed=5)
     assert again.best == result.best and again.best_cost == result.best_cost
-    dp = Simulator(model("lenet"), four_gpus(), AnalyticCostModel()).simulate(
-        data_parallel(model("lenet"), four_gpus())).cost
-    assert result.best_cost <= dp == result.initial_cost
+    simulator = Simulator(model("lenet"), four_gpus(), AnalyticCostModel())
+    builtins = [simulator.simulate(builtin_strategy(name, model("lenet"), four_gpus())).cost
+                for name in ("data-parallel", "expert")]
+    assert result.best_cost <= result.initial_cost == min(builtins)
 
 
 def test_converges_in_iterations_reproducibly():
@@ -121,7 +122,7 @@ def test_frontier_is_pareto_and_memory_budget_pick():
 
 
 def test_workers_give_the_same_chains_as_one_process():
-    parallel = search(iterations=120, converge=False, chains=2, seed=7)
+    parallel = search(iterations=120, converge=False, chains=2, seed=7, init="data-parallel")
     assert parallel.iterations == 240 and len(parallel.chains) == 2
     for c in parallel.chains:
         alone = lenet_chain(iterations=120, converge=False, chains=2, seed=7)

@@ -36,9 +36,9 @@ def add_parser(sub) -> None:
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--workers", "-j", type=int, default=1,
                    help="independent chains, one worker process each (default 1)")
-    p.add_argument("--init", default="data-parallel", metavar="NAME|FILE",
-                   help="start from data-parallel (default), expert, model-parallel, random, "
-                   "or a strategy .json file")
+    p.add_argument("--init", default="auto", metavar="NAME|FILE",
+                   help="start from auto (default: the faster of data-parallel and expert), "
+                   "data-parallel, expert, model-parallel, random, or a strategy .json file")
     p.add_argument("--beta", type=float, help="inverse temperature per ms (default: 20 / "
                    "initial cost in ms, see the README)")
     p.add_argument("--restart-every", type=int, metavar="N",

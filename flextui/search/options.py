@@ -8,7 +8,7 @@ from typing import Any
 
 from flextui.errors import FlextuiError
 
-INITS = ("data-parallel", "expert", "model-parallel", "random")
+INITS = ("auto", "data-parallel", "expert", "model-parallel", "random")
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,9 @@ class SearchOptions:
     same behaviour whether an iteration takes 1 ms or 1 s (a fixed beta, such as
     public FlexFlow's 0.05, is a random walk on small models and frozen on large ones).
 
+    ``init``: where chains start: "auto" (the faster of data parallelism and the expert
+    strategy), a built-in strategy's name, or "random" (a different one per chain).
+
     ``converge``: stop once the best has not improved for half the search so far
     (paper 6.2), counted in the budget's unit (iterations when the budget is in
     iterations, so the rule keeps runs reproducible) and never before ``min_steps``.
@@ -38,7 +41,7 @@ class SearchOptions:
     seed: int = 0
     chains: int = 1
     beta: float | None = None
-    init: str = "data-parallel"
+    init: str = "auto"
     restart_every: int | None = None
     converge: bool = True
     min_steps: int = 1000

@@ -31,6 +31,7 @@ from flextui.search.log import (Checkpoint, FinalRecord, FrontierPoint, SearchHe
                                 SearchLogWriter)
 from flextui.search.mcmc import Chain, chain_seed
 from flextui.search.options import SearchOptions
+from flextui.sim import Simulator
 from flextui.strategy import Strategy, builtin_strategy, random_strategy
 
 BATCH_S = 0.1        # how often a chain hands its events on
@@ -78,10 +79,17 @@ class SearchResult:
         return min(fitting, key=lambda p: (p.time, p.memory), default=None)
 
 
-def initial_strategy(init: str, graph: OpGraph, cluster: Cluster, seed: int, chain: int) -> Strategy:
-    """A chain's starting point: a built-in strategy, or a random one per chain."""
+def initial_strategy(init: str, graph: OpGraph, cluster: Cluster, cost_model: CostModel,
+                     options: SearchOptions, chain: int) -> Strategy:
+    """A chain's starting point: a built-in strategy, a random one per chain, or with
+    "auto" the faster of data parallelism and the expert strategy (so a search never
+    returns worse than both)."""
     if init == "random":
-        return random_strategy(graph, cluster, seed=hash_seed(chain_seed(seed, chain)))
+        return random_strategy(graph, cluster, seed=hash_seed(chain_seed(options.seed, chain)))
+    if init == "auto":
+        simulator = Simulator(graph, cluster, cost_model, options.training, options.memory)
+        candidates = [builtin_strategy(name, graph, cluster) for name in ("data-parallel", "expert")]
+        return min(candidates, key=lambda s: simulator.simulate(s).cost)
     return builtin_strategy(init, graph, cluster)
 
 
@@ -165,10 +173,11 @@ class ChainStart:
 
 
 def chain_starts(options: SearchOptions, graph: OpGraph, cluster: Cluster,
-                 initial: Strategy | None, resume: SearchLog | None) -> list[ChainStart]:
+                 cost_model: CostModel, initial: Strategy | None,
+                 resume: SearchLog | None) -> list[ChainStart]:
     if resume is None:
         return [ChainStart(c, initial or initial_strategy(options.init, graph, cluster,
-                                                          options.seed, c))
+                                                          cost_model, options, c))
                 for c in range(options.chains)]
     starts = []
     for c in range(options.chains):
@@ -248,7 +257,7 @@ def run_search(graph: OpGraph, cluster: Cluster, cost_model: CostModel,
             collector.accepted[step.chain] = collector.accepted.get(step.chain, 0) + step.accepted
     started = time.monotonic()
     try:
-        starts = chain_starts(options, graph, cluster, initial, resume)
+        starts = chain_starts(options, graph, sim_cluster, cost_model, initial, resume)
         if options.chains == 1:
             reasons = [_run_here(starts[0], graph, sim_cluster, cost_model, options, stop,
                                  collector)]
