@@ -1,0 +1,98 @@
+"""Search quality: what the MCMC search finds within a budget, and how fast.
+
+Part 1, for the paper's six models on its P100 cluster at 4 and 16 GPUs (p100-4x4 with
+1 and 4 nodes): the simulated iteration time of data parallelism, of the expert
+strategy and of the best strategy the search found within the budget (one chain, seed
+0, starting from the faster of the two), the speedup over the better baseline, and the
+wall time the search took to reach 99% of its final improvement.
+
+Part 2, for LeNet and RNNLM-2 on 4 GPUs: the true optimum (exhaustive search) against
+what MCMC found, and the wall time MCMC took to first reach the optimum.
+
+    python benchmarks/search_quality.py [--budget 60s] [--models nmt] [--devices 16]
+                                        [--skip-exhaustive]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from flextui.cost import AnalyticCostModel
+from flextui.graph.library import load_model
+from flextui.machine import load_named_cluster
+from flextui.search import SearchOptions, parse_budget, run_search
+from flextui.search.exhaustive import exhaustive_search
+from flextui.search.summary import baseline_costs
+
+PAPER_MODELS = ["alexnet", "inception_v3", "resnet101", "rnntc", "rnnlm", "nmt"]
+
+
+def p100(devices: int):
+    return load_named_cluster("p100-4x4", nodes=devices // 4)
+
+
+def time_to_fraction(events, initial: float, best: float, fraction: float) -> float:
+    """Elapsed time at which the best cost first came within ``1 - fraction`` of the
+    final improvement (0 when there was no improvement)."""
+    target = initial - fraction * (initial - best)
+    return next((e.elapsed for e in events if e.best <= target), 0.0)
+
+
+def search(graph, cluster, options: SearchOptions):
+    events = []
+    result = run_search(graph, cluster, AnalyticCostModel(), options, on_events=events.extend)
+    return result, events
+
+
+def quality(models: list[str], devices: list[int], budget: str) -> None:
+    iterations, seconds = parse_budget(budget)
+    options = SearchOptions(iterations=iterations, time_limit=seconds, converge=False)
+    print(f"{'model':<14}{'GPUs':>5}{'DP (ms)':>10}{'expert':>10}{'best':>10}{'speedup':>9}"
+          f"{'steps':>8}{'t99 (s)':>9}")
+    for name in models:
+        graph = load_model(name)
+        for n in devices:
+            cluster = p100(n)
+            base = baseline_costs(graph, cluster, AnalyticCostModel(), options)
+            result, events = search(graph, cluster, options)
+            better = min(base.values())
+            t99 = time_to_fraction(events, result.initial_cost, result.best_cost, 0.99)
+            print(f"{name:<14}{n:>5}{base['data-parallel'] * 1e3:>10.2f}{base['expert'] * 1e3:>10.2f}"
+                  f"{result.best_cost * 1e3:>10.2f}{better / result.best_cost:>8.2f}x"
+                  f"{result.iterations:>8}{t99:>9.1f}", flush=True)
+
+
+def optimum(models: list[str], time_limit: float, budget: str) -> None:
+    print(f"\n{'model':<10}{'optimum (ms)':>13}{'exhaustive (s)':>15}{'MCMC best':>11}"
+          f"{'MCMC hit at (s)':>16}")
+    iterations, seconds = parse_budget(budget)
+    for name in models:
+        graph, cluster = load_model(name), p100(4)
+        start = time.perf_counter()
+        exact = exhaustive_search(graph, cluster, AnalyticCostModel(), time_limit=time_limit)
+        took = time.perf_counter() - start
+        options = SearchOptions(iterations=iterations, time_limit=seconds, converge=False)
+        result, events = search(graph, cluster, options)
+        hit = next((f"{e.elapsed:.2f}" for e in events if e.best <= exact.cost), "not hit")
+        label = "" if exact.complete else " (incomplete)"
+        print(f"{name:<10}{exact.cost * 1e3:>13.4f}{took:>15.1f}{result.best_cost * 1e3:>11.4f}"
+              f"{hit:>16}{label}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=PAPER_MODELS)
+    parser.add_argument("--devices", type=int, nargs="+", default=[4, 16])
+    parser.add_argument("--budget", default="60s", help="per search (default 60s)")
+    parser.add_argument("--optimum-budget", default="10s", help="MCMC budget in part 2")
+    parser.add_argument("--exhaustive-limit", type=float, default=600.0)
+    parser.add_argument("--skip-exhaustive", action="store_true")
+    args = parser.parse_args()
+    quality(args.models, args.devices, args.budget)
+    if not args.skip_exhaustive:
+        optimum(["lenet", "rnnlm2"], args.exhaustive_limit, args.optimum_budget)
+
+
+if __name__ == "__main__":
+    main()
