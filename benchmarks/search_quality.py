@@ -10,7 +10,7 @@ Part 2, for LeNet and RNNLM-2 on 4 GPUs: the true optimum (exhaustive search) ag
 what MCMC found, and the wall time MCMC took to first reach the optimum.
 
     python benchmarks/search_quality.py [--budget 60s] [--models nmt] [--devices 16]
-                                        [--skip-exhaustive]
+                                        [--skip-exhaustive | --only-exhaustive]
 """
 
 from __future__ import annotations
@@ -88,8 +88,10 @@ def main() -> None:
     parser.add_argument("--optimum-budget", default="10s", help="MCMC budget in part 2")
     parser.add_argument("--exhaustive-limit", type=float, default=600.0)
     parser.add_argument("--skip-exhaustive", action="store_true")
+    parser.add_argument("--only-exhaustive", action="store_true")
     args = parser.parse_args()
-    quality(args.models, args.devices, args.budget)
+    if not args.only_exhaustive:
+        quality(args.models, args.devices, args.budget)
     if not args.skip_exhaustive:
         optimum(["lenet", "rnnlm2"], args.exhaustive_limit, args.optimum_budget)
 

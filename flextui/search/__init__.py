@@ -2,11 +2,12 @@
 the time/memory frontier, and search logs (.ffsearch)."""
 
 from flextui.search.events import RestartEvent, StepEvent
+from flextui.search.exhaustive import ExhaustiveResult, exhaustive_search
 from flextui.search.frontier import Frontier
 from flextui.search.log import SearchLog, SearchLogWriter, read_search_log
 from flextui.search.options import SearchOptions, parse_budget, parse_size
 from flextui.search.runner import SearchResult, run_search
 
-__all__ = ["RestartEvent", "StepEvent", "Frontier", "SearchLog", "SearchLogWriter",
+__all__ = ["RestartEvent", "StepEvent", "ExhaustiveResult", "exhaustive_search", "Frontier", "SearchLog", "SearchLogWriter",
            "read_search_log", "SearchOptions", "parse_budget", "parse_size", "SearchResult",
            "run_search"]

@@ -72,7 +72,7 @@ class Frontier:
         """The frontier, by memory ascending (so by time descending)."""
         return [Point(t, m, x) for t, m, x in zip(self._time, self._memory, self._items)]
 
-    def fastest_within(self, budget_bytes: int | float) -> Point | None:
+    def fastest_within(self, budget_bytes: float) -> Point | None:
         """The fastest point whose memory is at most ``budget_bytes``, or None."""
         i = bisect_right(self._memory, budget_bytes)
         if not i:
