@@ -3,7 +3,10 @@ import functools
 import pytest
 
 from flextui.graph.library import load_model, model_names
-from flextui.machine import cluster_names, load_named_cluster
+from flextui.machine import Cluster, Device, DeviceSpec, Link, cluster_names, load_named_cluster
+
+#: a device kind for hand-built clusters (tests give their own cost models)
+TEST_SPEC = DeviceSpec("test", 2**40, {"float32": 1e12}, 1e12)
 
 
 @functools.cache
@@ -24,3 +27,15 @@ def any_model(request):
 @pytest.fixture(params=cluster_names())
 def any_cluster(request):
     return cluster(request.param)
+
+
+def line_cluster(n: int, bandwidth: float = 1e6, latency: float = 0.1,
+                 spec: DeviceSpec = TEST_SPEC) -> Cluster:
+    """``n`` devices in a row, neighbours joined by a full-duplex link (so there is no
+    route from the first to the third but through the second)."""
+    devices = [Device(i, f"d{i}", 0, spec) for i in range(n)]
+    links = []
+    for i in range(n - 1):
+        for a, b in ((i, i + 1), (i + 1, i)):
+            links.append(Link(len(links), f"d{a}->d{b}", "test", f"d{a}", f"d{b}", bandwidth, latency))
+    return Cluster(f"line{n}", devices, links)

@@ -6,23 +6,23 @@ import math
 import random
 
 import pytest
+from conftest import TEST_SPEC as SPEC
+from conftest import line_cluster
 
 from flextui.cost import AnalyticCostModel, OpCost
 from flextui.errors import ClusterError, FlextuiError, StrategyError
 from flextui.graph import GraphBuilder
 from flextui.machine import Cluster, Device, DeviceSpec, Link
+from flextui.search.bound import BoundTables, lower_bound
 from flextui.search.exhaustive import (
     ExhaustiveResult,
-    _Tables,
     exhaustive_search,
-    lower_bound,
     search_order,
     space_size,
 )
 from flextui.sim import Simulator
 from flextui.strategy import ParallelConfig, Strategy, count_configs, valid_configs
 
-SPEC = DeviceSpec("test", 2**40, {"float32": 1e12}, 1e12)
 SMALL = DeviceSpec("small", 3000, {"float32": 1e12}, 1e12)
 
 
@@ -46,13 +46,7 @@ class SizedCost:
 
 
 def line(n, spec=SPEC, bandwidth=200.0, latency=0.1):
-    """``n`` devices in a row; only neighbours are linked (no route from 0 to 2)."""
-    devices = [Device(i, f"d{i}", 0, spec) for i in range(n)]
-    links = []
-    for i in range(n - 1):
-        for a, b in ((i, i + 1), (i + 1, i)):
-            links.append(Link(len(links), f"d{a}->d{b}", "test", f"d{a}", f"d{b}", bandwidth, latency))
-    return Cluster(f"line{n}", devices, links)
+    return line_cluster(n, bandwidth, latency, spec)
 
 
 def star(n, spec=SPEC):
@@ -170,7 +164,7 @@ def test_bound_never_exceeds_any_completion():
         for cluster, cost_model, training in itertools.product(
                 clusters, [SizedCost(), AnalyticCostModel()], [True, False]):
             sim = Simulator(graph, cluster, cost_model, training)
-            tables = _Tables(graph, cluster, cost_model, training, "penalize")
+            tables = BoundTables(graph, cluster, cost_model, training, "penalize")
             for _ in range(6):
                 a = [rng.randrange(len(cs)) if rng.random() < 0.5 else -1 for cs in tables.configs]
                 bound = tables.bound(a)

@@ -14,7 +14,8 @@ from conftest import cluster, model
 from flextui.errors import FlextuiError, SearchLogError
 from flextui.search.events import StepEvent
 from flextui.search.log import (FORMAT_VERSION, MAGIC, Checkpoint, FinalRecord, FrontierPoint,
-                                SearchHeader, SearchLog, SearchLogWriter, _frame, read_search_log)
+                                SearchHeader, SearchLog, SearchLogWriter, read_search_log)
+from flextui.search.logformat import frame
 from flextui.strategy import ParallelConfig, Strategy, data_parallel, random_config
 
 
@@ -354,7 +355,7 @@ def test_resume_after_a_torn_tail(tmp_path):
     complete = path.stat().st_size
     # the search is killed in the middle of writing a step record
     extra = StepEvent(0, 21, 0.5, 0, t["expected"][0][20][g.ops[0].name], 1.0, 1.0, 1.0, False, 0)
-    w._file.write(_frame(msgpack.packb([1, 0, 21, 0.5, 0, [[1] * len(g.ops[0].space), 0],
+    w._file.write(frame(msgpack.packb([1, 0, 21, 0.5, 0, [[1] * len(g.ops[0].space), 0],
                                         1.0, None, None, False, 0]))[:-3])
     w._file.flush()
     log = read_search_log(path)
@@ -407,7 +408,7 @@ def test_resumed_search_supersedes_records_after_its_checkpoint(tmp_path):
 
 def append_record(path, record):
     with open(path, "ab") as f:
-        f.write(_frame(msgpack.packb(record)))
+        f.write(frame(msgpack.packb(record)))
 
 
 def good_strategy_data():
@@ -459,7 +460,7 @@ def test_bad_rng_state_and_undecodable_body(tmp_path):
     path2 = tmp_path / "b.ffsearch"
     SearchLogWriter(path2, header()).close()
     with open(path2, "ab") as f:
-        f.write(_frame(b"\xc1\xc1"))              # valid checksum, not msgpack
+        f.write(frame(b"\xc1\xc1"))              # valid checksum, not msgpack
     with pytest.raises(SearchLogError, match="record 1 at byte .* malformed"):
         read_search_log(path2)
 
@@ -470,15 +471,15 @@ def test_header_hash_mismatch_and_bad_header(tmp_path):
     body = {"version": 1, "flextui": "0", "created": "", "graph": h.graph.to_dict(),
             "graph_hash": "0" * 16, "cluster": h.cluster.to_dict(),
             "cluster_hash": h.cluster.fingerprint, "cost_model": "x", "seed": 1, "options": {}}
-    path.write_bytes(MAGIC + _frame(msgpack.packb([0, body])))
+    path.write_bytes(MAGIC + frame(msgpack.packb([0, body])))
     with pytest.raises(SearchLogError, match="record 0 .*does not match its recorded hash"):
         read_search_log(path)
     body["graph_hash"] = h.graph.fingerprint
     body["graph"] = {"name": "x", "ops": [{"type": "nonsense"}]}
-    path.write_bytes(MAGIC + _frame(msgpack.packb([0, body])))
+    path.write_bytes(MAGIC + frame(msgpack.packb([0, body])))
     with pytest.raises(SearchLogError, match="graph cannot be rebuilt"):
         read_search_log(path)
-    path.write_bytes(MAGIC + _frame(msgpack.packb([1, 2, 3])))
+    path.write_bytes(MAGIC + frame(msgpack.packb([1, 2, 3])))
     with pytest.raises(SearchLogError, match="not a search-log header"):
         read_search_log(path)
 

@@ -3,16 +3,14 @@
 import math
 
 import pytest
+from conftest import cluster, line_cluster, model
 
-from conftest import cluster, model
 from flextui.cost import AnalyticCostModel, OpCost
 from flextui.graph import GraphBuilder
-from flextui.machine import Cluster, Device, DeviceSpec, Link
+from flextui.machine import Cluster
 from flextui.sim import Simulator, TaskKind
 from flextui.sim.schedule import schedule
 from flextui.strategy import ParallelConfig, Strategy, builtin_strategy
-
-SPEC = DeviceSpec("test", 2**40, {"float32": 1e12}, 1e12)
 
 
 class FixedCost:
@@ -29,16 +27,6 @@ class FixedCost:
 
     def update_s(self, nbytes, device):
         return 0.5
-
-
-def line_cluster(n: int, bandwidth: float = 1e6, latency: float = 0.1) -> Cluster:
-    """``n`` devices in a row, neighbours joined by a full-duplex link."""
-    devices = [Device(i, f"d{i}", 0, SPEC) for i in range(n)]
-    links = []
-    for i in range(n - 1):
-        for a, b in ((i, i + 1), (i + 1, i)):
-            links.append(Link(len(links), f"d{a}->d{b}", "test", f"d{a}", f"d{b}", bandwidth, latency))
-    return Cluster(f"line{n}", devices, links)
 
 
 def place(graph, devices: dict[str, int]) -> Strategy:

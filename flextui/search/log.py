@@ -1,51 +1,12 @@
-"""Search logs (``.ffsearch``): what a search did, written as it runs, read for replay/resume.
-
-Layout. The file starts with the magic line ``b"FFSEARCH\\n"``, then a sequence of
-*frames*, one per record::
-
-    frame  = length:u32le  body_crc:u32le  head_crc:u16le  body[length]
-    body   = msgpack array [tag, ...]  (never pickle)
-
-``body_crc`` is the CRC-32 of ``body``; ``head_crc`` is a CRC-16 (CCITT) of the 8 bytes
-before it, so a damaged length is caught as corruption instead of passing for a file cut
-short. Every record is checked on its own. A frame cut off by the end of the file (the
-search was killed mid-write) is not an error: the reader returns the complete records and
-says where they end, and :meth:`SearchLogWriter.resume` cuts the torn tail off before
-appending.
-
-Records (record 0 is always the header)::
-
-    [0, {"version", "flextui", "created", "graph", "graph_hash", "cluster",
-         "cluster_hash", "cost_model", "seed", "options"}]               header
-    [1, chain, iteration, elapsed, op, config, proposed, current, best,
-        accepted, memory]                                                step
-    [2, chain, iteration]                                                restart
-    [3, chain, iteration, elapsed, current, current_cost, best, best_cost,
-        [rng_version, [rng ints...], gauss], frontier]                   checkpoint
-    [4, reason, iterations, elapsed, best_cost, best, best_chain, frontier]  final
-
-    config    = [[degree, ...], devices]   devices: a start device (int) when the tasks
-                                           run on start..start+n-1, else a list of ids
-    strategy  = [name, [config per op, in graph.ops order]]
-    frontier  = [[time_s, memory_bytes, strategy], ...]
-
-In a step record ``current`` is nil when it equals ``proposed`` and ``best`` is nil when it
-equals ``current`` (the common cases); a step takes about 50-70 bytes with its frame.
-
-Resumed searches: a chain's records are replayed in file order; a record whose iteration
-is not after what the chain already recorded (a search resumed from an earlier
-checkpoint) supersedes the chain's later records. ``SearchLog.steps`` keeps every step
-record in file order; ``steps_of`` and ``strategy_at`` use the chain's effective history.
+"""Search logs (``.ffsearch``): written as a search runs (``SearchLogWriter``), read
+back for replay and resume (``read_search_log`` -> ``SearchLog``). The format is in
+``logformat``.
 """
 
 from __future__ import annotations
 
 import binascii
-import datetime as _dt
-import math
 import os
-import random
-import struct
 import time
 import zlib
 from dataclasses import dataclass, field
@@ -54,115 +15,38 @@ from typing import Any, Self
 
 import msgpack
 
-from flextui import __version__
-from flextui.errors import FlextuiError, SearchLogError
-from flextui.graph import OpGraph
-from flextui.graph.builder import graph_from_dict
-from flextui.machine import Cluster
+from flextui.errors import SearchLogError
 from flextui.search.events import StepEvent
-from flextui.strategy import ParallelConfig, Strategy
+from flextui.search.logformat import (
+    FORMAT_VERSION,
+    FRAME,
+    HEAD_CRC_INIT,
+    MAGIC,
+    REASONS,
+    TAG_CHECKPOINT,
+    TAG_FINAL,
+    TAG_HEADER,
+    TAG_RESTART,
+    TAG_STEP,
+    BadRecord,
+    Checkpoint,
+    Decoder,
+    Encoder,
+    FinalRecord,
+    FrontierPoint,
+    SearchHeader,
+    as_float,
+    as_int,
+    as_str,
+    decode_header,
+    frame,
+    now_iso,
+    rng_state,
+)
+from flextui.strategy import Strategy
 
-FORMAT_VERSION = 1
-MAGIC = b"FFSEARCH\n"
-REASONS = ("iterations", "time", "converged", "interrupted")
-
-_FRAME = struct.Struct("<IIH")
-_HEAD_CRC_INIT = 0xFFFF
-_TAG_HEADER, _TAG_STEP, _TAG_RESTART, _TAG_CHECKPOINT, _TAG_FINAL = range(5)
-
-
-# -- records --------------------------------------------------------------------------
-
-
-@dataclass
-class SearchHeader:
-    graph: OpGraph
-    cluster: Cluster
-    cost_model: str
-    seed: int
-    options: dict[str, Any]
-    flextui_version: str = __version__
-    created: str = ""                 # ISO time, filled by the writer if empty
-    version: int = FORMAT_VERSION     # the log format version
-
-
-@dataclass
-class Checkpoint:
-    chain: int
-    iteration: int
-    elapsed: float
-    current: Strategy
-    current_cost: float
-    best: Strategy
-    best_cost: float
-    rng_state: tuple                  # as random.Random.getstate() returns it
-
-
-@dataclass(frozen=True)
-class FrontierPoint:
-    time: float
-    memory: int
-    strategy: Strategy
-
-
-@dataclass
-class FinalRecord:
-    reason: str                       # one of REASONS
-    iterations: int
-    elapsed: float
-    best_cost: float
-    best: Strategy
-    best_chain: int
-    frontier: list[FrontierPoint]
-
-
-# -- framing --------------------------------------------------------------------------
-
-
-def _frame(body: bytes) -> bytes:
-    head = struct.pack("<II", len(body), zlib.crc32(body))
-    return head + struct.pack("<H", binascii.crc_hqx(head, _HEAD_CRC_INIT)) + body
-
-
-def _now_iso() -> str:
-    return _dt.datetime.now(_dt.UTC).astimezone().isoformat(timespec="seconds")
-
-
-# -- writer ---------------------------------------------------------------------------
-
-
-class _Encoder:
-    """Strategy/config encoding against one graph; configs are checked once and cached."""
-
-    def __init__(self, graph: OpGraph, cluster: Cluster) -> None:
-        self.ops = graph.ops
-        self.num_devices = cluster.num_devices
-        self._configs: dict[tuple[int, ParallelConfig], list] = {}
-
-    def config(self, index: int, config: ParallelConfig) -> list:
-        key = (index, config)
-        enc = self._configs.get(key)
-        if enc is None:
-            config.check(self.ops[index], self.num_devices)
-            devices = config.devices
-            start = devices[0] if devices else 0
-            if devices and devices == tuple(range(start, start + len(devices))):
-                enc = [list(config.degrees), start]
-            else:
-                enc = [list(config.degrees), list(devices)]
-            self._configs[key] = enc
-        return enc
-
-    def strategy(self, strategy: Strategy) -> list:
-        try:
-            configs = [self.config(i, strategy[op.name]) for i, op in enumerate(self.ops)]
-        except KeyError as exc:
-            raise SearchLogError(f"cannot log strategy {strategy.name!r}: it has no config for "
-                                 f"op {exc.args[0]!r}") from None
-        return [strategy.name, configs]
-
-    def frontier(self, points: list[FrontierPoint]) -> list:
-        return [[float(p.time), int(p.memory), self.strategy(p.strategy)] for p in points]
+__all__ = ["FORMAT_VERSION", "MAGIC", "REASONS", "Checkpoint", "FinalRecord", "FrontierPoint",
+           "SearchHeader", "SearchLog", "SearchLogWriter", "read_search_log"]
 
 
 class SearchLogWriter:
@@ -177,7 +61,7 @@ class SearchLogWriter:
         self.path = Path(path)
         self.header = header
         self.flush_interval = float(flush_interval)
-        self._enc = _Encoder(header.graph, header.cluster)
+        self._enc = Encoder(header.graph, header.cluster)
         self._buffer: list[bytes] = []
         self._closed = False
         self._last_flush = time.monotonic()
@@ -185,14 +69,14 @@ class SearchLogWriter:
             self._file = _file
             return
         if not header.created:
-            header.created = _now_iso()
+            header.created = now_iso()
         body = self._pack(self._header_body(header))
         try:
             self._file = open(self.path, "wb")  # noqa: SIM115 (kept open while writing)
         except OSError as exc:
             raise SearchLogError(f"cannot write search log {self.path}: "
                                  f"{exc.strerror or exc}") from None
-        self._buffer.append(MAGIC + _frame(body))
+        self._buffer.append(MAGIC + frame(body))
         try:
             self.flush()
         except BaseException:
@@ -233,7 +117,7 @@ class SearchLogWriter:
         if type(h.seed) is not int or not isinstance(h.cost_model, str):
             raise SearchLogError(f"the search seed must be an integer and the cost model a string "
                                  f"(got {h.seed!r:.40} and {h.cost_model!r:.40})")
-        return [_TAG_HEADER, {
+        return [TAG_HEADER, {
             "version": int(h.version), "flextui": h.flextui_version, "created": h.created,
             "graph": h.graph.to_dict(), "graph_hash": h.graph.fingerprint,
             "cluster": h.cluster.to_dict(), "cluster_hash": h.cluster.fingerprint,
@@ -250,7 +134,7 @@ class SearchLogWriter:
     def _add(self, record: list) -> None:
         if self._closed:
             raise ValueError(f"search log {self.path} is closed")
-        self._buffer.append(_frame(self._pack(record)))
+        self._buffer.append(frame(self._pack(record)))
         if time.monotonic() - self._last_flush >= self.flush_interval:
             self.flush()
 
@@ -258,16 +142,16 @@ class SearchLogWriter:
         current = None if event.current == event.proposed else float(event.current)
         best = None if event.best == event.current else float(event.best)
         op = int(event.op)
-        self._add([_TAG_STEP, int(event.chain), int(event.iteration), float(event.elapsed), op,
+        self._add([TAG_STEP, int(event.chain), int(event.iteration), float(event.elapsed), op,
                    self._enc.config(op, event.config), float(event.proposed), current, best,
                    bool(event.accepted), int(event.memory)])
 
     def restart(self, chain: int, iteration: int) -> None:
-        self._add([_TAG_RESTART, int(chain), int(iteration)])
+        self._add([TAG_RESTART, int(chain), int(iteration)])
 
     def checkpoint(self, cp: Checkpoint, frontier: list[FrontierPoint]) -> None:
         version, internal, gauss = cp.rng_state
-        self._add([_TAG_CHECKPOINT, int(cp.chain), int(cp.iteration), float(cp.elapsed),
+        self._add([TAG_CHECKPOINT, int(cp.chain), int(cp.iteration), float(cp.elapsed),
                    self._enc.strategy(cp.current), float(cp.current_cost),
                    self._enc.strategy(cp.best), float(cp.best_cost),
                    [version, list(internal), gauss], self._enc.frontier(frontier)])
@@ -276,7 +160,7 @@ class SearchLogWriter:
         if record.reason not in REASONS:
             raise ValueError(f"final reason must be one of {', '.join(REASONS)}, "
                              f"not {record.reason!r}")
-        self._add([_TAG_FINAL, record.reason, int(record.iterations), float(record.elapsed),
+        self._add([TAG_FINAL, record.reason, int(record.iterations), float(record.elapsed),
                    float(record.best_cost), self._enc.strategy(record.best), int(record.best_chain),
                    self._enc.frontier(record.frontier)])
         self.flush()
@@ -438,155 +322,6 @@ def _iteration_of(kind: str, obj: Any) -> int:
 # -- reader ---------------------------------------------------------------------------
 
 
-class _Bad(Exception):
-    """Malformed record content; the reader adds the file and record number."""
-
-
-def _int(v: Any, what: str, lo: int | None = 0) -> int:
-    if type(v) is not int or (lo is not None and v < lo):
-        raise _Bad(f"{what} must be an integer" + (f" >= {lo}" if lo is not None else "")
-                   + f", found {v!r:.40}")
-    return v
-
-
-def _float(v: Any, what: str, nonneg: bool = False) -> float:
-    if type(v) is int:
-        v = float(v)
-    if type(v) is not float or (nonneg and not v >= 0):
-        raise _Bad(f"{what} must be a {'non-negative ' if nonneg else ''}number, found {v!r:.40}")
-    return v
-
-
-def _str(v: Any, what: str) -> str:
-    if type(v) is not str:
-        raise _Bad(f"{what} must be a string, found {type(v).__name__}")
-    return v
-
-
-def _list(v: Any, what: str, n: int | None = None) -> list:
-    if type(v) is not list or (n is not None and len(v) != n):
-        raise _Bad(f"{what} must be a list" + (f" of {n} items" if n is not None else "")
-                   + (f", found {len(v)} items" if type(v) is list else
-                      f", found {type(v).__name__}"))
-    return v
-
-
-class _Decoder:
-    def __init__(self, graph: OpGraph, cluster: Cluster) -> None:
-        self.ops = graph.ops
-        self.names = [op.name for op in graph.ops]
-        self.num_devices = cluster.num_devices
-        self._configs: dict[tuple, ParallelConfig] = {}
-
-    def config(self, index: int, data: Any, what: str) -> ParallelConfig:
-        if type(data) is not list or len(data) != 2 or type(data[0]) is not list:
-            raise _Bad(f"{what}: a config must be [degrees, devices]")
-        degrees, devices = data
-        if not all(type(d) is int for d in degrees):
-            raise _Bad(f"{what}: op {self.names[index]!r}: degrees must be integers")
-        if type(devices) is list:
-            if not all(type(d) is int for d in devices):
-                raise _Bad(f"{what}: op {self.names[index]!r}: device ids must be integers")
-            key = (index, tuple(degrees), tuple(devices))
-        elif type(devices) is int:
-            key = (index, tuple(degrees), devices)
-        else:
-            raise _Bad(f"{what}: op {self.names[index]!r}: devices must be a start device or a "
-                       f"list of ids")
-        config = self._configs.get(key)
-        if config is not None:
-            return config
-        op = self.ops[index]
-        if type(devices) is int:
-            tasks = math.prod(degrees) if all(d >= 1 for d in degrees) else 0
-            if not (tasks >= 1 and 0 <= devices and devices + tasks <= self.num_devices):
-                raise _Bad(f"{what}: op {op.name!r}: devices {devices}.. for degrees {degrees} do "
-                           f"not fit the cluster's {self.num_devices} devices")
-            devices = tuple(range(devices, devices + tasks))
-        else:
-            devices = tuple(devices)
-        config = ParallelConfig(tuple(degrees), devices)
-        try:
-            config.check(op, self.num_devices)
-        except FlextuiError as exc:
-            raise _Bad(f"{what}: the strategy does not fit the log's graph and cluster: {exc}") \
-                from None
-        self._configs[key] = config
-        return config
-
-    def strategy(self, data: Any, what: str) -> Strategy:
-        data = _list(data, what, 2)
-        name = _str(data[0], f"{what} name")
-        configs = _list(data[1], f"{what} configs")
-        if len(configs) != len(self.ops):
-            raise _Bad(f"{what} has {len(configs)} op configs but the graph has {len(self.ops)} "
-                       f"ops; it does not fit the log's graph")
-        return Strategy({self.names[i]: self.config(i, c, what) for i, c in enumerate(configs)},
-                        name)
-
-    def frontier(self, data: Any, what: str) -> list[FrontierPoint]:
-        points = []
-        for k, p in enumerate(_list(data, what)):
-            p = _list(p, f"{what} point {k}", 3)
-            points.append(FrontierPoint(_float(p[0], f"{what} point {k} time", True),
-                                        _int(p[1], f"{what} point {k} memory"),
-                                        self.strategy(p[2], f"{what} point {k} strategy")))
-        return points
-
-
-def _rng_state(data: Any) -> tuple:
-    data = _list(data, "rng state", 3)
-    version, internal, gauss = data
-    internal = _list(internal, "rng state")
-    if gauss is not None:
-        gauss = _float(gauss, "rng gauss")
-    state = (_int(version, "rng version"), tuple(internal), gauss)
-    try:
-        random.Random().setstate(state)
-    except (ValueError, TypeError, OverflowError) as exc:
-        raise _Bad(f"rng state is not a valid random.Random state ({exc})") from None
-    return state
-
-
-def _header(path: Path, data: Any) -> SearchHeader:
-    if type(data) is not list or len(data) != 2 or data[0] != _TAG_HEADER or type(data[1]) is not dict:
-        raise _Bad("the first record is not a search-log header")
-    h = data[1]
-    version = h.get("version")
-    if type(version) is not int or version < 1:
-        raise _Bad(f"header version must be a positive integer, found {version!r:.40}")
-    if version > FORMAT_VERSION:
-        raise SearchLogError(f"{path} was written by a newer flextui (format v{version}); "
-                             f"upgrade flextui to read it (this one reads format "
-                             f"v{FORMAT_VERSION})")
-    missing = [k for k in ("flextui", "created", "graph", "graph_hash", "cluster", "cluster_hash",
-                           "cost_model", "seed", "options") if k not in h]
-    if missing:
-        raise _Bad(f"header has no {', '.join(missing)}")
-    try:
-        graph = graph_from_dict(h["graph"])
-    except Exception as exc:  # noqa: BLE001 (untrusted data: whatever it raises, the file is bad)
-        raise _Bad(f"header graph cannot be rebuilt: {exc}") from None
-    try:
-        cluster = Cluster.from_dict(h["cluster"])
-    except Exception as exc:  # noqa: BLE001
-        raise _Bad(f"header cluster cannot be rebuilt: {exc}") from None
-    if graph.fingerprint != h["graph_hash"]:
-        raise _Bad(f"the header's model graph does not match its recorded hash "
-                   f"({graph.fingerprint} != {h['graph_hash']!r:.40})")
-    if cluster.fingerprint != h["cluster_hash"]:
-        raise _Bad(f"the header's cluster does not match its recorded hash "
-                   f"({cluster.fingerprint} != {h['cluster_hash']!r:.40})")
-    options = h["options"]
-    if type(options) is not dict or not all(type(k) is str for k in options):
-        raise _Bad("header options must be a mapping with string keys")
-    return SearchHeader(graph=graph, cluster=cluster,
-                        cost_model=_str(h["cost_model"], "header cost_model"),
-                        seed=_int(h["seed"], "header seed", None), options=options,
-                        flextui_version=_str(h["flextui"], "header flextui version"),
-                        created=_str(h["created"], "header created"), version=version)
-
-
 def read_search_log(path: str | Path) -> SearchLog:
     """Read and validate a ``.ffsearch`` file. A torn last record (a killed search) is
     reported with ``truncated=True``; anything else wrong raises SearchLogError."""
@@ -605,21 +340,21 @@ def read_search_log(path: str | Path) -> SearchLog:
     truncated = False
     while pos < size:
         n = len(records)
-        if size - pos < _FRAME.size:
+        if size - pos < FRAME.size:
             truncated = True
             break
-        length, body_crc, head_crc = _FRAME.unpack_from(data, pos)
-        if binascii.crc_hqx(data[pos:pos + 8], _HEAD_CRC_INIT) != head_crc:
+        length, body_crc, head_crc = FRAME.unpack_from(data, pos)
+        if binascii.crc_hqx(data[pos:pos + 8], HEAD_CRC_INIT) != head_crc:
             if not data[pos:].strip(b"\0"):   # zero-filled tail (a crash before data hit disk)
                 truncated = True
                 break
             raise SearchLogError(f"{path}: record {n} at byte {pos} is corrupt (bad frame "
                                  f"checksum); the file is damaged")
-        end = pos + _FRAME.size + length
+        end = pos + FRAME.size + length
         if end > size:
             truncated = True
             break
-        body = data[pos + _FRAME.size:end]
+        body = data[pos + FRAME.size:end]
         if zlib.crc32(body) != body_crc:
             raise SearchLogError(f"{path}: record {n} at byte {pos} is corrupt (checksum "
                                  f"mismatch); the file is damaged")
@@ -635,19 +370,19 @@ def read_search_log(path: str | Path) -> SearchLog:
     complete = pos
 
     try:
-        header = _header(path, records[0][1])
-    except _Bad as exc:
+        header = decode_header(path, records[0][1])
+    except BadRecord as exc:
         raise SearchLogError(f"{path}: record 0 (the header) at byte {len(MAGIC)}: {exc}") from None
     log = SearchLog(path=path, header=header, steps=[], restarts=[], checkpoints=[], frontiers=[],
                     final=None, truncated=truncated, complete_bytes=complete,
                     record_offsets=[offset for offset, _ in records], _size=size)
-    dec = _Decoder(header.graph, header.cluster)
+    dec = Decoder(header.graph, header.cluster)
     num_ops = len(header.graph.ops)
     hist = log._history
     for n, (offset, rec) in enumerate(records[1:], start=1):
         try:
             _record(log, dec, num_ops, hist, rec)
-        except _Bad as exc:
+        except BadRecord as exc:
             raise SearchLogError(f"{path}: record {n} at byte {offset}: {exc}") from None
     return log
 
@@ -662,52 +397,52 @@ def _supersede(hist: list[tuple[str, Any]], iteration: int, inclusive: bool) -> 
             break
 
 
-def _record(log: SearchLog, dec: _Decoder, num_ops: int, hist: dict, rec: Any) -> None:
+def _record(log: SearchLog, dec: Decoder, num_ops: int, hist: dict, rec: Any) -> None:
     if type(rec) is not list or not rec or type(rec[0]) is not int:
-        raise _Bad("a record must be a list starting with its type tag")
+        raise BadRecord("a record must be a list starting with its type tag")
     tag = rec[0]
-    if tag == _TAG_STEP:
+    if tag == TAG_STEP:
         if len(rec) != 11:
-            raise _Bad(f"a step record has 11 fields, found {len(rec)}")
+            raise BadRecord(f"a step record has 11 fields, found {len(rec)}")
         _, chain, it, elapsed, op, cfg, proposed, current, best, accepted, memory = rec
-        chain = _int(chain, "step chain")
-        op = _int(op, "step op")
+        chain = as_int(chain, "step chain")
+        op = as_int(op, "step op")
         if op >= num_ops:
-            raise _Bad(f"step op index {op} is out of range (the graph has {num_ops} ops)")
-        proposed = _float(proposed, "step proposed cost")
-        current = proposed if current is None else _float(current, "step current cost")
-        best = current if best is None else _float(best, "step best cost")
+            raise BadRecord(f"step op index {op} is out of range (the graph has {num_ops} ops)")
+        proposed = as_float(proposed, "step proposed cost")
+        current = proposed if current is None else as_float(current, "step current cost")
+        best = current if best is None else as_float(best, "step best cost")
         if type(accepted) is not bool:
-            raise _Bad("step accepted must be a boolean")
-        event = StepEvent(chain, _int(it, "step iteration", 1),
-                          _float(elapsed, "step elapsed", True), op,
+            raise BadRecord("step accepted must be a boolean")
+        event = StepEvent(chain, as_int(it, "step iteration", 1),
+                          as_float(elapsed, "step elapsed", True), op,
                           dec.config(op, cfg, "step config"), proposed, current, best, accepted,
-                          _int(memory, "step memory"))
+                          as_int(memory, "step memory"))
         log.steps.append(event)
         h = hist.setdefault(chain, [])
         _supersede(h, event.iteration, inclusive=True)
         h.append(("s", event))
         log.final = None
-    elif tag == _TAG_RESTART:
+    elif tag == TAG_RESTART:
         if len(rec) != 3:
-            raise _Bad(f"a restart record has 3 fields, found {len(rec)}")
-        chain, it = _int(rec[1], "restart chain"), _int(rec[2], "restart iteration")
+            raise BadRecord(f"a restart record has 3 fields, found {len(rec)}")
+        chain, it = as_int(rec[1], "restart chain"), as_int(rec[2], "restart iteration")
         log.restarts.append((chain, it))
         h = hist.setdefault(chain, [])
         _supersede(h, it, inclusive=False)
         h.append(("r", it))
         log.final = None
-    elif tag == _TAG_CHECKPOINT:
+    elif tag == TAG_CHECKPOINT:
         if len(rec) != 10:
-            raise _Bad(f"a checkpoint record has 10 fields, found {len(rec)}")
-        cp = Checkpoint(chain=_int(rec[1], "checkpoint chain"),
-                        iteration=_int(rec[2], "checkpoint iteration"),
-                        elapsed=_float(rec[3], "checkpoint elapsed", True),
+            raise BadRecord(f"a checkpoint record has 10 fields, found {len(rec)}")
+        cp = Checkpoint(chain=as_int(rec[1], "checkpoint chain"),
+                        iteration=as_int(rec[2], "checkpoint iteration"),
+                        elapsed=as_float(rec[3], "checkpoint elapsed", True),
                         current=dec.strategy(rec[4], "checkpoint current strategy"),
-                        current_cost=_float(rec[5], "checkpoint current cost"),
+                        current_cost=as_float(rec[5], "checkpoint current cost"),
                         best=dec.strategy(rec[6], "checkpoint best strategy"),
-                        best_cost=_float(rec[7], "checkpoint best cost"),
-                        rng_state=_rng_state(rec[8]))
+                        best_cost=as_float(rec[7], "checkpoint best cost"),
+                        rng_state=rng_state(rec[8]))
         frontier = dec.frontier(rec[9], "checkpoint frontier")
         log.checkpoints.append(cp)
         log.frontiers.append(frontier)
@@ -715,19 +450,19 @@ def _record(log: SearchLog, dec: _Decoder, num_ops: int, hist: dict, rec: Any) -
         _supersede(h, cp.iteration, inclusive=False)
         h.append(("c", cp))
         log.final = None
-    elif tag == _TAG_FINAL:
+    elif tag == TAG_FINAL:
         if len(rec) != 8:
-            raise _Bad(f"a final record has 8 fields, found {len(rec)}")
-        reason = _str(rec[1], "final reason")
+            raise BadRecord(f"a final record has 8 fields, found {len(rec)}")
+        reason = as_str(rec[1], "final reason")
         if reason not in REASONS:
-            raise _Bad(f"final reason {reason!r:.40} is not one of {', '.join(REASONS)}")
-        log.final = FinalRecord(reason=reason, iterations=_int(rec[2], "final iterations"),
-                                elapsed=_float(rec[3], "final elapsed", True),
-                                best_cost=_float(rec[4], "final best cost"),
+            raise BadRecord(f"final reason {reason!r:.40} is not one of {', '.join(REASONS)}")
+        log.final = FinalRecord(reason=reason, iterations=as_int(rec[2], "final iterations"),
+                                elapsed=as_float(rec[3], "final elapsed", True),
+                                best_cost=as_float(rec[4], "final best cost"),
                                 best=dec.strategy(rec[5], "final best strategy"),
-                                best_chain=_int(rec[6], "final best chain"),
+                                best_chain=as_int(rec[6], "final best chain"),
                                 frontier=dec.frontier(rec[7], "final frontier"))
-    elif tag == _TAG_HEADER:
-        raise _Bad("a second header record")
+    elif tag == TAG_HEADER:
+        raise BadRecord("a second header record")
     else:
-        raise _Bad(f"unknown record type {tag}")
+        raise BadRecord(f"unknown record type {tag}")

@@ -99,7 +99,7 @@ class Chain:
 
     def step(self) -> StepEvent:
         """Propose, simulate, accept or reject; return what happened."""
-        rng, op = self.rng, None
+        rng = self.rng
         if not self.ops:
             raise RuntimeError("no op has more than one valid config on this cluster")
         op = rng.choice(self.ops)

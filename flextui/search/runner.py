@@ -10,6 +10,7 @@ to recover its random state).
 
 from __future__ import annotations
 
+import hashlib
 import multiprocessing
 import os
 import queue
@@ -27,8 +28,14 @@ from flextui.graph import OpGraph, graph_from_dict
 from flextui.machine import Cluster
 from flextui.search.events import RestartEvent, StepEvent
 from flextui.search.frontier import Frontier
-from flextui.search.log import (Checkpoint, FinalRecord, FrontierPoint, SearchHeader, SearchLog,
-                                SearchLogWriter)
+from flextui.search.log import (
+    Checkpoint,
+    FinalRecord,
+    FrontierPoint,
+    SearchHeader,
+    SearchLog,
+    SearchLogWriter,
+)
 from flextui.search.mcmc import Chain, chain_seed
 from flextui.search.options import SearchOptions
 from flextui.sim import Simulator
@@ -95,7 +102,6 @@ def initial_strategy(init: str, graph: OpGraph, cluster: Cluster, cost_model: Co
 
 def hash_seed(text: str) -> int:
     """A stable integer from a string (Python's ``hash`` of a str varies per process)."""
-    import hashlib
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
 
 

@@ -1,0 +1,312 @@
+"""The ``.ffsearch`` format: its records, how they are framed, and encoding and
+decoding them with validation. ``log`` writes and reads whole files.
+Search logs (``.ffsearch``): what a search did, written as it runs, read for replay/resume.
+
+Layout. The file starts with the magic line ``b"FFSEARCH\\n"``, then a sequence of
+*frames*, one per record::
+
+    frame  = length:u32le  body_crc:u32le  head_crc:u16le  body[length]
+    body   = msgpack array [tag, ...]  (never pickle)
+
+``body_crc`` is the CRC-32 of ``body``; ``head_crc`` is a CRC-16 (CCITT) of the 8 bytes
+before it, so a damaged length is caught as corruption instead of passing for a file cut
+short. Every record is checked on its own. A frame cut off by the end of the file (the
+search was killed mid-write) is not an error: the reader returns the complete records and
+says where they end, and :meth:`SearchLogWriter.resume` cuts the torn tail off before
+appending.
+
+Records (record 0 is always the header)::
+
+    [0, {"version", "flextui", "created", "graph", "graph_hash", "cluster",
+         "cluster_hash", "cost_model", "seed", "options"}]               header
+    [1, chain, iteration, elapsed, op, config, proposed, current, best,
+        accepted, memory]                                                step
+    [2, chain, iteration]                                                restart
+    [3, chain, iteration, elapsed, current, current_cost, best, best_cost,
+        [rng_version, [rng ints...], gauss], frontier]                   checkpoint
+    [4, reason, iterations, elapsed, best_cost, best, best_chain, frontier]  final
+
+    config    = [[degree, ...], devices]   devices: a start device (int) when the tasks
+                                           run on start..start+n-1, else a list of ids
+    strategy  = [name, [config per op, in graph.ops order]]
+    frontier  = [[time_s, memory_bytes, strategy], ...]
+
+In a step record ``current`` is nil when it equals ``proposed`` and ``best`` is nil when it
+equals ``current`` (the common cases); a step takes about 50-70 bytes with its frame.
+
+Resumed searches: a chain's records are replayed in file order; a record whose iteration
+is not after what the chain already recorded (a search resumed from an earlier
+checkpoint) supersedes the chain's later records. ``SearchLog.steps`` keeps every step
+record in file order; ``steps_of`` and ``strategy_at`` use the chain's effective history.
+"""
+
+from __future__ import annotations
+
+import binascii
+import datetime as _dt
+import math
+import random
+import struct
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from flextui import __version__
+from flextui.errors import FlextuiError, SearchLogError
+from flextui.graph import OpGraph
+from flextui.graph.builder import graph_from_dict
+from flextui.machine import Cluster
+from flextui.strategy import ParallelConfig, Strategy
+
+FORMAT_VERSION = 1
+MAGIC = b"FFSEARCH\n"
+REASONS = ("iterations", "time", "converged", "interrupted")
+
+FRAME = struct.Struct("<IIH")
+HEAD_CRC_INIT = 0xFFFF
+TAG_HEADER, TAG_STEP, TAG_RESTART, TAG_CHECKPOINT, TAG_FINAL = range(5)
+
+
+# -- records --------------------------------------------------------------------------
+
+
+@dataclass
+class SearchHeader:
+    graph: OpGraph
+    cluster: Cluster
+    cost_model: str
+    seed: int
+    options: dict[str, Any]
+    flextui_version: str = __version__
+    created: str = ""                 # ISO time, filled by the writer if empty
+    version: int = FORMAT_VERSION     # the log format version
+
+
+@dataclass
+class Checkpoint:
+    chain: int
+    iteration: int
+    elapsed: float
+    current: Strategy
+    current_cost: float
+    best: Strategy
+    best_cost: float
+    rng_state: tuple                  # as random.Random.getstate() returns it
+
+
+@dataclass(frozen=True)
+class FrontierPoint:
+    time: float
+    memory: int
+    strategy: Strategy
+
+
+@dataclass
+class FinalRecord:
+    reason: str                       # one of REASONS
+    iterations: int
+    elapsed: float
+    best_cost: float
+    best: Strategy
+    best_chain: int
+    frontier: list[FrontierPoint]
+
+
+# -- framing --------------------------------------------------------------------------
+
+
+def frame(body: bytes) -> bytes:
+    head = struct.pack("<II", len(body), zlib.crc32(body))
+    return head + struct.pack("<H", binascii.crc_hqx(head, HEAD_CRC_INIT)) + body
+
+
+def now_iso() -> str:
+    return _dt.datetime.now(_dt.UTC).astimezone().isoformat(timespec="seconds")
+
+
+
+# -- encoding and decoding ---------------------------------------------------------
+
+
+class Encoder:
+    """Strategy/config encoding against one graph; configs are checked once and cached."""
+
+    def __init__(self, graph: OpGraph, cluster: Cluster) -> None:
+        self.ops = graph.ops
+        self.num_devices = cluster.num_devices
+        self._configs: dict[tuple[int, ParallelConfig], list] = {}
+
+    def config(self, index: int, config: ParallelConfig) -> list:
+        key = (index, config)
+        enc = self._configs.get(key)
+        if enc is None:
+            config.check(self.ops[index], self.num_devices)
+            devices = config.devices
+            start = devices[0] if devices else 0
+            if devices and devices == tuple(range(start, start + len(devices))):
+                enc = [list(config.degrees), start]
+            else:
+                enc = [list(config.degrees), list(devices)]
+            self._configs[key] = enc
+        return enc
+
+    def strategy(self, strategy: Strategy) -> list:
+        try:
+            configs = [self.config(i, strategy[op.name]) for i, op in enumerate(self.ops)]
+        except KeyError as exc:
+            raise SearchLogError(f"cannot log strategy {strategy.name!r}: it has no config for "
+                                 f"op {exc.args[0]!r}") from None
+        return [strategy.name, configs]
+
+    def frontier(self, points: list[FrontierPoint]) -> list:
+        return [[float(p.time), int(p.memory), self.strategy(p.strategy)] for p in points]
+
+
+class BadRecord(Exception):
+    """Malformed record content; the reader adds the file and record number."""
+
+
+def as_int(v: Any, what: str, lo: int | None = 0) -> int:
+    if type(v) is not int or (lo is not None and v < lo):
+        raise BadRecord(f"{what} must be an integer" + (f" >= {lo}" if lo is not None else "")
+                   + f", found {v!r:.40}")
+    return v
+
+
+def as_float(v: Any, what: str, nonneg: bool = False) -> float:
+    if type(v) is int:
+        v = float(v)
+    if type(v) is not float or (nonneg and not v >= 0):
+        raise BadRecord(f"{what} must be a {'non-negative ' if nonneg else ''}number, found {v!r:.40}")
+    return v
+
+
+def as_str(v: Any, what: str) -> str:
+    if type(v) is not str:
+        raise BadRecord(f"{what} must be a string, found {type(v).__name__}")
+    return v
+
+
+def as_list(v: Any, what: str, n: int | None = None) -> list:
+    if type(v) is not list or (n is not None and len(v) != n):
+        raise BadRecord(f"{what} must be a list" + (f" of {n} items" if n is not None else "")
+                   + (f", found {len(v)} items" if type(v) is list else
+                      f", found {type(v).__name__}"))
+    return v
+
+
+class Decoder:
+    def __init__(self, graph: OpGraph, cluster: Cluster) -> None:
+        self.ops = graph.ops
+        self.names = [op.name for op in graph.ops]
+        self.num_devices = cluster.num_devices
+        self._configs: dict[tuple, ParallelConfig] = {}
+
+    def config(self, index: int, data: Any, what: str) -> ParallelConfig:
+        if type(data) is not list or len(data) != 2 or type(data[0]) is not list:
+            raise BadRecord(f"{what}: a config must be [degrees, devices]")
+        degrees, devices = data
+        if not all(type(d) is int for d in degrees):
+            raise BadRecord(f"{what}: op {self.names[index]!r}: degrees must be integers")
+        if type(devices) is list:
+            if not all(type(d) is int for d in devices):
+                raise BadRecord(f"{what}: op {self.names[index]!r}: device ids must be integers")
+            key = (index, tuple(degrees), tuple(devices))
+        elif type(devices) is int:
+            key = (index, tuple(degrees), devices)
+        else:
+            raise BadRecord(f"{what}: op {self.names[index]!r}: devices must be a start device or a "
+                       f"list of ids")
+        config = self._configs.get(key)
+        if config is not None:
+            return config
+        op = self.ops[index]
+        if type(devices) is int:
+            tasks = math.prod(degrees) if all(d >= 1 for d in degrees) else 0
+            if not (tasks >= 1 and 0 <= devices and devices + tasks <= self.num_devices):
+                raise BadRecord(f"{what}: op {op.name!r}: devices {devices}.. for degrees {degrees} do "
+                           f"not fit the cluster's {self.num_devices} devices")
+            devices = tuple(range(devices, devices + tasks))
+        else:
+            devices = tuple(devices)
+        config = ParallelConfig(tuple(degrees), devices)
+        try:
+            config.check(op, self.num_devices)
+        except FlextuiError as exc:
+            raise BadRecord(f"{what}: the strategy does not fit the log's graph and cluster: {exc}") \
+                from None
+        self._configs[key] = config
+        return config
+
+    def strategy(self, data: Any, what: str) -> Strategy:
+        data = as_list(data, what, 2)
+        name = as_str(data[0], f"{what} name")
+        configs = as_list(data[1], f"{what} configs")
+        if len(configs) != len(self.ops):
+            raise BadRecord(f"{what} has {len(configs)} op configs but the graph has {len(self.ops)} "
+                       f"ops; it does not fit the log's graph")
+        return Strategy({self.names[i]: self.config(i, c, what) for i, c in enumerate(configs)},
+                        name)
+
+    def frontier(self, data: Any, what: str) -> list[FrontierPoint]:
+        points = []
+        for k, p in enumerate(as_list(data, what)):
+            p = as_list(p, f"{what} point {k}", 3)
+            points.append(FrontierPoint(as_float(p[0], f"{what} point {k} time", True),
+                                        as_int(p[1], f"{what} point {k} memory"),
+                                        self.strategy(p[2], f"{what} point {k} strategy")))
+        return points
+
+
+def rng_state(data: Any) -> tuple:
+    data = as_list(data, "rng state", 3)
+    version, internal, gauss = data
+    internal = as_list(internal, "rng state")
+    if gauss is not None:
+        gauss = as_float(gauss, "rng gauss")
+    state = (as_int(version, "rng version"), tuple(internal), gauss)
+    try:
+        random.Random().setstate(state)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise BadRecord(f"rng state is not a valid random.Random state ({exc})") from None
+    return state
+
+
+def decode_header(path: Path, data: Any) -> SearchHeader:
+    if type(data) is not list or len(data) != 2 or data[0] != TAG_HEADER or type(data[1]) is not dict:
+        raise BadRecord("the first record is not a search-log header")
+    h = data[1]
+    version = h.get("version")
+    if type(version) is not int or version < 1:
+        raise BadRecord(f"header version must be a positive integer, found {version!r:.40}")
+    if version > FORMAT_VERSION:
+        raise SearchLogError(f"{path} was written by a newer flextui (format v{version}); "
+                             f"upgrade flextui to read it (this one reads format "
+                             f"v{FORMAT_VERSION})")
+    missing = [k for k in ("flextui", "created", "graph", "graph_hash", "cluster", "cluster_hash",
+                           "cost_model", "seed", "options") if k not in h]
+    if missing:
+        raise BadRecord(f"header has no {', '.join(missing)}")
+    try:
+        graph = graph_from_dict(h["graph"])
+    except Exception as exc:  # noqa: BLE001 (untrusted data: whatever it raises, the file is bad)
+        raise BadRecord(f"header graph cannot be rebuilt: {exc}") from None
+    try:
+        cluster = Cluster.from_dict(h["cluster"])
+    except Exception as exc:  # noqa: BLE001
+        raise BadRecord(f"header cluster cannot be rebuilt: {exc}") from None
+    if graph.fingerprint != h["graph_hash"]:
+        raise BadRecord(f"the header's model graph does not match its recorded hash "
+                   f"({graph.fingerprint} != {h['graph_hash']!r:.40})")
+    if cluster.fingerprint != h["cluster_hash"]:
+        raise BadRecord(f"the header's cluster does not match its recorded hash "
+                   f"({cluster.fingerprint} != {h['cluster_hash']!r:.40})")
+    options = h["options"]
+    if type(options) is not dict or not all(type(k) is str for k in options):
+        raise BadRecord("header options must be a mapping with string keys")
+    return SearchHeader(graph=graph, cluster=cluster,
+                        cost_model=as_str(h["cost_model"], "header cost_model"),
+                        seed=as_int(h["seed"], "header seed", None), options=options,
+                        flextui_version=as_str(h["flextui"], "header flextui version"),
+                        created=as_str(h["created"], "header created"), version=version)
