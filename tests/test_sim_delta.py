@@ -22,22 +22,37 @@ def signature(timeline):
     return {t.key: (t.resources, t.ready, t.start, t.end, t.nbytes) for t in timeline.tasks}
 
 
-def run_proposals(graph, where, proposals, seed, check_every=1):
+def random_changes(graph, where, rng, max_ops):
+    """1..max_ops (op, config) pairs: a random op and some of its graph neighbours (so
+    changes share edges), sometimes the same op twice."""
+    op = rng.choice(graph.ops)
+    ops = [op]
+    for _ in range(rng.randrange(max_ops)):
+        near = graph.predecessors(ops[-1]) + graph.successors(ops[-1]) + [ops[-1]]
+        ops.append(rng.choice(near))
+    return [(o, random_config(o, where.num_devices, rng)) for o in ops]
+
+
+def run_proposals(graph, where, proposals, seed, check_every=1, max_ops=1):
     cost_model = AnalyticCostModel()
     full = Simulator(graph, where, cost_model)
     delta = DeltaSimulator(graph, where, cost_model)
     rng = random.Random(seed)
     delta.reset(builtin_strategy(rng.choice(["data-parallel", "expert", "random"]), graph, where))
     for step in range(proposals):
-        op = rng.choice(graph.ops)
-        config = random_config(op, where.num_devices, rng)
-        cost = delta.propose(op, config)
-        proposed = delta.strategy.replace(op.name, config)
+        if max_ops == 1:
+            op = rng.choice(graph.ops)
+            changes = [(op, random_config(op, where.num_devices, rng))]
+            cost = delta.propose(*changes[0])
+        else:
+            changes = random_changes(graph, where, rng, max_ops)
+            cost = delta.propose_many(changes)
+        proposed = delta.strategy.replace_all({op.name: config for op, config in changes})
         if step % check_every == 0:
             expected = full.simulate(proposed)
-            assert cost == expected.cost, f"step {step}: {op.name} -> {config}"
+            assert cost == expected.cost, f"step {step}: {changes}"
             got = delta.timeline()
-            assert signature(got) == signature(expected), f"step {step}: {op.name} -> {config}"
+            assert signature(got) == signature(expected), f"step {step}: {changes}"
             assert [d.memory for d in got.devices] == [d.memory for d in expected.devices]
         if rng.random() < 0.5:
             delta.accept()
@@ -50,6 +65,14 @@ def run_proposals(graph, where, proposals, seed, check_every=1):
 def test_delta_equals_full_on_every_model(name):
     graph = model(name, **SMALL.get(name, {}))
     run_proposals(graph, cluster("dgx-a100"), proposals=12, seed=1)
+
+
+@pytest.mark.parametrize("name", ["lenet", "inception_v3", "rnnlm", "transformer"])
+def test_delta_of_several_ops_at_once_equals_full(name):
+    """Propagation moves change a few neighbouring ops (sharing edges and, in RNNs,
+    parameters) in one proposal; accept and reject stay exact."""
+    graph = model(name, **SMALL.get(name, {}))
+    run_proposals(graph, cluster("p100-4x4"), proposals=25, seed=7, max_ops=4)
 
 
 def test_reject_restores_the_previous_timeline_exactly():

@@ -1,15 +1,19 @@
-"""Delta simulation (paper section 5.3): change one op's config, re-simulate only what
-the change can affect, and keep or undo it.
+"""Delta simulation (paper section 5.3): change one op's config (or a few ops', for the
+search's propagation moves), re-simulate only what the change can affect, and keep or
+undo it.
 
 ``propose`` swaps the op's tasks in the task graph (its own tasks, the transfers on its
 edges, the syncs and updates of its parameters) and re-simulates from ``t0``, the
 earliest time any removed or added task is ready: everything ready before ``t0`` is
-provably unchanged (see ``schedule.reschedule``). The resulting times are identical to
+provably unchanged (see ``schedule.reschedule``). ``propose_many`` does the same for
+several ops at once, with one re-simulation. The resulting times are identical to
 a full simulation of the new strategy, which a property test checks task by task.
 ``reject`` restores the detached tasks and the saved times; ``accept`` frees them.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from flextui.cost.model import CostModel
 from flextui.graph import Op, OpGraph
@@ -49,33 +53,53 @@ class DeltaSimulator:
     def propose(self, op: Op | str, config: ParallelConfig) -> float:
         """Simulate the current strategy with ``op``'s config replaced; return its cost.
         Call ``accept`` or ``reject`` before the next proposal."""
+        return self.propose_many([(op, config)])
+
+    def propose_many(self, changes: Sequence[tuple[Op | str, ParallelConfig]]) -> float:
+        """Simulate the current strategy with every listed op's config replaced (in
+        order; a later entry for the same op wins); return its cost."""
         if self._pending is not None:
             raise RuntimeError("accept() or reject() the previous proposal first")
-        op = self.graph.op(op) if isinstance(op, str) else op
-        config.check(op, self.cluster.num_devices)
+        if not changes:
+            raise ValueError("propose_many needs at least one (op, config)")
+        resolved = []
+        for op, config in changes:
+            op = self.graph.op(op) if isinstance(op, str) else op
+            config.check(op, self.cluster.num_devices)
+            resolved.append((op, config))
         tg, times = self.tg, self.times
         saved = (Times(times.ready[:], times.start[:], times.end[:]), self.makespan)
-        change = tg.replace_op(op, config)
-        t0 = min((times.ready[t] for t in change.removed), default=float("inf"))
-        added = set(change.added)
-        for t in change.added:  # a lower bound on when each new task can be ready
+        done = []
+        for op, config in resolved:
+            change = tg.replace_op(op, config)
+            self._account(change, +1)
+            done.append(change)
+        made = {t for c in done for t in c.added}
+        added = {t for t in made if tg.alive[t]}
+        # the earliest ready time of a task the proposal took away (tasks made and taken
+        # away again within it were never scheduled) or of a task it added
+        t0 = min((times.ready[t] for c in done for t in c.removed if t not in made),
+                 default=float("inf"))
+        for t in added:  # a lower bound on when each new task can be ready
             known = [times.end[p] for p in tg.preds[t] if p not in added]
             if known or not tg.preds[t]:
                 t0 = min(t0, max(known, default=0.0))
         self.makespan = reschedule(tg, times, t0, added)
-        self._account(change, +1)
-        self._pending = (change, saved, config)
+        self._pending = (done, saved)
         return self.cost
 
     def accept(self) -> None:
-        change, _, config = self._take()
-        self.tg.commit(change)
-        self.strategy = self.strategy.replace(change.op.name, config)
+        done, _ = self._take()
+        for change in done:
+            self.tg.commit(change)
+        self.strategy = self.strategy.replace_all(
+            {change.op.name: self.tg.configs[change.op.index] for change in done})
 
     def reject(self) -> None:
-        change, (times, makespan), _ = self._take()
-        self._account(change, -1)
-        self.tg.rollback(change)
+        done, (times, makespan) = self._take()
+        for change in reversed(done):
+            self._account(change, -1)
+            self.tg.rollback(change)
         self.times, self.makespan = times, makespan
 
     def timeline(self) -> Timeline:

@@ -33,6 +33,10 @@ class Strategy(Mapping[str, ParallelConfig]):
         """A copy with ``op_name``'s config changed."""
         return Strategy({**self._items, op_name: config}, self.name if name is None else name)
 
+    def replace_all(self, changes: Mapping[str, ParallelConfig]) -> Strategy:
+        """A copy with the configs of every op named in ``changes`` changed."""
+        return Strategy({**self._items, **changes}, self.name)
+
     def devices_used(self) -> set[int]:
         return {d for c in self._items.values() for d in c.devices}
 
