@@ -329,9 +329,10 @@ def test_missing_file(tmp_path):
 
 def test_newer_format_version(tmp_path):
     path = tmp_path / "a.ffsearch"
-    SearchLogWriter(path, header(version=2)).close()
-    with pytest.raises(SearchLogError,
-                       match=r"was written by a newer flextui \(format v2\); upgrade flextui"):
+    newer = FORMAT_VERSION + 1
+    SearchLogWriter(path, header(version=newer)).close()
+    with pytest.raises(SearchLogError, match=rf"was written by a newer flextui \(format "
+                                             rf"v{newer}\); upgrade flextui"):
         read_search_log(path)
 
 
@@ -427,7 +428,12 @@ def good_strategy_data():
     ([1, 0, 1, -1.0, 0, [[1, 1, 1, 1], 0], 1.0, None, None, True, 0], "elapsed"),
     ([1, 0, 1, 0.0, 0, [[1, 1, 1, 1], 0], 1.0, None, None, 1, 0], "accepted"),
     ([1, 0, 1, 0.0, 0, [[[1], 1, 1, 1], 0], 1.0, None, None, True, 0], "integers"),
-    ([1, 0, 1], "11 fields"),
+    ([1, 0, 1], "11 or 12 fields"),
+    ([1, 0, 1, 0.0, 0, [[1, 1, 1, 1], 0], 1.0, None, None, True, 0, [[99, [[1], 0]]]],
+     "propagated change 0 op index 99"),
+    ([1, 0, 1, 0.0, 0, [[1, 1, 1, 1], 0], 1.0, None, None, True, 0, [[1, 0]]],
+     "propagated change 0 config"),
+    ([1, 0, 1, 0.0, 0, [[1, 1, 1, 1], 0], 1.0, None, None, True, 0, {}], "propagated must be"),
     ([2, 0], "3 fields"),
     ([2, 0, -4], "restart iteration"),
     ([4, "bored", 1, 1.0, 1.0, None, 0, []], "final reason"),

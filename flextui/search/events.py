@@ -1,5 +1,8 @@
 """What a search reports: one ``StepEvent`` per MCMC proposal.
 
+A proposal either gives one op a new config, or (a propagation move) copies one op's
+config to a walk of its neighbours; ``changes`` lists what it set either way.
+
 Costs are simulated iteration times in seconds (plus any memory penalty); ``memory``
 is the largest per-device memory (bytes) of the proposed strategy, which is what the
 time/memory frontier is drawn over.
@@ -17,13 +20,21 @@ class StepEvent:
     chain: int          # which independent chain (0-based)
     iteration: int      # proposals made by this chain so far, this one included (1-based)
     elapsed: float      # seconds since the chain started (across resumes)
-    op: int             # index of the op whose config was replaced
-    config: ParallelConfig  # the config it was given
+    op: int             # index of the op the move picked
+    config: ParallelConfig  # that op's config after the step (a new one, or its own
+                            # when the move propagated it to neighbours)
     proposed: float     # cost of the proposed strategy (s)
     current: float      # cost of the chain's current strategy after this step (s)
     best: float         # cost of the chain's best strategy after this step (s)
     accepted: bool
     memory: int         # peak per-device memory of the proposed strategy (bytes)
+    propagated: tuple[tuple[int, ParallelConfig], ...] = ()  # neighbours given ``op``'s
+                        # config by a propagation move: (op index, config), in walk order
+
+    @property
+    def changes(self) -> tuple[tuple[int, ParallelConfig], ...]:
+        """Every (op index, config) the proposal set, in the order it set them."""
+        return ((self.op, self.config),) + self.propagated
 
 
 @dataclass(frozen=True, slots=True)

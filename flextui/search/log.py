@@ -37,6 +37,7 @@ from flextui.search.logformat import (
     SearchHeader,
     as_float,
     as_int,
+    as_list,
     as_str,
     decode_header,
     frame,
@@ -142,9 +143,12 @@ class SearchLogWriter:
         current = None if event.current == event.proposed else float(event.current)
         best = None if event.best == event.current else float(event.best)
         op = int(event.op)
-        self._add([TAG_STEP, int(event.chain), int(event.iteration), float(event.elapsed), op,
-                   self._enc.config(op, event.config), float(event.proposed), current, best,
-                   bool(event.accepted), int(event.memory)])
+        record = [TAG_STEP, int(event.chain), int(event.iteration), float(event.elapsed), op,
+                  self._enc.config(op, event.config), float(event.proposed), current, best,
+                  bool(event.accepted), int(event.memory)]
+        if event.propagated:
+            record.append([[int(o), self._enc.config(o, c)] for o, c in event.propagated])
+        self._add(record)
 
     def restart(self, chain: int, iteration: int) -> None:
         self._add([TAG_RESTART, int(chain), int(iteration)])
@@ -279,7 +283,8 @@ class SearchLog:
                 if obj.accepted:
                     if best is current:
                         current = dict(current)
-                    current[ops[obj.op].name] = obj.config
+                    for op, config in obj.changes:
+                        current[ops[op].name] = config
                     changed = True
                     if obj.proposed <= best_cost:
                         best, best_cost = current, obj.proposed
@@ -311,8 +316,17 @@ class SearchLog:
                 before = self.strategy_at(step.chain, step.iteration - 1)
             except SearchLogError:
                 return found
-            return before.replace(self.header.graph.ops[step.op].name, step.config), step.proposed
+            ops = self.header.graph.ops
+            return (before.replace_all({ops[op].name: config for op, config in step.changes}),
+                    step.proposed)
         return found
+
+
+def _op_index(value: Any, num_ops: int, what: str) -> int:
+    index = as_int(value, what)
+    if index >= num_ops:
+        raise BadRecord(f"{what} index {index} is out of range (the graph has {num_ops} ops)")
+    return index
 
 
 def _iteration_of(kind: str, obj: Any) -> int:
@@ -402,13 +416,16 @@ def _record(log: SearchLog, dec: Decoder, num_ops: int, hist: dict, rec: Any) ->
         raise BadRecord("a record must be a list starting with its type tag")
     tag = rec[0]
     if tag == TAG_STEP:
-        if len(rec) != 11:
-            raise BadRecord(f"a step record has 11 fields, found {len(rec)}")
-        _, chain, it, elapsed, op, cfg, proposed, current, best, accepted, memory = rec
+        if len(rec) not in (11, 12):
+            raise BadRecord(f"a step record has 11 or 12 fields, found {len(rec)}")
+        _, chain, it, elapsed, op, cfg, proposed, current, best, accepted, memory = rec[:11]
         chain = as_int(chain, "step chain")
-        op = as_int(op, "step op")
-        if op >= num_ops:
-            raise BadRecord(f"step op index {op} is out of range (the graph has {num_ops} ops)")
+        op = _op_index(op, num_ops, "step op")
+        propagated = []
+        for k, pair in enumerate(as_list(rec[11], "step propagated") if len(rec) == 12 else ()):
+            o, c = as_list(pair, f"step propagated change {k}", 2)
+            o = _op_index(o, num_ops, f"step propagated change {k} op")
+            propagated.append((o, dec.config(o, c, f"step propagated change {k} config")))
         proposed = as_float(proposed, "step proposed cost")
         current = proposed if current is None else as_float(current, "step current cost")
         best = current if best is None else as_float(best, "step best cost")
@@ -417,7 +434,7 @@ def _record(log: SearchLog, dec: Decoder, num_ops: int, hist: dict, rec: Any) ->
         event = StepEvent(chain, as_int(it, "step iteration", 1),
                           as_float(elapsed, "step elapsed", True), op,
                           dec.config(op, cfg, "step config"), proposed, current, best, accepted,
-                          as_int(memory, "step memory"))
+                          as_int(memory, "step memory"), tuple(propagated))
         log.steps.append(event)
         h = hist.setdefault(chain, [])
         _supersede(h, event.iteration, inclusive=True)

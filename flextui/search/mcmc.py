@@ -1,9 +1,11 @@
 """One Metropolis-Hastings chain over the SOAP space (paper section 6), driven by the
 delta simulator.
 
-A step picks an op uniformly among those with more than one valid config, gives it a
-random valid config (``random_config``), simulates the result incrementally and
-accepts it with probability min(1, exp(beta * (cost(S) - cost(S*)))), costs in ms.
+A step picks an op uniformly among those with more than one valid config and either
+gives it a random valid config (``random_config``) or, with probability
+``options.propagation``, copies its config along a walk of its neighbours (a
+propagation move, ``propagate``); it simulates the result incrementally and accepts it
+with probability min(1, exp(beta * (cost(S) - cost(S*)))), costs in ms.
 Everything random comes from the chain's own ``random.Random``, drawn in a fixed
 order, so a chain is a deterministic function of its seed and inputs.
 """
@@ -22,6 +24,7 @@ from flextui.search.events import RestartEvent, StepEvent
 from flextui.search.frontier import Frontier
 from flextui.search.log import Checkpoint, FrontierPoint
 from flextui.search.options import SearchOptions
+from flextui.search.propagate import propagation
 from flextui.sim import DeltaSimulator
 from flextui.strategy import ParallelConfig, Strategy, count_configs, random_config
 
@@ -39,17 +42,19 @@ def default_beta(initial_cost_s: float) -> float:
     return 20.0 / (initial_cost_s * 1e3)
 
 
+CONTINUE_CHANCE = 0.75  # a propagation walk goes on to a further neighbour this often
+
+
 @dataclass(frozen=True)
 class _Proposal:
-    """A frontier entry, kept as (strategy, change) until someone needs the strategy:
+    """A frontier entry, kept as (strategy, changes) until someone needs the strategy:
     most proposals never leave the chain, so they are never copied."""
 
     base: Strategy
-    op: str
-    config: ParallelConfig
+    changes: tuple[tuple[str, ParallelConfig], ...] = ()
 
     def strategy(self) -> Strategy:
-        return self.base.replace(self.op, self.config)
+        return self.base.replace_all(dict(self.changes)) if self.changes else self.base
 
 
 class Chain:
@@ -70,7 +75,7 @@ class Chain:
         self.iteration = self.accepted = 0
         self.improved_iteration, self.improved_elapsed = 0, 0.0
         self.frontier = Frontier()
-        self.frontier.add(self.sim.makespan, self._peak_memory(), _Proposal(initial, "", None))
+        self.frontier.add(self.sim.makespan, self._peak_memory(), _Proposal(initial))
         self._elapsed_before = 0.0
         self._clock = time.perf_counter()
 
@@ -103,15 +108,23 @@ class Chain:
         if not self.ops:
             raise RuntimeError("no op has more than one valid config on this cluster")
         op = rng.choice(self.ops)
-        config = random_config(op, self.num_devices, rng)
-        draw = rng.random()
         base = self.sim.strategy
-        if config == base[op.name]:  # no change: the same strategy, the same cost
+        propagated: tuple[tuple[int, ParallelConfig], ...] = ()
+        if self.options.propagation and rng.random() < self.options.propagation:
+            config = base[op.name]
+            walk = propagation(self.graph, op, base, rng, CONTINUE_CHANCE)
+            propagated = tuple((o.index, c) for o, c in walk)
+            changes = [(o.name, c) for o, c in walk]
+        else:
+            config = random_config(op, self.num_devices, rng)
+            changes = [] if config == base[op.name] else [(op.name, config)]
+        draw = rng.random()
+        if not changes:  # no change: the same strategy, the same cost
             proposed, memory, accepted = self.current_cost, self._peak_memory(), True
         else:
-            proposed = self.sim.propose(op, config)
+            proposed = self.sim.propose_many(changes)
             memory = self._peak_memory()
-            self.frontier.add(self.sim.makespan, memory, _Proposal(base, op.name, config))
+            self.frontier.add(self.sim.makespan, memory, _Proposal(base, tuple(changes)))
             accepted = self._accepts(proposed, draw)
             self.sim.accept() if accepted else self.sim.reject()
         self.iteration += 1
@@ -123,7 +136,7 @@ class Chain:
             if proposed <= self.best_cost:
                 self.best, self.best_cost = self.sim.strategy, proposed
         return StepEvent(self.index, self.iteration, self.elapsed, op.index, config, proposed,
-                         self.current_cost, self.best_cost, accepted, memory)
+                         self.current_cost, self.best_cost, accepted, memory, propagated)
 
     def _accepts(self, proposed: float, draw: float) -> bool:
         if proposed <= self.current_cost:
@@ -160,8 +173,4 @@ class Chain:
                           self.current_cost, self.best, self.best_cost, self.rng.getstate())
 
     def frontier_points(self) -> list[FrontierPoint]:
-        return [FrontierPoint(p.time, p.memory, _materialize(p.item)) for p in self.frontier.points]
-
-
-def _materialize(item: _Proposal) -> Strategy:
-    return item.base if item.config is None else item.strategy()
+        return [FrontierPoint(p.time, p.memory, p.item.strategy()) for p in self.frontier.points]

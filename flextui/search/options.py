@@ -34,6 +34,12 @@ class SearchOptions:
     iterations, so the rule keeps runs reproducible) and never before ``min_steps``.
     ``restart_every``: every that many iterations, a chain goes back to its best
     strategy (as public FlexFlow does).
+
+    ``propagation``: the chance that a step is a propagation move (public FlexFlow's
+    ``propagate`` rewrite) instead of one random config: the picked op's config is
+    copied along a walk of its neighbours, so a run of ops can move to a new
+    partitioning in one step instead of climbing through the transfers each one-op
+    step would add at the run's edges. 0 gives the paper's one-op proposals only.
     """
 
     iterations: int | None = None
@@ -43,6 +49,7 @@ class SearchOptions:
     beta: float | None = None
     init: str = "auto"
     restart_every: int | None = None
+    propagation: float = 0.25
     converge: bool = True
     min_steps: int = 1000
     training: bool = True

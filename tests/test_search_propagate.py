@@ -1,0 +1,101 @@
+"""Propagation moves: which config a neighbour adopts, the walk, and that with them the
+MCMC search reaches LeNet's proven optimum (which one-op moves alone never did)."""
+
+import functools
+import random
+
+import pytest
+
+from conftest import model
+from flextui.cost import AnalyticCostModel
+from flextui.machine import load_named_cluster
+from flextui.search import SearchOptions, read_search_log, run_search
+from flextui.search.propagate import adopted_config, propagation
+from flextui.sim import Simulator
+from flextui.strategy import ParallelConfig, Strategy, data_parallel, random_strategy
+
+
+@functools.cache
+def four_gpus():
+    return load_named_cluster("p100-4x4", nodes=1)
+
+
+def two_way_data_parallel(graph):
+    """LeNet's optimum on 4 P100s: the exhaustive search proves it (benchmarks/
+    search_quality.py and the slow exhaustive test)."""
+    return Strategy({op.name: ParallelConfig((2,) + (1,) * (len(op.space) - 1), (0, 1))
+                     for op in graph.ops})
+
+
+def test_same_rank_keeps_degrees_and_devices():
+    g = model("lenet")
+    conv1, relu = g.op("conv1"), g.op("unary_1")
+    config = ParallelConfig((2, 3, 1, 1), (0, 1, 2, 3, 4, 5))
+    assert adopted_config(config, conv1, relu) == config
+
+
+def test_a_degree_the_neighbour_cannot_take_is_refused():
+    g = model("lenet")
+    # pool2's height is 5: a 2-way height split does not divide it
+    assert adopted_config(ParallelConfig((1, 1, 2, 1), (0, 1)), g.op("unary_2"), g.op("pool2")) \
+        is None
+
+
+def test_across_ranks_only_sample_splits_carry_over():
+    g = model("lenet")
+    pool2, flatten, fc1 = g.op("pool2"), g.op("flatten"), g.op("fc1")
+    assert adopted_config(ParallelConfig((4, 1, 1, 1), (0, 1, 2, 3)), pool2, flatten) == \
+        ParallelConfig((4, 1), (0, 1, 2, 3))
+    assert adopted_config(ParallelConfig((1, 2, 1, 1), (0, 1)), pool2, flatten) is None
+    assert adopted_config(ParallelConfig((1, 1, 1, 1), (3,)), pool2, fc1) == \
+        ParallelConfig((1, 1), (3,))
+
+
+@pytest.mark.parametrize("name", ["lenet", "inception_v3", "rnnlm2", "transformer"])
+def test_a_walk_gives_other_ops_valid_configs_on_the_same_devices(name):
+    g, where = model(name), four_gpus()
+    rng = random.Random(3)
+    for _ in range(40):
+        strategy = random_strategy(g, where, seed=rng.randrange(10**6))
+        start = rng.choice(g.ops)
+        changes = propagation(g, start, strategy, rng, continue_chance=0.9)
+        changed = [op.index for op, _ in changes]
+        assert len(set(changed)) == len(changed) and start.index not in changed
+        for op, config in changes:
+            config.check(op, where.num_devices)
+            assert config != strategy[op.name]
+            assert config.devices == strategy[start.name].devices
+
+
+def test_no_walk_from_an_op_whose_neighbours_already_agree():
+    g = model("lenet")
+    dp = data_parallel(g, four_gpus())
+    for op in g.ops:
+        assert propagation(g, op, dp, random.Random(0), continue_chance=1.0) == []
+
+
+def test_mcmc_with_propagation_reaches_lenets_optimum():
+    g, where = model("lenet"), four_gpus()
+    optimum = Simulator(g, where, AnalyticCostModel()).simulate(two_way_data_parallel(g)).cost
+    for seed in range(3):
+        result = run_search(g, where, AnalyticCostModel(),
+                            SearchOptions(iterations=4000, seed=seed, converge=False))
+        assert result.best_cost == pytest.approx(optimum, rel=1e-12)
+
+
+def test_propagated_steps_replay_from_the_log(tmp_path):
+    g, where = model("lenet"), four_gpus()
+    path = tmp_path / "run.ffsearch"
+    run_search(g, where, AnalyticCostModel(),
+               SearchOptions(iterations=300, seed=2, converge=False, propagation=0.5),
+               log_path=path)
+    log = read_search_log(path)
+    steps = log.steps_of(0)
+    moved = [e for e in steps if e.accepted and e.propagated]
+    assert moved
+    simulator = Simulator(g, where, AnalyticCostModel())
+    for e in moved[:10]:
+        strategy = log.strategy_at(0, e.iteration)
+        for op, config in e.changes:
+            assert strategy[g.ops[op].name] == config
+        assert simulator.simulate(strategy).cost == e.proposed
