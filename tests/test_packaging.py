@@ -1,4 +1,5 @@
-"""A plain (non-editable) install carries the model and cluster libraries."""
+"""A plain (non-editable) install carries the model and cluster libraries and, where a C
+compiler is at hand (as in CI), the simulator's compiled core."""
 
 import subprocess
 import sys
@@ -23,3 +24,5 @@ def test_wheel_contains_the_libraries(tmp_path):
         assert f"flextui/library/clusters/{toml.name}" in names
     for init in (ROOT / "flextui").rglob("__init__.py"):  # every subpackage is listed in pyproject
         assert init.relative_to(ROOT).as_posix() in names
+    assert any(n.startswith("flextui/sim/_ctaskstore.") and n.endswith((".so", ".pyd"))
+               for n in names)

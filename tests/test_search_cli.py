@@ -10,6 +10,7 @@ import time
 import pytest
 
 from flextui.cli import main
+from flextui.sim import taskstore
 from flextui.search import read_search_log
 
 
@@ -150,3 +151,16 @@ def test_sigkill_leaves_a_log_that_resumes(tmp_path):
     assert done.returncode == 0, done.stderr
     log = read_search_log(tmp_path / "run.ffsearch")
     assert log.final is not None and len(log.steps) > 20
+
+
+def test_search_says_when_the_c_core_is_not_in_use(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("FLEXTUI_PURE_PYTHON", "1")
+    code, _, err = run(capsys, "search", "-m", "lenet", "--budget", "20", "--no-log",
+                       "--export-strategy", str(tmp_path / "b.json"))
+    assert code == 0 and "C core is not in use" in err
+    monkeypatch.delenv("FLEXTUI_PURE_PYTHON")
+    if taskstore.CTaskStore is None:
+        return  # built without a C compiler: the note is right to stay
+    code, _, err = run(capsys, "search", "-m", "lenet", "--budget", "20", "--no-log",
+                       "--export-strategy", str(tmp_path / "b.json"))
+    assert code == 0 and "C core" not in err

@@ -141,8 +141,8 @@ def _check_invariants(sim, strategy):
     by_resource = {}
     for task in tg.live_ids():
         assert t.start[task] >= t.ready[task] - 1e-15
-        assert t.end[task] == pytest.approx(t.start[task] + tg.duration[task])
-        for p in tg.preds[task]:
+        assert t.end[task] == pytest.approx(t.start[task] + tg.store.duration_of(task))
+        for p in tg.store.preds(task):
             assert t.ready[task] >= t.end[p]
         for r in tg.resources[task]:
             by_resource.setdefault(r, []).append((t.start[task], t.end[task]))
@@ -170,7 +170,7 @@ def test_one_device_is_the_sum_of_its_tasks_and_never_transfers(name):
     timeline = sim.simulate(strategy)
     assert not [t for t in timeline.tasks if t.kind in (TaskKind.TRANSFER, TaskKind.SYNC)]
     tg = sim.task_graph(strategy)
-    assert timeline.makespan == pytest.approx(sum(tg.duration[t] for t in tg.live_ids()))
+    assert timeline.makespan == pytest.approx(sum(tg.store.duration_of(t) for t in tg.live_ids()))
 
 
 def _scaled(c: Cluster, factor: float) -> Cluster:

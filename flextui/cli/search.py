@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -64,6 +65,11 @@ def add_parser(sub) -> None:
 
 def cmd_search(args: argparse.Namespace, console: Console) -> None:
     from flextui.search.log import read_search_log
+    from flextui.sim.taskstore import backend
+    if backend() == "Python":
+        print("flextui: note: the simulator's C core is not in use (flextui was installed "
+              "without a C compiler, or FLEXTUI_PURE_PYTHON is set), so the search runs "
+              "several times slower; install gcc and reinstall flextui", file=sys.stderr)
     resume = read_search_log(args.resume) if args.resume else None
     graph, cluster, cost_model, options, initial = _inputs(args, resume)
     log_path = None if (args.no_log or resume) else _log_path(args, graph, cluster)

@@ -68,21 +68,22 @@ class DeltaSimulator:
             config.check(op, self.cluster.num_devices)
             resolved.append((op, config))
         tg, times = self.tg, self.times
-        saved = (Times(times.ready[:], times.start[:], times.end[:]), self.makespan)
+        saved = (times.copy(), self.makespan)
         done = []
         for op, config in resolved:
             change = tg.replace_op(op, config)
             self._account(change, +1)
             done.append(change)
         made = {t for c in done for t in c.added}
-        added = {t for t in made if tg.alive[t]}
+        added = {t for t in made if tg.store.alive(t)}
         # the earliest ready time of a task the proposal took away (tasks made and taken
         # away again within it were never scheduled) or of a task it added
         t0 = min((times.ready[t] for c in done for t in c.removed if t not in made),
                  default=float("inf"))
         for t in added:  # a lower bound on when each new task can be ready
-            known = [times.end[p] for p in tg.preds[t] if p not in added]
-            if known or not tg.preds[t]:
+            preds = tg.store.preds(t)
+            known = [times.end[p] for p in preds if p not in added]
+            if known or not preds:
                 t0 = min(t0, max(known, default=0.0))
         self.makespan = reschedule(tg, times, t0, added)
         self._pending = (done, saved)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from flextui.sim.taskgraph import TaskGraph, TaskKind
+from flextui.sim.taskgraph import TaskGraph
 
 PENALTY_S_PER_MB = 1e-3
 MEMORY_POLICIES = ("penalize", "reject", "ignore")
@@ -38,16 +38,6 @@ class MemoryUsage:
         return max(0, self.total - self.capacity)
 
 
-def _charge(tg: TaskGraph, t: int) -> tuple[int, int, int] | None:
-    """(device, activation bytes, workspace bytes) that task ``t`` holds, if any."""
-    kind = tg.kind[t]
-    if kind == TaskKind.FORWARD:
-        return tg.resources[t][0], tg.nbytes[t], tg.workspace[t]
-    if kind == TaskKind.TRANSFER:
-        succ = tg.succs[t]
-        if succ and tg.kind[succ[0]] == TaskKind.FORWARD:  # the last hop of an input
-            return tg.resources[succ[0]][0], tg.nbytes[t], 0
-    return None
 
 
 class MemoryTracker:
@@ -65,13 +55,13 @@ class MemoryTracker:
 
     def tasks(self, ids: list[int], sign: int) -> None:
         """Add (sign +1) or remove (-1) what the tasks ``ids`` hold."""
+        keeps, nbytes, workspace = self.tg.keeps, self.tg.nbytes, self.tg.workspace
         for t in ids:
-            charge = _charge(self.tg, t)
-            if charge:
-                d, nbytes, workspace = charge
-                self.activations[d] += sign * nbytes
-                if workspace:
-                    self.workspaces[d][workspace] += sign
+            d = keeps[t]
+            if d >= 0:
+                self.activations[d] += sign * nbytes[t]
+                if workspace[t]:
+                    self.workspaces[d][workspace[t]] += sign
 
     def shards(self, old: dict[int, int] | None, new: dict[int, int] | None) -> None:
         for shards, sign in ((old, -1), (new, +1)):

@@ -33,17 +33,27 @@ def replica_groups(blocks: list[ParamBlock]) -> list[ReplicaGroup]:
     """Group the atoms of a parameter by the set of devices that hold them, in a
     deterministic order (by device set)."""
     rank = len(blocks[0].region)
-    cuts = [sorted({b.region[d][0] for b in blocks} | {b.region[d][1] for b in blocks})
+    by_region: dict[tuple, tuple[set[int], set[int]]] = {}  # region -> (devices, tasks)
+    for b in blocks:
+        devices, tasks = by_region.setdefault(b.region, (set(), set()))
+        devices.add(b.device)
+        tasks.add(b.task)
+    regions = list(by_region.items())
+    cuts = [sorted({r[d][0] for r, _ in regions} | {r[d][1] for r, _ in regions})
             for d in range(rank)]
     groups: dict[tuple[int, ...], tuple[int, set[int]]] = {}
     for cell in itertools.product(*(list(zip(c, c[1:])) for c in cuts)):
-        holders = [b for b in blocks
-                   if all(lo >= r0 and hi <= r1 for (lo, hi), (r0, r1) in zip(cell, b.region))]
-        if not holders:
+        devices: set[int] = set()
+        tasks: set[int] = set()
+        for region, (held_on, by) in regions:
+            if all(lo >= r0 and hi <= r1 for (lo, hi), (r0, r1) in zip(cell, region)):
+                devices |= held_on
+                tasks |= by
+        if not devices:
             continue
-        devices = tuple(sorted({b.device for b in holders}))
-        numel, tasks = groups.get(devices, (0, set()))
-        tasks.update(b.task for b in holders)
-        groups[devices] = (numel + math.prod(hi - lo for lo, hi in cell), tasks)
+        key = tuple(sorted(devices))
+        numel, group_tasks = groups.get(key, (0, set()))
+        group_tasks |= tasks
+        groups[key] = (numel + math.prod(hi - lo for lo, hi in cell), group_tasks)
     return [ReplicaGroup(devices, numel, tuple(sorted(tasks)))
             for devices, (numel, tasks) in sorted(groups.items())]

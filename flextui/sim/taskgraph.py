@@ -1,6 +1,9 @@
 """The task graph of one training (or inference) iteration (paper section 5.1).
 
-Tasks live in parallel arrays indexed by task id; ids of removed tasks are reused.
+Tasks live in parallel arrays indexed by task id; ids of removed tasks are reused. What
+the scheduler reads (durations, keys, resources, liveness, dependencies) lives in a
+task store (``taskstore``: C arrays, or a pure-Python fallback); the rest (what each
+task is, for timelines and memory) in the lists here.
 For every op, one forward task per block of its config (and one backward task in
 training). For every producer/consumer task pair whose blocks overlap: a dependency
 when both run on one device, else a chain of transfer tasks, one per link of the route,
@@ -31,6 +34,7 @@ from flextui.graph import Op, OpGraph, intersect, region_volume
 from flextui.graph.tensor import dtype_bytes
 from flextui.machine import Cluster
 from flextui.sim.replicas import ParamBlock, replica_groups
+from flextui.sim.taskstore import new_store
 from flextui.strategy import ParallelConfig, Strategy
 
 
@@ -65,19 +69,18 @@ class TaskGraph:
         self.num_resources = cluster.num_devices + len(cluster.links)
         self.link_resource = {link.id: self.num_devices + link.id for link in cluster.links}
         self.update_s: Callable = getattr(cost_model, "update_s", update_s)
+        self.store = new_store(self.num_resources)  # scheduling data, the ids' owner
         # parallel arrays, one slot per task id
         self.kind: list[int] = []
         self.op: list[int] = []          # op index, or -1 for syncs and updates
         self.part: list[int] = []        # task index within the op's config
         self.resources: list[tuple[int, ...]] = []
-        self.duration: list[float] = []
         self.nbytes: list[int] = []       # bytes moved (transfers, syncs) or kept (forward)
         self.workspace: list[int] = []
         self.key: list[tuple] = []
-        self.preds: list[list[int]] = []
-        self.succs: list[list[int]] = []
-        self.alive: list[bool] = []
-        self._free: list[int] = []
+        self.keeps: list[int] = []        # device that keeps the task's bytes as an
+                                          # activation (forward outputs, the last hop of
+                                          # an input received), or -1
         self._added: list[int] | None = None  # ids made while replace_op runs
         # ownership, so one op's tasks can be replaced
         self.configs: dict[int, ParallelConfig] = {}
@@ -88,6 +91,7 @@ class TaskGraph:
         self.param_shards: dict[str, dict[int, int]] = {}  # parameter -> device -> bytes
         self.param_users: dict[str, list[tuple[Op, int]]] = {}
         self.param_order = {name: i for i, name in enumerate(graph.parameters)}
+        self._param_region_memo: dict[tuple, tuple] = {}
         for op in graph.ops:
             for i, p in enumerate(op.params):
                 self.param_users.setdefault(p.name, []).append((op, i))
@@ -105,41 +109,27 @@ class TaskGraph:
         return len(self.kind)
 
     def live_ids(self) -> list[int]:
-        return [t for t, alive in enumerate(self.alive) if alive]
+        return self.store.live_ids()
 
     def _new(self, kind: TaskKind, op: int, part: int, resources: tuple[int, ...],
-             duration: float, key: tuple, nbytes: int = 0, workspace: int = 0) -> int:
-        t = self._slot((kind, op, part, resources, duration, nbytes, workspace, key))
+             duration: float, key: tuple, nbytes: int = 0, workspace: int = 0,
+             keeps: int = -1) -> int:
+        t = self.store.add(resources, duration, key)
+        row = (kind, op, part, resources, nbytes, workspace, key, keeps)
+        columns = (self.kind, self.op, self.part, self.resources, self.nbytes, self.workspace,
+                   self.key, self.keeps)
+        if t < len(self.kind):
+            for column, value in zip(columns, row):
+                column[t] = value
+        else:
+            for column, value in zip(columns, row):
+                column.append(value)
         if self._added is not None:
             self._added.append(t)
         return t
 
-    def _slot(self, row: tuple) -> int:
-        if self._free:
-            t = self._free.pop()
-            (self.kind[t], self.op[t], self.part[t], self.resources[t], self.duration[t],
-             self.nbytes[t], self.workspace[t], self.key[t]) = row
-            self.preds[t], self.succs[t], self.alive[t] = [], [], True
-            return t
-        for column, value in zip((self.kind, self.op, self.part, self.resources, self.duration,
-                                  self.nbytes, self.workspace, self.key), row):
-            column.append(value)
-        self.preds.append([])
-        self.succs.append([])
-        self.alive.append(True)
-        return len(self.kind) - 1
-
     def _link(self, a: int, b: int) -> None:
-        self.succs[a].append(b)
-        self.preds[b].append(a)
-
-    def _remove(self, t: int) -> None:
-        for p in self.preds[t]:
-            self.succs[p].remove(t)
-        for s in self.succs[t]:
-            self.preds[s].remove(t)
-        self.preds[t], self.succs[t], self.alive[t] = [], [], False
-        self._free.append(t)
+        self.store.link(a, b)
 
     # -- building ------------------------------------------------------------------
 
@@ -152,7 +142,7 @@ class TaskGraph:
         for k, device in enumerate(config.devices):
             cost = self.cost.op_cost(op, shape, self.cluster.device(device))
             f = self._new(TaskKind.FORWARD, op.index, k, (device,), cost.forward_s,
-                          (0, op.index, 1, k), kept, cost.workspace_bytes)
+                          (0, op.index, 1, k), kept, cost.workspace_bytes, keeps=device)
             fwd.append(f)
             if self.training and op.type != "input":
                 b = self._new(TaskKind.BACKWARD, op.index, k, (device,), cost.backward_s,
@@ -196,14 +186,17 @@ class TaskGraph:
 
     def _connect(self, a: int, b: int, src: int, dst: int, nbytes: int, key: tuple,
                  owned: list[int]) -> None:
-        """``b`` needs ``nbytes`` that ``a`` made: a dependency, or a transfer chain."""
+        """``b`` needs ``nbytes`` that ``a`` made: a dependency, or a transfer chain (whose
+        last hop into a forward task is an input block its device keeps)."""
         prev = a
         ops = self.graph.ops
         why = f"op {ops[self.op[b]].name!r} needs data from op {ops[self.op[a]].name!r}"
-        for hop, link in enumerate(self._route(src, dst, why) if src != dst else ()):
+        route = self._route(src, dst, why) if src != dst else ()
+        for hop, link in enumerate(route):
+            keeps = dst if hop == len(route) - 1 and self.kind[b] == TaskKind.FORWARD else -1
             t = self._new(TaskKind.TRANSFER, self.op[b], self.part[b],
                           (self.link_resource[link.id],), self.cost.transfer_s(nbytes, link),
-                          key + (hop,), nbytes)
+                          key + (hop,), nbytes, keeps=keeps)
             self._link(prev, t)
             owned.append(t)
             prev = t
@@ -217,9 +210,10 @@ class TaskGraph:
         blocks = []
         for op, i in users:
             config = self.configs[op.index]
-            for k, region in enumerate(config.regions(op)):
-                task = self.backward[op.index][k] if self.training else -1
-                blocks.append(ParamBlock(op.param_region(i, region), config.devices[k], task))
+            backward = self.backward[op.index]
+            for k, region in enumerate(self._param_regions(op, i, config)):
+                blocks.append(ParamBlock(region, config.devices[k],
+                                         backward[k] if self.training else -1))
         tasks: list[int] = []
         self.param_tasks[name] = tasks
         order, width = self.param_order[name], dtype_bytes(param.dtype)
@@ -257,6 +251,16 @@ class TaskGraph:
                 self._link(t, update)
             tasks.append(update)
 
+    def _param_regions(self, op: Op, i: int, config: ParallelConfig) -> tuple:
+        """The shard of ``op``'s parameter ``i`` each task of ``config`` uses (memoised:
+        a parameter shared by many ops is regrouped whenever one of them changes)."""
+        key = (op.index, i, config)
+        regions = self._param_region_memo.get(key)
+        if regions is None:
+            regions = tuple(op.param_region(i, r) for r in config.regions(op))
+            self._param_region_memo[key] = regions
+        return regions
+
     # -- changing one op -------------------------------------------------------------
 
     def replace_op(self, op: Op, config: ParallelConfig) -> Change:
@@ -275,7 +279,7 @@ class TaskGraph:
         change.removed = change.forward + change.backward + \
             [t for ts in change.edges.values() for t in ts] + \
             [t for ts in change.param_tasks.values() for t in ts]
-        self._detach(change.removed)
+        self.store.detach(change.removed)
         self._added = []
         self._add_op_tasks(op, config)
         for a, b in neighbours:
@@ -286,43 +290,18 @@ class TaskGraph:
         return change
 
     def commit(self, change: Change) -> None:
-        for t in change.removed:
-            self.preds[t], self.succs[t] = [], []
-            self._free.append(t)
+        self.store.release(change.removed)
 
     def rollback(self, change: Change) -> None:
         for t in change.added:
-            self._remove(t)
-        self._attach(change.removed)
+            self.store.remove(t)
+        self.store.attach(change.removed)
         op = change.op.index
         self.configs[op], self.forward[op], self.backward[op] = \
             change.config, change.forward, change.backward
         self.edge_tasks.update(change.edges)
         self.param_tasks.update(change.param_tasks)
         self.param_shards.update(change.param_shards)
-
-    def _detach(self, tasks: list[int]) -> None:
-        """Unhook ``tasks`` from the live graph, keeping their own edge lists."""
-        gone = set(tasks)
-        for t in tasks:
-            for p in self.preds[t]:
-                if p not in gone:
-                    self.succs[p].remove(t)
-            for s in self.succs[t]:
-                if s not in gone:
-                    self.preds[s].remove(t)
-            self.alive[t] = False
-
-    def _attach(self, tasks: list[int]) -> None:
-        back = set(tasks)
-        for t in tasks:
-            for p in self.preds[t]:
-                if p not in back:
-                    self.succs[p].append(t)
-            for s in self.succs[t]:
-                if s not in back:
-                    self.preds[s].append(t)
-            self.alive[t] = True
 
 
 @dataclass

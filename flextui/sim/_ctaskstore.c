@@ -1,0 +1,647 @@
+/* TaskStore in C: the part of a task graph the scheduler reads (durations, tie-break
+ * keys, resources, liveness, dependencies), kept in flat C arrays so the event loop
+ * runs at C speed, and the event loop itself. It is a drop-in for
+ * flextui.sim.taskstore.PyTaskStore: the same methods, the same task ids, and
+ * bit-identical times (the same IEEE operations in the same order); tests compare the
+ * two. See taskstore.py for what each method means.
+ */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define KEY_LEN 8     /* a key is a tuple of at most this many ints */
+#define KEY_FIELD 16383  /* keys with every int within +-this pack into 128 bits */
+#define RES_INLINE 2  /* resources held without a separate allocation */
+
+typedef struct {
+    int32_t *v;
+    int32_t n, cap;
+} Vec;
+
+typedef struct {
+    int64_t v[KEY_LEN];
+    uint8_t len;
+} Key;
+
+/* what the event loop reads; the full keys live apart (they are rarely needed) */
+typedef struct {
+    double duration;
+    uint64_t packed[2];         /* the key, 16 bits an int, 0 for "absent" (see pack) */
+    uint8_t alive;
+    int32_t nres;
+    int32_t res_inline[RES_INLINE];
+    int32_t *res_heap;
+    Vec preds, succs;
+} Task;
+
+typedef struct {
+    PyObject_HEAD
+    Task *tasks;
+    Key *keys;                   /* a slot per task, as tasks */
+    Py_ssize_t n, cap;
+    int32_t *free_ids;           /* ids to reuse, last freed first */
+    Py_ssize_t nfree, free_cap;
+    Py_ssize_t num_resources;
+    int wide_keys;               /* some key did not pack: compare keys in full */
+} Store;
+
+static inline int32_t *
+res_of(Task *t)
+{
+    return t->nres <= RES_INLINE ? t->res_inline : t->res_heap;
+}
+
+static int
+vec_push(Vec *v, int32_t x)
+{
+    if (v->n == v->cap) {
+        int32_t cap = v->cap ? 2 * v->cap : 4;
+        int32_t *nv = realloc(v->v, cap * sizeof(int32_t));
+        if (!nv) { PyErr_NoMemory(); return -1; }
+        v->v = nv;
+        v->cap = cap;
+    }
+    v->v[v->n++] = x;
+    return 0;
+}
+
+/* remove the first x, keeping the order (as list.remove does) */
+static void
+vec_remove(Vec *v, int32_t x)
+{
+    for (int32_t i = 0; i < v->n; i++) {
+        if (v->v[i] == x) {
+            memmove(v->v + i, v->v + i + 1, (v->n - i - 1) * sizeof(int32_t));
+            v->n--;
+            return;
+        }
+    }
+}
+
+static int
+check_id(Store *s, Py_ssize_t t)
+{
+    if (t < 0 || t >= s->n) {
+        PyErr_Format(PyExc_IndexError, "task id %zd out of range", t);
+        return -1;
+    }
+    return 0;
+}
+
+static Py_ssize_t
+id_arg(Store *s, PyObject *v)
+{
+    Py_ssize_t t = PyLong_AsSsize_t(v);
+    if (t == -1 && PyErr_Occurred())
+        return -1;
+    return check_id(s, t) < 0 ? -1 : t;
+}
+
+static void
+Store_dealloc(Store *s)
+{
+    for (Py_ssize_t t = 0; t < s->n; t++) {
+        free(s->tasks[t].preds.v);
+        free(s->tasks[t].succs.v);
+        free(s->tasks[t].res_heap);
+    }
+    free(s->tasks);
+    free(s->keys);
+    free(s->free_ids);
+    Py_TYPE(s)->tp_free((PyObject *)s);
+}
+
+static int
+Store_init(Store *s, PyObject *args, PyObject *kw)
+{
+    static char *names[] = {"num_resources", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "n", names, &s->num_resources))
+        return -1;
+    return 0;
+}
+
+/* The key as two words that compare (hi, then lo) as Python compares the tuples: each
+ * int v as v + KEY_FIELD + 1 in 16 bits, and 0 after the key's end, so a key that is a
+ * prefix of another is less. Returns 0 when an int is out of range. */
+static int
+pack(Task *t, const Key *key)
+{
+    t->packed[0] = t->packed[1] = 0;
+    for (int i = 0; i < key->len; i++) {
+        if (key->v[i] < -KEY_FIELD || key->v[i] > KEY_FIELD)
+            return 0;
+        uint64_t field = (uint64_t)(key->v[i] + KEY_FIELD + 1);
+        t->packed[i / 4] |= field << (16 * (3 - i % 4));
+    }
+    return 1;
+}
+
+/* add(resources, duration, key) -> id */
+static PyObject *
+Store_add(Store *s, PyObject *args)
+{
+    PyObject *resources, *key;
+    double duration;
+    if (!PyArg_ParseTuple(args, "O!dO!", &PyTuple_Type, &resources, &duration, &PyTuple_Type, &key))
+        return NULL;
+    Py_ssize_t nres = PyTuple_GET_SIZE(resources), nkey = PyTuple_GET_SIZE(key);
+    if (nkey > KEY_LEN) {
+        PyErr_Format(PyExc_ValueError, "a task key has at most %d ints", KEY_LEN);
+        return NULL;
+    }
+    Task task = {0};
+    Key full = {{0}, (uint8_t)nkey};
+    task.duration = duration;
+    task.alive = 1;
+    for (Py_ssize_t i = 0; i < nkey; i++) {
+        full.v[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(key, i));
+        if (full.v[i] == -1 && PyErr_Occurred())
+            return NULL;
+    }
+    if (!pack(&task, &full))
+        s->wide_keys = 1;
+    task.nres = (int32_t)nres;
+    if (nres > RES_INLINE && !(task.res_heap = malloc(nres * sizeof(int32_t))))
+        return PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < nres; i++) {
+        Py_ssize_t r = PyLong_AsSsize_t(PyTuple_GET_ITEM(resources, i));
+        if (r < 0 || r >= s->num_resources) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_IndexError, "resource %zd out of range", r);
+            free(task.res_heap);
+            return NULL;
+        }
+        res_of(&task)[i] = (int32_t)r;
+    }
+    Py_ssize_t t;
+    if (s->nfree) {
+        t = s->free_ids[--s->nfree];
+        Task *old = &s->tasks[t];
+        task.preds = old->preds;      /* keep the (empty) vectors' memory */
+        task.succs = old->succs;
+        task.preds.n = task.succs.n = 0;
+        free(old->res_heap);
+    } else {
+        if (s->n == s->cap) {
+            Py_ssize_t cap = s->cap ? 2 * s->cap : 1024;
+            Task *nt = realloc(s->tasks, cap * sizeof(Task));
+            if (nt)
+                s->tasks = nt;
+            Key *nk = nt ? realloc(s->keys, cap * sizeof(Key)) : NULL;
+            if (!nk) { free(task.res_heap); return PyErr_NoMemory(); }
+            s->keys = nk;
+            s->cap = cap;
+        }
+        t = s->n++;
+    }
+    s->tasks[t] = task;
+    s->keys[t] = full;
+    return PyLong_FromSsize_t(t);
+}
+
+static PyObject *
+Store_link(Store *s, PyObject *args)
+{
+    Py_ssize_t a, b;
+    if (!PyArg_ParseTuple(args, "nn", &a, &b) || check_id(s, a) < 0 || check_id(s, b) < 0)
+        return NULL;
+    if (vec_push(&s->tasks[a].succs, (int32_t)b) < 0 || vec_push(&s->tasks[b].preds, (int32_t)a) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static int
+push_free(Store *s, Py_ssize_t t)
+{
+    if (s->nfree == s->free_cap) {
+        Py_ssize_t cap = s->free_cap ? 2 * s->free_cap : 256;
+        int32_t *nf = realloc(s->free_ids, cap * sizeof(int32_t));
+        if (!nf) { PyErr_NoMemory(); return -1; }
+        s->free_ids = nf;
+        s->free_cap = cap;
+    }
+    s->free_ids[s->nfree++] = (int32_t)t;
+    return 0;
+}
+
+/* remove(t): unhook t from its neighbours, forget its edges, free its id */
+static PyObject *
+Store_remove(Store *s, PyObject *arg)
+{
+    Py_ssize_t t = id_arg(s, arg);
+    if (t < 0)
+        return NULL;
+    Task *task = &s->tasks[t];
+    for (int32_t i = 0; i < task->preds.n; i++)
+        vec_remove(&s->tasks[task->preds.v[i]].succs, (int32_t)t);
+    for (int32_t i = 0; i < task->succs.n; i++)
+        vec_remove(&s->tasks[task->succs.v[i]].preds, (int32_t)t);
+    task->preds.n = task->succs.n = 0;
+    task->alive = 0;
+    if (push_free(s, t) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* ids of a list argument, each checked, into a fresh array */
+static int32_t *
+ids_of(Store *s, PyObject *list, Py_ssize_t *count)
+{
+    if (!PyList_Check(list)) {
+        PyErr_SetString(PyExc_TypeError, "expected a list of task ids");
+        return NULL;
+    }
+    *count = PyList_GET_SIZE(list);
+    int32_t *ids = malloc((*count ? *count : 1) * sizeof(int32_t));
+    if (!ids) { PyErr_NoMemory(); return NULL; }
+    for (Py_ssize_t i = 0; i < *count; i++) {
+        Py_ssize_t t = id_arg(s, PyList_GET_ITEM(list, i));
+        if (t < 0) { free(ids); return NULL; }
+        ids[i] = (int32_t)t;
+    }
+    return ids;
+}
+
+/* detach(tasks) / attach(tasks): unhook from (hook back onto) the tasks outside the
+ * set, keeping each task's own edge lists; liveness follows */
+static PyObject *
+hook(Store *s, PyObject *list, int attach)
+{
+    Py_ssize_t count;
+    int32_t *ids = ids_of(s, list, &count);
+    if (!ids)
+        return NULL;
+    uint8_t *in = calloc(s->n ? s->n : 1, 1);
+    if (!in) { free(ids); return PyErr_NoMemory(); }
+    for (Py_ssize_t i = 0; i < count; i++)
+        in[ids[i]] = 1;
+    PyObject *result = Py_None;
+    for (Py_ssize_t i = 0; i < count && result; i++) {
+        int32_t t = ids[i];
+        Task *task = &s->tasks[t];
+        for (int32_t j = 0; j < task->preds.n && result; j++) {
+            int32_t p = task->preds.v[j];
+            if (in[p]) continue;
+            if (attach) { if (vec_push(&s->tasks[p].succs, t) < 0) result = NULL; }
+            else vec_remove(&s->tasks[p].succs, t);
+        }
+        for (int32_t j = 0; j < task->succs.n && result; j++) {
+            int32_t u = task->succs.v[j];
+            if (in[u]) continue;
+            if (attach) { if (vec_push(&s->tasks[u].preds, t) < 0) result = NULL; }
+            else vec_remove(&s->tasks[u].preds, t);
+        }
+        task->alive = (uint8_t)attach;
+    }
+    free(in);
+    free(ids);
+    Py_XINCREF(result);
+    return result;
+}
+
+static PyObject *Store_detach(Store *s, PyObject *list) { return hook(s, list, 0); }
+static PyObject *Store_attach(Store *s, PyObject *list) { return hook(s, list, 1); }
+
+/* release(tasks): forget the edges of detached tasks and free their ids */
+static PyObject *
+Store_release(Store *s, PyObject *list)
+{
+    Py_ssize_t count;
+    int32_t *ids = ids_of(s, list, &count);
+    if (!ids)
+        return NULL;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        s->tasks[ids[i]].preds.n = s->tasks[ids[i]].succs.n = 0;
+        if (push_free(s, ids[i]) < 0) { free(ids); return NULL; }
+    }
+    free(ids);
+    Py_RETURN_NONE;
+}
+
+static PyObject *
+vec_list(Vec *v)
+{
+    PyObject *list = PyList_New(v->n);
+    if (!list)
+        return NULL;
+    for (int32_t i = 0; i < v->n; i++) {
+        PyObject *x = PyLong_FromLong(v->v[i]);
+        if (!x) { Py_DECREF(list); return NULL; }
+        PyList_SET_ITEM(list, i, x);
+    }
+    return list;
+}
+
+static PyObject *
+Store_preds(Store *s, PyObject *arg)
+{
+    Py_ssize_t t = id_arg(s, arg);
+    return t < 0 ? NULL : vec_list(&s->tasks[t].preds);
+}
+
+static PyObject *
+Store_succs(Store *s, PyObject *arg)
+{
+    Py_ssize_t t = id_arg(s, arg);
+    return t < 0 ? NULL : vec_list(&s->tasks[t].succs);
+}
+
+static PyObject *
+Store_alive(Store *s, PyObject *arg)
+{
+    Py_ssize_t t = id_arg(s, arg);
+    if (t < 0)
+        return NULL;
+    return PyBool_FromLong(s->tasks[t].alive);
+}
+
+static PyObject *
+Store_duration(Store *s, PyObject *arg)
+{
+    Py_ssize_t t = id_arg(s, arg);
+    return t < 0 ? NULL : PyFloat_FromDouble(s->tasks[t].duration);
+}
+
+static PyObject *
+Store_live_ids(Store *s, PyObject *unused)
+{
+    PyObject *list = PyList_New(0);
+    for (Py_ssize_t t = 0; list && t < s->n; t++) {
+        if (!s->tasks[t].alive) continue;
+        PyObject *x = PyLong_FromSsize_t(t);
+        if (!x || PyList_Append(list, x) < 0) { Py_XDECREF(x); Py_CLEAR(list); break; }
+        Py_DECREF(x);
+    }
+    return list;
+}
+
+static Py_ssize_t
+Store_len(Store *s)
+{
+    return s->n;
+}
+
+/* -- the event loop ---------------------------------------------------------------- */
+
+typedef struct {
+    double ready;
+    uint64_t hi, lo;            /* the task's packed key */
+    int32_t task;
+} Item;
+
+/* (ready, key, task) order, as Python compares the tuples its heapq holds; the packed
+ * keys decide unless some key did not pack (keys == NULL when every key did) */
+static inline int
+item_less(const Key *keys, const Item *a, const Item *b)
+{
+    if (a->ready != b->ready)
+        return a->ready < b->ready;
+    if (!keys) {
+        if (a->hi != b->hi)
+            return a->hi < b->hi;
+        if (a->lo != b->lo)
+            return a->lo < b->lo;
+        return a->task < b->task;
+    }
+    const Key *x = &keys[a->task], *y = &keys[b->task];
+    int n = x->len < y->len ? x->len : y->len;
+    for (int i = 0; i < n; i++)
+        if (x->v[i] != y->v[i])
+            return x->v[i] < y->v[i];
+    if (x->len != y->len)
+        return x->len < y->len;
+    return a->task < b->task;
+}
+
+static inline void
+set_item(Item *item, const Task *tasks, int32_t t, double ready)
+{
+    item->ready = ready;
+    item->hi = tasks[t].packed[0];
+    item->lo = tasks[t].packed[1];
+    item->task = t;
+}
+
+static void
+sift_down(const Key *keys, Item *heap, Py_ssize_t size, Py_ssize_t i)
+{
+    Item item = heap[i];
+    for (;;) {
+        Py_ssize_t child = 2 * i + 1;
+        if (child >= size)
+            break;
+        if (child + 1 < size && item_less(keys, &heap[child + 1], &heap[child]))
+            child++;
+        if (!item_less(keys, &heap[child], &item))
+            break;
+        heap[i] = heap[child];
+        i = child;
+    }
+    heap[i] = item;
+}
+
+static void
+sift_up(const Key *keys, Item *heap, Py_ssize_t i)
+{
+    Item item = heap[i];
+    while (i > 0) {
+        Py_ssize_t parent = (i - 1) / 2;
+        if (!item_less(keys, &item, &heap[parent]))
+            break;
+        heap[i] = heap[parent];
+        i = parent;
+    }
+    heap[i] = item;
+}
+
+static double *
+doubles(PyObject *obj, Py_buffer *view, Py_ssize_t n, const char *what)
+{
+    if (PyObject_GetBuffer(obj, view, PyBUF_WRITABLE | PyBUF_FORMAT) < 0)
+        return NULL;
+    if (view->itemsize != sizeof(double) || !view->format || strcmp(view->format, "d") != 0
+            || view->len < (Py_ssize_t)(n * sizeof(double))) {
+        PyErr_Format(PyExc_TypeError, "%s must be an array('d') with a slot per task", what);
+        PyBuffer_Release(view);
+        view->obj = NULL;
+        return NULL;
+    }
+    return (double *)view->buf;
+}
+
+/* reschedule(ready, start, end, t0, changed) -> makespan */
+static PyObject *
+Store_reschedule(Store *s, PyObject *args)
+{
+    PyObject *ready_o, *start_o, *end_o, *changed;
+    double t0;
+    if (!PyArg_ParseTuple(args, "OOOdO!", &ready_o, &start_o, &end_o, &t0, &PyList_Type, &changed))
+        return NULL;
+    Py_ssize_t n = s->n, nr = s->num_resources, count = 0, done = 0, size = 0, i;
+    Py_buffer vr = {0}, vs = {0}, ve = {0};
+    double *ready = doubles(ready_o, &vr, n, "ready");
+    double *start = ready ? doubles(start_o, &vs, n, "start") : NULL;
+    double *end = start ? doubles(end_o, &ve, n, "end") : NULL;
+    double *free_at = calloc(nr ? nr : 1, sizeof(double));
+    uint8_t *redo = calloc(n ? n : 1, 1);
+    int32_t *order = malloc((n ? n : 1) * sizeof(int32_t));
+    int32_t *waiting = malloc((n ? n : 1) * sizeof(int32_t));
+    Item *heap = malloc((n ? n : 1) * sizeof(Item));
+    PyObject *result = NULL;
+    double makespan = 0.0;
+    const Task *tasks = s->tasks;
+    const Key *full_keys = s->wide_keys ? s->keys : NULL;  /* for item_less */
+    if (!end)
+        goto done;
+    if (!free_at || !redo || !order || !waiting || !heap) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (i = 0; i < PyList_GET_SIZE(changed); i++) {
+        Py_ssize_t t = id_arg(s, PyList_GET_ITEM(changed, i));
+        if (t < 0) goto done;
+        redo[t] = 1;
+    }
+    /* the tasks to re-simulate; the resources' state at t0 from the tasks kept */
+    for (Py_ssize_t t = 0; t < n; t++) {
+        const Task *task = &tasks[t];
+        if (!task->alive)
+            continue;
+        if (redo[t] || ready[t] >= t0) {
+            redo[t] = 1;
+            order[count++] = (int32_t)t;
+            continue;
+        }
+        const int32_t *res = task->nres <= RES_INLINE ? task->res_inline : task->res_heap;
+        for (int32_t j = 0; j < task->nres; j++)
+            if (end[t] > free_at[res[j]]) free_at[res[j]] = end[t];
+    }
+    /* ready times from the predecessors kept; the rest wait for theirs */
+    for (i = 0; i < count; i++) {
+        int32_t t = order[i];
+        const Task *task = &tasks[t];
+        int32_t left = 0;
+        double r = 0.0;
+        for (int32_t j = 0; j < task->preds.n; j++) {
+            int32_t p = task->preds.v[j];
+            if (redo[p]) left++;
+            else if (end[p] > r) r = end[p];
+        }
+        ready[t] = r;
+        waiting[t] = left;
+        if (!left)
+            set_item(&heap[size++], tasks, t, r);
+    }
+    for (i = size / 2 - 1; i >= 0; i--)
+        sift_down(full_keys, heap, size, i);
+    /* each task starts once it is ready and every resource it holds is free */
+    while (size) {
+        Item item = heap[0];
+        heap[0] = heap[--size];
+        if (size)
+            sift_down(full_keys, heap, size, 0);
+        int32_t t = item.task;
+        const Task *task = &tasks[t];
+        const int32_t *res = task->nres <= RES_INLINE ? task->res_inline : task->res_heap;
+        double st = item.ready;
+        for (int32_t j = 0; j < task->nres; j++)
+            if (free_at[res[j]] > st) st = free_at[res[j]];
+        double e = st + task->duration;
+        for (int32_t j = 0; j < task->nres; j++)
+            free_at[res[j]] = e;
+        start[t] = st;
+        end[t] = e;
+        done++;
+        for (int32_t j = 0; j < task->succs.n; j++) {
+            int32_t u = task->succs.v[j];
+            if (!redo[u] || waiting[u] <= 0) {
+                PyErr_Format(PyExc_RuntimeError, "task %d follows re-simulated task %d but "
+                             "is not re-simulated itself", (int)u, (int)t);
+                goto done;
+            }
+            if (e > ready[u]) ready[u] = e;
+            if (--waiting[u] == 0) {
+                set_item(&heap[size], tasks, u, ready[u]);
+                sift_up(full_keys, heap, size++);
+            }
+        }
+    }
+    if (done != count) {
+        PyErr_Format(PyExc_RuntimeError, "task graph has a cycle through %zd tasks", count - done);
+        goto done;
+    }
+    for (i = 0; i < nr; i++)
+        if (free_at[i] > makespan) makespan = free_at[i];
+    for (i = 0; i < count; i++)
+        if (end[order[i]] > makespan) makespan = end[order[i]];
+    result = PyFloat_FromDouble(makespan);
+done:
+    if (ve.obj) PyBuffer_Release(&ve);
+    if (vs.obj) PyBuffer_Release(&vs);
+    if (vr.obj) PyBuffer_Release(&vr);
+    free(free_at);
+    free(redo);
+    free(order);
+    free(waiting);
+    free(heap);
+    return result;
+}
+
+static PyMethodDef Store_methods[] = {
+    {"add", (PyCFunction)Store_add, METH_VARARGS, "add(resources, duration, key) -> task id"},
+    {"link", (PyCFunction)Store_link, METH_VARARGS, "link(a, b): b depends on a"},
+    {"remove", (PyCFunction)Store_remove, METH_O, "remove(t): delete a task and its edges"},
+    {"detach", (PyCFunction)Store_detach, METH_O, "detach(tasks): unhook, keeping own edges"},
+    {"attach", (PyCFunction)Store_attach, METH_O, "attach(tasks): undo detach"},
+    {"release", (PyCFunction)Store_release, METH_O, "release(tasks): free detached tasks"},
+    {"preds", (PyCFunction)Store_preds, METH_O, "preds(t) -> list of task ids"},
+    {"succs", (PyCFunction)Store_succs, METH_O, "succs(t) -> list of task ids"},
+    {"alive", (PyCFunction)Store_alive, METH_O, "alive(t) -> bool"},
+    {"duration_of", (PyCFunction)Store_duration, METH_O, "duration_of(t) -> seconds"},
+    {"live_ids", (PyCFunction)Store_live_ids, METH_NOARGS, "live task ids, ascending"},
+    {"reschedule", (PyCFunction)Store_reschedule, METH_VARARGS,
+     "reschedule(ready, start, end, t0, changed) -> makespan"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PySequenceMethods Store_as_sequence = {
+    .sq_length = (lenfunc)Store_len,
+};
+
+static PyTypeObject StoreType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "flextui.sim._ctaskstore.CTaskStore",
+    .tp_basicsize = sizeof(Store),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A task graph's scheduling data in C arrays (see flextui.sim.taskstore).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Store_init,
+    .tp_dealloc = (destructor)Store_dealloc,
+    .tp_methods = Store_methods,
+    .tp_as_sequence = &Store_as_sequence,
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_ctaskstore", "A task graph's scheduling data and event loop in C.",
+    -1, NULL,
+};
+
+PyMODINIT_FUNC
+PyInit__ctaskstore(void)
+{
+    if (PyType_Ready(&StoreType) < 0)
+        return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m)
+        return NULL;
+    Py_INCREF(&StoreType);
+    if (PyModule_AddObject(m, "CTaskStore", (PyObject *)&StoreType) < 0) {
+        Py_DECREF(&StoreType);
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

@@ -1,0 +1,191 @@
+"""What the scheduler reads of a task graph, and the scheduler's event loop.
+
+A task store holds, per task id, the task's duration, its tie-break key (a tuple of at
+most 8 ints), the resources (devices and links) it holds, whether it is alive, and
+its predecessors and successors; ``TaskGraph`` keeps everything else. Ids of removed
+tasks are reused, the last freed first.
+
+There are two stores with the same methods and the same results: ``CTaskStore``, in C
+(``_ctaskstore.c``, built when the package is installed), which keeps the data in flat
+arrays so the event loop runs without touching Python objects, and ``PyTaskStore``,
+the pure-Python reference below. ``new_store`` gives the C one unless it was not built
+(no C compiler at install time) or ``FLEXTUI_PURE_PYTHON=1`` is set. Both perform the
+same float operations in the same order, so their times are bit-identical; a test
+checks it. The C store is what makes a search step cost milliseconds: a one-op change
+early in the iteration moves the times of most tasks after it, so every step runs the
+event loop over most of the graph.
+
+``reschedule(ready, start, end, t0, changed)`` re-simulates every live task that is in
+``changed`` or was ready at ``t0`` or later (see ``schedule``), writing the three
+``array('d')`` columns in place, and returns the makespan.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+from array import array
+
+try:
+    from flextui.sim._ctaskstore import CTaskStore
+except ImportError:  # built without a C compiler: the pure-Python store serves
+    CTaskStore = None
+
+
+def backend() -> str:
+    """Which store and event loop new task graphs use: "C" or "Python"."""
+    return "C" if CTaskStore is not None and not os.environ.get("FLEXTUI_PURE_PYTHON") else "Python"
+
+
+def new_store(num_resources: int):
+    return CTaskStore(num_resources) if backend() == "C" else PyTaskStore(num_resources)
+
+
+class PyTaskStore:
+    def __init__(self, num_resources: int) -> None:
+        self.num_resources = num_resources
+        self.duration: list[float] = []
+        self.key: list[tuple] = []
+        self.resources: list[tuple[int, ...]] = []
+        self._preds: list[list[int]] = []
+        self._succs: list[list[int]] = []
+        self._alive: list[bool] = []
+        self._free: list[int] = []
+
+    def __len__(self) -> int:
+        return len(self._alive)
+
+    def add(self, resources: tuple[int, ...], duration: float, key: tuple) -> int:
+        if len(key) > 8:
+            raise ValueError("a task key has at most 8 ints")
+        if any(not 0 <= r < self.num_resources for r in resources):
+            raise IndexError(f"resource out of range in {resources}")
+        row = (float(duration), key, resources, [], [], True)
+        columns = (self.duration, self.key, self.resources, self._preds, self._succs, self._alive)
+        if self._free:
+            t = self._free.pop()
+            for column, value in zip(columns, row):
+                column[t] = value
+            return t
+        for column, value in zip(columns, row):
+            column.append(value)
+        return len(self._alive) - 1
+
+    def link(self, a: int, b: int) -> None:
+        self._succs[a].append(b)
+        self._preds[b].append(a)
+
+    def remove(self, t: int) -> None:
+        for p in self._preds[t]:
+            self._succs[p].remove(t)
+        for s in self._succs[t]:
+            self._preds[s].remove(t)
+        self._preds[t], self._succs[t], self._alive[t] = [], [], False
+        self._free.append(t)
+
+    def detach(self, tasks: list[int]) -> None:
+        """Unhook ``tasks`` from the tasks outside them, keeping their own edge lists."""
+        gone = set(tasks)
+        for t in tasks:
+            for p in self._preds[t]:
+                if p not in gone:
+                    self._succs[p].remove(t)
+            for s in self._succs[t]:
+                if s not in gone:
+                    self._preds[s].remove(t)
+            self._alive[t] = False
+
+    def attach(self, tasks: list[int]) -> None:
+        """Undo ``detach``."""
+        back = set(tasks)
+        for t in tasks:
+            for p in self._preds[t]:
+                if p not in back:
+                    self._succs[p].append(t)
+            for s in self._succs[t]:
+                if s not in back:
+                    self._preds[s].append(t)
+            self._alive[t] = True
+
+    def release(self, tasks: list[int]) -> None:
+        """Free detached tasks for good."""
+        for t in tasks:
+            self._preds[t], self._succs[t] = [], []
+            self._free.append(t)
+
+    def preds(self, t: int) -> list[int]:
+        return list(self._preds[t])
+
+    def succs(self, t: int) -> list[int]:
+        return list(self._succs[t])
+
+    def alive(self, t: int) -> bool:
+        return self._alive[t]
+
+    def duration_of(self, t: int) -> float:
+        return self.duration[t]
+
+    def live_ids(self) -> list[int]:
+        return [t for t, alive in enumerate(self._alive) if alive]
+
+    def reschedule(self, times_ready: array, times_start: array, times_end: array, t0: float,
+                   changed: list[int]) -> float:
+        ready, start, end = times_ready, times_start, times_end
+        preds, succs, resources, duration, key = (self._preds, self._succs, self.resources,
+                                                  self.duration, self.key)
+        free = [0.0] * self.num_resources
+        todo = set(changed)
+        tasks = []
+        for t, alive in enumerate(self._alive):
+            if not alive:
+                continue
+            if t in todo or ready[t] >= t0:
+                tasks.append(t)
+            else:
+                e = end[t]
+                for r in resources[t]:
+                    if e > free[r]:
+                        free[r] = e
+        todo = set(tasks)
+        waiting = {}
+        heap = []
+        for t in tasks:
+            count, r = 0, 0.0
+            for p in preds[t]:
+                if p in todo:
+                    count += 1
+                elif end[p] > r:
+                    r = end[p]
+            ready[t] = r
+            if count:
+                waiting[t] = count
+            else:
+                heap.append((r, key[t], t))
+        heapq.heapify(heap)
+        done = 0
+        while heap:
+            r, _, t = heapq.heappop(heap)
+            s = r
+            for res in resources[t]:
+                if free[res] > s:
+                    s = free[res]
+            e = s + duration[t]
+            for res in resources[t]:
+                free[res] = e
+            start[t], end[t] = s, e
+            done += 1
+            for u in succs[t]:
+                if u not in waiting:
+                    raise RuntimeError(f"task {u} follows re-simulated task {t} but is not "
+                                       "re-simulated itself")
+                if e > ready[u]:
+                    ready[u] = e
+                left = waiting[u] - 1
+                if left:
+                    waiting[u] = left
+                else:
+                    del waiting[u]
+                    heapq.heappush(heap, (ready[u], key[u], u))
+        if done != len(tasks):
+            raise RuntimeError(f"task graph has a cycle through {len(tasks) - done} tasks")
+        return max(max(free, default=0.0), max((end[t] for t in tasks), default=0.0))

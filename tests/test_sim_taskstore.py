@@ -1,0 +1,132 @@
+"""The task stores: the C store gives exactly what the pure-Python reference gives (ids,
+edges and bit-identical times), on hand-made graphs and through delta simulation."""
+
+import random
+from array import array
+
+import pytest
+
+from conftest import cluster, model
+from flextui.cost import AnalyticCostModel
+from flextui.sim import DeltaSimulator, Simulator
+from flextui.sim import taskstore
+from flextui.sim.schedule import Times
+from flextui.sim.taskstore import PyTaskStore
+from flextui.strategy import builtin_strategy, random_config
+
+needs_c = pytest.mark.skipif(taskstore.CTaskStore is None,
+                             reason="the C task store was not built (no C compiler)")
+STORES = [PyTaskStore, pytest.param(taskstore.CTaskStore, marks=needs_c)]
+
+
+def columns(n):
+    return array("d", bytes(8 * n)), array("d", bytes(8 * n)), array("d", bytes(8 * n))
+
+
+@pytest.mark.parametrize("store_type", STORES)
+def test_fifo_on_a_shared_resource_with_ties_broken_by_key(store_type):
+    store = store_type(2)
+    a = store.add((0,), 1.0, (0, 5))
+    b = store.add((0,), 2.0, (0, 3))        # ready with a, but its key is less: first
+    c = store.add((0, 1), 0.5, (1,))        # holds both resources, after a and b
+    store.link(a, c)
+    store.link(b, c)
+    ready, start, end = columns(len(store))
+    assert store.reschedule(ready, start, end, -1.0, []) == 3.5
+    assert (start[b], end[b], start[a], end[a]) == (0.0, 2.0, 2.0, 3.0)
+    assert (ready[c], start[c], end[c]) == (3.0, 3.0, 3.5)
+
+
+@pytest.mark.parametrize("store_type", STORES)
+def test_ids_are_reused_last_freed_first_and_edges_follow(store_type):
+    store = store_type(1)
+    ids = [store.add((0,), 1.0, (i,)) for i in range(4)]
+    store.link(ids[0], ids[1])
+    store.link(ids[1], ids[2])
+    store.detach([ids[1]])
+    assert store.succs(ids[0]) == [] and store.preds(ids[1]) == [ids[0]]
+    assert not store.alive(ids[1])
+    store.attach([ids[1]])
+    assert store.succs(ids[0]) == [ids[1]] and store.alive(ids[1])
+    store.remove(ids[2])
+    store.remove(ids[3])
+    assert store.succs(ids[1]) == []
+    assert store.add((0,), 1.0, ()) == ids[3] and store.add((0,), 1.0, ()) == ids[2]
+    assert store.live_ids() == ids and store.duration_of(ids[0]) == 1.0
+
+
+@pytest.mark.parametrize("store_type", STORES)
+def test_bad_input_is_an_error_not_a_crash(store_type):
+    store = store_type(2)
+    with pytest.raises(IndexError):
+        store.add((2,), 1.0, (0,))
+    with pytest.raises(ValueError):
+        store.add((0,), 1.0, tuple(range(9)))
+    a = store.add((0,), 1.0, (0,))
+    b = store.add((1,), 1.0, (1,))
+    store.link(a, b)
+    store.link(b, a)
+    with pytest.raises(RuntimeError, match="cycle"):
+        store.reschedule(*columns(2), -1.0, [])
+
+
+@needs_c
+def test_c_store_matches_python_on_random_graphs():
+    rng = random.Random(5)
+    for trial in range(30):
+        stores = [PyTaskStore(6), taskstore.CTaskStore(6)]
+        n = rng.randrange(1, 300)
+        for t in range(n):
+            res = tuple(rng.sample(range(6), rng.choice([1, 1, 1, 3])))
+            # coarse durations and big keys make ties in ready time and wide keys
+            duration = rng.choice([0.0, 0.5, 1.0, 1.5])
+            key = tuple(rng.randrange(-3, 3) * (1 if trial % 2 else 10**5)
+                        for _ in range(rng.randrange(9)))
+            ids = {s.add(res, duration, key) for s in stores}
+            assert ids == {t}
+            for p in rng.sample(range(t), min(t, rng.randrange(3))):
+                for s in stores:
+                    s.link(p, t)
+        got = []
+        for s in stores:
+            ready, start, end = columns(n)
+            makespan = s.reschedule(ready, start, end, -1.0, [])
+            first = (list(ready), list(start), list(end))
+            # re-simulating from any t0 reproduces the same times (nothing changed)
+            again = s.reschedule(ready, start, end, ready[rng.randrange(n)], [])
+            assert again == makespan and (list(ready), list(start), list(end)) == first
+            got.append((makespan, first))
+        assert got[0] == got[1]
+
+
+@needs_c
+@pytest.mark.parametrize("name", ["inception_v3", "nmt", "transformer"])
+def test_c_and_python_delta_simulations_agree_bit_for_bit(name, monkeypatch):
+    graph, where = model(name, **({"steps": 3} if name == "nmt" else {})), cluster("p100-4x4")
+    runs = []
+    for pure in (False, True):
+        if pure:
+            monkeypatch.setenv("FLEXTUI_PURE_PYTHON", "1")
+        assert taskstore.backend() == ("Python" if pure else "C")
+        delta = DeltaSimulator(graph, where, AnalyticCostModel())
+        delta.reset(builtin_strategy("data-parallel", graph, where))
+        rng = random.Random(11)
+        costs = []
+        for _ in range(15):
+            op = rng.choice(graph.ops)
+            costs.append(delta.propose(op, random_config(op, where.num_devices, rng)))
+            delta.accept() if rng.random() < 0.5 else delta.reject()
+        timeline = delta.timeline()
+        runs.append((costs, [(t.key, t.ready, t.start, t.end) for t in timeline.tasks]))
+    assert runs[0] == runs[1]
+    full = Simulator(graph, where, AnalyticCostModel()).simulate(delta.strategy)
+    assert full.cost == delta.cost
+
+
+def test_times_grow_and_copy():
+    times = Times.zeros(2)
+    times.end[1] = 3.0
+    saved = times.copy()
+    times.grow(5)
+    times.end[1] = 4.0
+    assert len(times.ready) == 5 and saved.end[1] == 3.0 and list(times.start) == [0.0] * 5
