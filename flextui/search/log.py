@@ -244,6 +244,11 @@ class SearchLog:
     def chains(self) -> list[int]:
         return sorted(self._histories())
 
+    def records_of(self, chain: int) -> list[tuple[str, Any]]:
+        """The chain's effective records in order: ("s", StepEvent), ("r", iteration of a
+        restart) or ("c", Checkpoint)."""
+        return list(self._history_of(chain))
+
     def steps_of(self, chain: int) -> list[StepEvent]:
         """The chain's steps in order (steps superseded by a resumed search left out)."""
         return [obj for kind, obj in self._histories().get(chain, ()) if kind == "s"]

@@ -46,6 +46,7 @@ CHECKPOINT_S = 5.0   # how often a chain checkpoints into the log
 REASONS = ("interrupted", "time", "iterations", "converged")  # the final reason, by precedence
 
 EventSink = Callable[[list[StepEvent]], None]
+ResetSink = Callable[[Checkpoint | RestartEvent], None]
 
 
 @dataclass
@@ -108,13 +109,19 @@ def hash_seed(text: str) -> int:
 # -- one chain's loop, the same in-process and in a worker --------------------------------
 
 def drive(chain: Chain, options: SearchOptions, stopped: Callable[[], bool],
-          emit: Callable[[list], None]) -> str:
+          emit: Callable[[list], None], held: Callable[[], bool] = lambda: False) -> str:
     """Step ``chain`` until a stop rule fires; hand events on in batches. Returns why it
-    stopped. The last item emitted is always the chain's final checkpoint."""
+    stopped. The last item emitted is always the chain's final checkpoint. While
+    ``held()`` the chain waits, and the wait does not count towards its elapsed time."""
     pending: list = []
     last_emit = last_checkpoint = time.monotonic()
     by_time = options.iterations is None
     while True:
+        if held() and not stopped():
+            if pending:
+                emit(pending)
+                pending = []
+            _wait_while_held(chain, held, stopped)
         if options.iterations is not None and chain.iteration >= options.iterations:
             reason = "iterations"
         elif options.time_limit is not None and chain.elapsed >= options.time_limit:
@@ -138,6 +145,13 @@ def drive(chain: Chain, options: SearchOptions, stopped: Callable[[], bool],
         pending.append((chain.checkpoint(), chain.frontier_points()))
         emit(pending)
         return reason
+
+
+def _wait_while_held(chain: Chain, held: Callable[[], bool], stopped: Callable[[], bool]) -> None:
+    elapsed = chain.elapsed
+    while held() and not stopped():
+        time.sleep(0.05)
+    chain.set_elapsed(elapsed)
 
 
 def catch_up(chain: Chain, last: StepEvent | None, where: str) -> None:
@@ -201,8 +215,9 @@ class _Collector:
     the merged frontier and each chain's last checkpoint, passes steps to ``on_events``."""
 
     def __init__(self, writer: SearchLogWriter | None, on_events: EventSink | None,
-                 frontier: Frontier) -> None:
-        self.writer, self.on_events, self.frontier = writer, on_events, frontier
+                 on_reset: ResetSink | None, frontier: Frontier) -> None:
+        self.writer, self.frontier = writer, frontier
+        self.on_events, self.on_reset = on_events, on_reset
         self.last: dict[int, Checkpoint] = {}
         self.accepted: dict[int, int] = {}
         self.initial_cost: dict[int, float] = {}
@@ -216,15 +231,28 @@ class _Collector:
                 if self.writer:
                     self.writer.step(item)
             elif isinstance(item, RestartEvent):
+                steps = self._reset(steps, item)
                 if self.writer:
                     self.writer.restart(item.chain, item.iteration)
             else:
                 checkpoint, points = item
+                steps = self._reset(steps, checkpoint)
                 self.last[checkpoint.chain] = checkpoint
                 for p in points:
                     self.frontier.add(p.time, p.memory, p.strategy)
                 if self.writer:
                     self.writer.checkpoint(checkpoint, self.frontier_points())
+        self._hand_on(steps)
+
+    def _reset(self, steps: list[StepEvent], item: Checkpoint | RestartEvent) -> list[StepEvent]:
+        """Hand ``item`` to ``on_reset`` after the steps before it; the steps left."""
+        if not self.on_reset:
+            return steps
+        self._hand_on(steps)
+        self.on_reset(item)
+        return []
+
+    def _hand_on(self, steps: list[StepEvent]) -> None:
         if steps and self.on_events:
             self.on_events(steps)
 
@@ -241,12 +269,20 @@ def run_search(graph: OpGraph, cluster: Cluster, cost_model: CostModel,
                options: SearchOptions, *, initial: Strategy | None = None,
                log_path: str | Path | None = None, resume: SearchLog | None = None,
                on_events: EventSink | None = None,
-               stop: threading.Event | None = None) -> SearchResult:
+               on_reset: ResetSink | None = None,
+               stop: threading.Event | None = None, pause: threading.Event | None = None,
+               processes: bool | None = None) -> SearchResult:
     """Run ``options.chains`` chains to their stop rules (or until ``stop`` is set) and
     return the best strategy found. ``initial`` overrides ``options.init``. With
     ``log_path`` the search is logged there; with ``resume`` (a log read back) it goes
-    on from that log's checkpoints, appending to it."""
+    on from that log's checkpoints, appending to it.
+
+    ``on_events`` gets the steps in batches and ``on_reset`` what sets a chain's
+    strategies outright (its checkpoints, the first at iteration 0, and its restarts),
+    in the order the chain made them. While ``pause`` is set the chains wait. Chains run in worker processes
+    when there are several or ``processes`` is true (an app keeps its own thread free)."""
     stop = stop or threading.Event()
+    pause = pause or threading.Event()
     sim_cluster = cluster.with_memory_limit(options.memory_budget) if options.memory_budget else cluster
     frontier = Frontier()
     writer = None
@@ -257,19 +293,19 @@ def run_search(graph: OpGraph, cluster: Cluster, cost_model: CostModel,
     elif log_path is not None:
         header = SearchHeader(graph, cluster, cost_model.identity, options.seed, options.to_dict())
         writer = SearchLogWriter(log_path, header)
-    collector = _Collector(writer, on_events, frontier)
+    collector = _Collector(writer, on_events, on_reset, frontier)
     if resume is not None:
         for step in resume.steps:
             collector.accepted[step.chain] = collector.accepted.get(step.chain, 0) + step.accepted
     started = time.monotonic()
     try:
         starts = chain_starts(options, graph, sim_cluster, cost_model, initial, resume)
-        if options.chains == 1:
+        if options.chains == 1 and not processes:
             reasons = [_run_here(starts[0], graph, sim_cluster, cost_model, options, stop,
-                                 collector)]
+                                 pause, collector)]
         else:
             reasons = _run_workers(starts, graph, sim_cluster, cost_model, options, stop,
-                                   collector)
+                                   pause, collector)
         result = _result(collector, reasons, time.monotonic() - started)
         if writer:
             writer.final(FinalRecord(result.reason, result.iterations, result.elapsed,
@@ -281,20 +317,23 @@ def run_search(graph: OpGraph, cluster: Cluster, cost_model: CostModel,
     return result
 
 
-def _run_here(start: ChainStart, graph, cluster, cost_model, options, stop, collector) -> str:
+def _run_here(start: ChainStart, graph, cluster, cost_model, options, stop, pause,
+              collector) -> str:
     chain = start.chain(graph, cluster, cost_model, options)
     collector.started(chain.index, chain.initial_cost, _first_items(start, chain))
-    return drive(chain, options, stop.is_set, collector.take)
+    return drive(chain, options, stop.is_set, collector.take, pause.is_set)
 
 
-def _run_workers(starts, graph, cluster, cost_model, options, stop, collector) -> list[str]:
+def _run_workers(starts, graph, cluster, cost_model, options, stop, pause,
+                 collector) -> list[str]:
     """One process per chain; this thread collects their batches until all are done."""
     identity = cost_model.identity
     cost_model_from_identity(identity)  # fail here, not in a worker
     context = multiprocessing.get_context("spawn")
     inbox = context.Queue()
-    halt = context.Event()
-    args = (graph.to_dict(), cluster.to_dict(), identity, options, inbox, halt, os.getpid())
+    halt, hold = context.Event(), context.Event()
+    args = (graph.to_dict(), cluster.to_dict(), identity, options, inbox, halt, hold,
+            os.getpid())
     workers = [context.Process(target=_worker, args=(start, *args), daemon=True)
                for start in starts]
     for w in workers:
@@ -304,6 +343,8 @@ def _run_workers(starts, graph, cluster, cost_model, options, stop, collector) -
         while len(reasons) < len(workers):
             if stop.is_set():
                 halt.set()
+            if pause.is_set() != hold.is_set():
+                (hold.set if pause.is_set() else hold.clear)()
             try:
                 message = inbox.get(timeout=0.1)
             except queue.Empty:
@@ -331,7 +372,7 @@ def _run_workers(starts, graph, cluster, cost_model, options, stop, collector) -
 
 
 def _worker(start: ChainStart, graph_data, cluster_data, identity, options, inbox, halt,
-            parent: int) -> None:
+            hold, parent: int) -> None:
     """A worker process: rebuild the inputs from data, run one chain, post its batches.
     Ctrl-C goes to the whole process group; the parent decides when workers stop."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -340,7 +381,8 @@ def _worker(start: ChainStart, graph_data, cluster_data, identity, options, inbo
         chain = start.chain(graph, cluster, cost_model_from_identity(identity), options)
         inbox.put(("started", chain.index, (chain.initial_cost, _first_items(start, chain))))
         stopped = lambda: halt.is_set() or os.getppid() != parent  # noqa: E731
-        reason = drive(chain, options, stopped, lambda items: inbox.put(("batch", chain.index, items)))
+        reason = drive(chain, options, stopped,
+                       lambda items: inbox.put(("batch", chain.index, items)), hold.is_set)
         inbox.put(("done", chain.index, reason))
     except FlextuiError as exc:
         inbox.put(("error", start.index, str(exc)))

@@ -1,0 +1,120 @@
+"""A search running in the background for a display: ``LiveSearch`` runs ``run_search``
+on its own thread (the chains in worker processes, so the caller's thread stays free),
+feeds a ``SearchWatch`` under a lock, and answers ``view()`` with the latest frame.
+
+The caller polls ``view()`` at its own pace (the app: a few times a second), so updates
+are coalesced however fast the search runs. Pause, resume and stop are safe from any
+thread; stopping keeps the best found, and the log (if any) gets its final record.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from pathlib import Path
+
+from flextui.cost.model import CostModel
+from flextui.errors import FlextuiError
+from flextui.graph import OpGraph
+from flextui.machine import Cluster
+from flextui.search.events import RestartEvent, StepEvent
+from flextui.search.log import SearchLog
+from flextui.search.logformat import Checkpoint
+from flextui.search.options import SearchOptions
+from flextui.search.runner import SearchResult, run_search
+from flextui.search.summary import baseline_costs
+from flextui.search.watch import SearchView, SearchWatch
+from flextui.strategy import Strategy
+
+
+class LiveSearch:
+    def __init__(self, graph: OpGraph, cluster: Cluster, cost_model: CostModel,
+                 options: SearchOptions, *, log_path: str | Path | None = None,
+                 initial: Strategy | None = None, resume: SearchLog | None = None,
+                 processes: bool = True) -> None:
+        self.graph, self.cluster, self.cost_model, self.options = graph, cluster, cost_model, options
+        self.log_path = Path(log_path) if log_path is not None else None
+        self._initial, self._resume, self._processes = initial, resume, processes
+        self._watch = SearchWatch(graph, options.iterations, options.time_limit, options.chains)
+        self._lock = threading.Lock()
+        self._stop, self._pause = threading.Event(), threading.Event()
+        self._thread: threading.Thread | None = None
+        self._state = "starting"
+        self._baselines: dict[str, float] = {}
+        self.result: SearchResult | None = None
+        self.error: str | None = None
+
+    # -- control (any thread) -----------------------------------------------------------
+
+    def start(self) -> None:
+        if self._thread is not None:
+            raise RuntimeError("this search has already been started")
+        self._thread = threading.Thread(target=self._run, name="flextui-search", daemon=True)
+        self._thread.start()
+
+    def toggle_pause(self) -> bool:
+        """Pause a running search or resume a paused one; True if it is paused now."""
+        with self._lock:
+            if self._state == "running":
+                self._pause.set()
+                self._state = "paused"
+            elif self._state == "paused":
+                self._pause.clear()
+                self._state = "running"
+            return self._state == "paused"
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._pause.clear()
+
+    def join(self, timeout: float | None = None) -> bool:
+        """Wait for the search to end; True if it has."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+        return self.done
+
+    @property
+    def done(self) -> bool:
+        return self._state in ("finished", "stopped", "failed")
+
+    def view(self) -> SearchView:
+        with self._lock:
+            reason = self.result.reason if self.result else None
+            return self._watch.view(self._state, self._baselines, reason, self.error)
+
+    # -- the search thread --------------------------------------------------------------
+
+    def _run(self) -> None:
+        try:
+            baselines = baseline_costs(self.graph, self.cluster, self.cost_model, self.options)
+            with self._lock:
+                self._baselines = baselines
+                if self._state == "starting":
+                    self._state = "paused" if self._pause.is_set() else "running"
+            result = run_search(self.graph, self.cluster, self.cost_model, self.options,
+                                initial=self._initial, log_path=self.log_path,
+                                resume=self._resume, on_events=self._take,
+                                on_reset=self._reset, stop=self._stop, pause=self._pause,
+                                processes=self._processes)
+            self._end("stopped" if result.reason == "interrupted" else "finished", result)
+        except FlextuiError as exc:
+            self._end("failed", message=str(exc))
+        except Exception as exc:  # a bug: report it with where it came from, keep the log
+            where = traceback.extract_tb(exc.__traceback__)[-1]
+            self._end("failed", message=f"internal error: {exc!r} at "
+                      f"{Path(where.filename).name}:{where.lineno}")
+
+    def _end(self, state: str, result: SearchResult | None = None,
+             message: str | None = None) -> None:
+        with self._lock:
+            self.result, self.error, self._state = result, message, state
+
+    def _take(self, steps: list[StepEvent]) -> None:
+        now = time.monotonic()
+        with self._lock:
+            self._watch.take(steps, now)
+
+    def _reset(self, item: Checkpoint | RestartEvent) -> None:
+        with self._lock:
+            self._watch.reset(item)

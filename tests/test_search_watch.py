@@ -1,0 +1,183 @@
+"""Watching a search: the bounded cost history, the accumulator that tracks each
+chain's strategies from its events, a live search in the background (pause, stop, the
+log kept) and playing a saved log back."""
+
+import time
+
+import pytest
+
+from flextui.cost import AnalyticCostModel
+from flextui.errors import FlextuiError
+from flextui.search import SearchOptions, read_search_log, run_search
+from flextui.search.live import LiveSearch
+from flextui.search.playback import Playback
+from flextui.search.watch import CostHistory, HistoryPoint, SearchWatch
+from flextui.sim import Simulator
+from tests.conftest import model
+from tests.test_search_mcmc import four_gpus
+
+
+def point(step):
+    return HistoryPoint(step, step / 10, 1.0, 1.0)
+
+
+def test_history_stays_bounded_and_keeps_the_last_point():
+    history = CostHistory(capacity=64)
+    for step in range(1, 10_001):
+        history.add(point(step))
+    points = history.points()
+    assert len(points) <= 66
+    assert (points[0].step, points[-1].step) == (1, 10_000)   # the first and last kept
+    assert history.stride == 256
+    assert all(p.step % history.stride == 0 for p in points[1:-1])
+    assert [p.step for p in points] == sorted(p.step for p in points)
+
+
+def watched_search(tmp_path=None, **options):
+    graph, cluster = model("lenet"), four_gpus()
+    opts = SearchOptions(**options)
+    watch = SearchWatch(graph, opts.iterations, opts.time_limit, opts.chains)
+    result = run_search(graph, cluster, AnalyticCostModel(), opts, on_events=watch.take,
+                        on_reset=watch.reset,
+                        log_path=tmp_path / "run.ffsearch" if tmp_path else None)
+    return graph, cluster, watch, result
+
+
+@pytest.mark.parametrize("chains", [1, 2])
+def test_watch_tracks_the_best_strategy_exactly(chains):
+    graph, cluster, watch, result = watched_search(iterations=400, seed=5, chains=chains,
+                                                   restart_every=150)
+    view = watch.view("finished")
+    assert view.steps == result.iterations == 400 * chains
+    assert view.best_cost == result.best_cost
+    assert dict(view.best) == dict(result.best)
+    simulated = Simulator(graph, cluster, AnalyticCostModel()).simulate(view.best).cost
+    assert simulated == pytest.approx(result.best_cost, rel=1e-12)
+    assert view.acceptance_rate == pytest.approx(result.acceptance_rate)
+    assert view.progress == 1.0
+    assert view.history[-1].best == result.best_cost
+    bests = [p.best for p in view.history]
+    assert bests == sorted(bests, reverse=True)
+    assert view.frontier and min(t for t, _ in view.frontier) == pytest.approx(
+        min(p.time for p in result.frontier))
+
+
+def test_watch_current_strategy_follows_the_chain():
+    """After every batch, each chain's tracked current strategy simulates to the cost
+    its last step reported."""
+    graph, cluster = model("lenet"), four_gpus()
+    sim = Simulator(graph, cluster, AnalyticCostModel())
+    watch = SearchWatch(graph)
+    checked = []
+
+    def take(steps):
+        watch.take(steps)
+        checked.append(sim.simulate(watch.current[0]).cost == pytest.approx(steps[-1].current,
+                                                                            rel=1e-12))
+    run_search(graph, cluster, AnalyticCostModel(), SearchOptions(iterations=300, seed=2,
+               restart_every=50), on_events=take, on_reset=watch.reset)
+    assert checked and all(checked)
+
+
+def test_live_search_pauses_stops_and_keeps_its_log(tmp_path):
+    graph, cluster = model("lenet"), four_gpus()
+    log = tmp_path / "live.ffsearch"
+    live = LiveSearch(graph, cluster, AnalyticCostModel(), SearchOptions(time_limit=60, seed=1),
+                      log_path=log, processes=False)
+    assert live.view().state == "starting"
+    live.start()
+    deadline = time.monotonic() + 30
+    while live.view().steps < 50 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert live.toggle_pause()
+    time.sleep(0.3)  # let the batch in flight arrive
+    paused = live.view()
+    assert paused.state == "paused"
+    time.sleep(0.5)
+    assert live.view().steps == paused.steps
+    assert not live.toggle_pause()
+    time.sleep(0.3)
+    assert live.view().steps > paused.steps
+    live.stop()
+    assert live.join(timeout=30)
+    view = live.view()
+    assert view.state == "stopped" and view.reason == "interrupted"
+    assert view.best_cost == live.result.best_cost
+    assert set(view.baselines) == {"data-parallel", "expert"}
+    assert view.speedup_over("data-parallel") >= 1.0
+    saved = read_search_log(log)
+    assert saved.final is not None and saved.final.best_cost == view.best_cost
+
+
+def test_live_search_reports_a_failure(tmp_path):
+    graph, cluster = model("lenet"), four_gpus()
+    bad = tmp_path / "no-such-dir" / "x.ffsearch"
+    live = LiveSearch(graph, cluster, AnalyticCostModel(), SearchOptions(iterations=10),
+                      log_path=bad, processes=False)
+    live.start()
+    assert live.join(timeout=30)
+    view = live.view()
+    assert view.state == "failed" and "x.ffsearch" in view.message
+
+
+def test_playback_reaches_the_final_best(tmp_path):
+    _, _, _, result = watched_search(tmp_path, iterations=300, seed=4, chains=2)
+    log = read_search_log(tmp_path / "run.ffsearch")
+    play = Playback(log)
+    first = play.view()
+    assert first.steps == 0 and first.state == "paused"
+    assert first.best_cost is not None  # the initial checkpoints are in
+    play.step()
+    assert play.view().steps == 1
+    play.toggle()
+    play.advance(1e-9)
+    assert play.view().state == "running"
+    play.to_end()
+    view = play.view()
+    assert play.finished and view.state == "finished" and view.reason == "iterations"
+    assert view.steps == 600
+    assert view.best_cost == result.best_cost == log.final.best_cost
+    assert dict(view.best) == dict(log.final.best)
+
+
+def test_playback_clock_and_speeds(tmp_path):
+    watched_search(tmp_path, iterations=200, seed=4)
+    play = Playback(read_search_log(tmp_path / "run.ffsearch"))
+    assert play.faster(True) == 2.0 and play.faster(False) == 1.0
+    play.toggle()
+    play.advance(play.duration / 2)
+    halfway = play.view().steps
+    assert 0 < halfway < 200
+    play.speed = 1e6
+    play.advance(1.0)
+    assert play.finished and play.view().steps == 200 and not play.playing
+
+
+def test_bad_options_in_a_log_are_a_clear_error(tmp_path):
+    watched_search(tmp_path, iterations=20)
+    log = read_search_log(tmp_path / "run.ffsearch")
+    log.header.options["warp"] = 9
+    with pytest.raises(FlextuiError, match="unknown search options"):
+        Playback(log)
+
+
+def test_live_search_in_a_worker_process_pauses_and_finishes():
+    graph, cluster = model("lenet"), four_gpus()
+    live = LiveSearch(graph, cluster, AnalyticCostModel(), SearchOptions(iterations=3000, seed=3,
+                                                                         converge=False))
+    live.toggle_pause()          # not running yet: nothing to pause
+    live.start()
+    deadline = time.monotonic() + 60
+    while live.view().steps == 0 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert live.toggle_pause()
+    time.sleep(0.4)
+    held = live.view().steps
+    time.sleep(0.4)
+    assert live.view().steps == held < 3000
+    live.toggle_pause()
+    assert live.join(timeout=60)
+    view = live.view()
+    assert view.state == "finished" and view.steps == 3000
+    assert view.best_cost == live.result.best_cost
+    assert dict(view.best) == dict(live.result.best)
