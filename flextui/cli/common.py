@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Sequence
 from typing import Any
 
 from flextui.errors import FlextuiError
@@ -15,15 +14,12 @@ DEFAULT_CLUSTER = "p100-4x4"
 
 
 def model_options(args: argparse.Namespace) -> dict[str, str]:
-    options = {}
-    for item in args.option or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise FlextuiError(f"--option {item!r}: write KEY=VALUE, e.g. --option hidden=512")
-        options[key.strip()] = value.strip()
-    if args.batch_size is not None:
-        options["batch_size"] = str(args.batch_size)
-    return options
+    from flextui.search.options import FieldError
+    from flextui.search.setup import parse_model_options
+    try:
+        return parse_model_options(args.option or [], args.batch_size)
+    except FieldError as e:
+        raise FlextuiError(e.flag_message) from None
 
 
 def load_graph(args: argparse.Namespace):
@@ -53,12 +49,6 @@ def load_strategy(name: str, graph, cluster):
         strategy.check(graph, cluster.num_devices)
         return strategy
     return load_strategy(Path(name), graph, cluster)
-
-
-def device_list(devices: Sequence[int]) -> str:
-    if len(devices) > 2 and list(devices) == list(range(devices[0], devices[-1] + 1)):
-        return f"{devices[0]}-{devices[-1]}"
-    return ",".join(map(str, devices))
 
 
 def model_args(p: argparse.ArgumentParser, default: str | None = DEFAULT_MODEL) -> None:

@@ -8,7 +8,8 @@ import argparse
 from rich.console import Console
 from rich.table import Table
 
-from flextui.cli.common import device_list, emit_json, load_graph, load_strategy, si
+from flextui.cli.common import emit_json, load_graph, load_strategy, si
+from flextui.strategy.summary import device_list
 from flextui.errors import FlextuiError
 
 

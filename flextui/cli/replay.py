@@ -8,7 +8,8 @@ import argparse
 from rich.console import Console
 from rich.table import Table
 
-from flextui.cli.common import device_list, emit_json
+from flextui.cli.common import emit_json
+from flextui.strategy.summary import device_list
 from flextui.errors import FlextuiError
 from flextui.graph.dims import DimKind
 
@@ -36,8 +37,7 @@ def cmd_replay(args: argparse.Namespace, console: Console) -> None:
     from flextui.cost import cost_model_from_identity
     from flextui.search.log import read_search_log
     from flextui.search.options import SearchOptions
-    from flextui.search.summary import log_summary
-    from flextui.sim import Simulator
+    from flextui.search.summary import log_summary, search_simulator
     from flextui.sim.trace import write_trace
     from flextui.strategy import save_strategy
     log = read_search_log(args.log)
@@ -53,10 +53,8 @@ def cmd_replay(args: argparse.Namespace, console: Console) -> None:
         save_strategy(args.export_strategy, strategy, header.graph, header.cluster)
     if args.trace:
         options = SearchOptions.from_dict(header.options, str(log.path))
-        cluster = header.cluster.with_memory_limit(options.memory_budget) \
-            if options.memory_budget else header.cluster
-        timeline = Simulator(header.graph, cluster, cost_model, options.training,
-                             options.memory).simulate(strategy)
+        timeline = search_simulator(header.graph, header.cluster, cost_model,
+                                    options).simulate(strategy)
         write_trace(args.trace, timeline)
     if args.json:
         emit_json(summary)

@@ -19,8 +19,9 @@ from rich.console import Console
 from flextui.cli.common import (DEFAULT_CLUSTER, DEFAULT_MODEL, cluster_arg, emit_json,
                                 load_graph, load_strategy, model_args)
 from flextui.errors import FlextuiError
+from flextui.search.files import default_export_path, default_log_path
+from flextui.search.options import DEFAULT_BUDGET
 
-DEFAULT_BUDGET = "30s"
 PROGRESS_S = 1.0  # how often the plain (piped) progress prints a line
 
 
@@ -74,7 +75,7 @@ def cmd_search(args: argparse.Namespace, console: Console) -> None:
     graph, cluster, cost_model, options, initial = _inputs(args, resume)
     log_path = None if (args.no_log or resume) else _log_path(args, graph, cluster)
     export = Path(args.export_strategy) if args.export_strategy else \
-        _default_export(resume.path if resume else log_path, graph, cluster)
+        default_export_path(resume.path if resume else log_path, graph, cluster)
     result = _run(graph, cluster, cost_model, options, initial, log_path, resume, args, console)
     _report(result, graph, cluster, cost_model, options, log_path or (resume and resume.path),
             export, args, console)
@@ -85,10 +86,15 @@ def _inputs(args, resume):
     or, resuming, from the log (which a --model/--cluster given too must match)."""
     from flextui.cost import AnalyticCostModel, cost_model_from_identity
     from flextui.machine import load_named_cluster
-    from flextui.search.options import INITS, SearchOptions, parse_budget, parse_size
-    iterations, seconds = parse_budget(args.budget or DEFAULT_BUDGET)
-    if args.workers < 1:
-        raise FlextuiError("--workers must be at least 1")
+    from flextui.search.options import INITS, FieldError, SearchOptions, search_options
+    try:
+        given = search_options(
+            args.budget or DEFAULT_BUDGET, seed=args.seed, workers=args.workers,
+            beta=args.beta, memory=args.memory, memory_budget=args.memory_budget,
+            init=args.init, restart_every=args.restart_every,
+            converge=not args.no_early_stop, training=not args.inference)
+    except FieldError as e:
+        raise FlextuiError(e.flag_message) from None
     if resume is not None:
         header = resume.header
         if resume.final is not None:
@@ -99,7 +105,8 @@ def _inputs(args, resume):
         _check_same(args, header)
         options = SearchOptions.from_dict(header.options, f"{resume.path} header")
         if args.budget:
-            options = options.with_changes(iterations=iterations, time_limit=seconds)
+            options = options.with_changes(iterations=given.iterations,
+                                           time_limit=given.time_limit)
         return header.graph, header.cluster, cost_model_from_identity(header.cost_model), \
             options, None
     args.model = args.model or DEFAULT_MODEL
@@ -107,12 +114,7 @@ def _inputs(args, resume):
     initial = None
     if args.init not in INITS:
         initial = load_strategy(args.init, graph, cluster)
-    options = SearchOptions(
-        iterations=iterations, time_limit=seconds, seed=args.seed, chains=args.workers,
-        beta=args.beta, init=args.init, restart_every=args.restart_every,
-        converge=not args.no_early_stop, training=not args.inference, memory=args.memory,
-        memory_budget=parse_size(args.memory_budget) if args.memory_budget else None)
-    return graph, cluster, AnalyticCostModel(), options, initial
+    return graph, cluster, AnalyticCostModel(), given, initial
 
 
 def _check_same(args, header) -> None:
@@ -134,20 +136,13 @@ def _check_same(args, header) -> None:
 
 
 def _log_path(args, graph, cluster) -> Path:
-    if args.out:
-        path = Path(args.out)
-        if path.exists():
-            raise FlextuiError(f"{path} exists; continue it with --resume {path}, or choose "
-                               "another --out")
-        return path
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    return Path(f"{graph.meta.get('model', graph.name)}-{cluster.name}-{stamp}.ffsearch")
-
-
-def _default_export(log_path, graph, cluster) -> Path:
-    if log_path is not None:
-        return Path(log_path).with_suffix(".best.json")
-    return Path(f"{graph.meta.get('model', graph.name)}-{cluster.name}.best.json")
+    if not args.out:
+        return default_log_path(graph, cluster)
+    path = Path(args.out)
+    if path.exists():
+        raise FlextuiError(f"{path} exists; continue it with --resume {path}, or choose "
+                           "another --out")
+    return path
 
 
 def _run(graph, cluster, cost_model, options, initial, log_path, resume, args, console):

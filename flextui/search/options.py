@@ -9,6 +9,22 @@ from typing import Any
 from flextui.errors import FlextuiError
 
 INITS = ("auto", "data-parallel", "expert", "model-parallel", "random")
+MEMORY_POLICIES = ("penalize", "reject", "ignore")
+DEFAULT_BUDGET = "30s"
+
+
+class FieldError(FlextuiError):
+    """A bad value in one named input (``field``: "budget", "workers", "batch_size"...).
+    The message is the field's name and then ``problem``; a form shows it next to the
+    field, the CLI names the flag instead (:attr:`flag_message`)."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field.replace('_', ' ')} {problem}")
+        self.field, self.problem = field, problem
+
+    @property
+    def flag_message(self) -> str:
+        return f"--{self.field.replace('_', '-')} {self.problem}"
 
 
 @dataclass(frozen=True)
@@ -80,18 +96,62 @@ def parse_budget(text: str) -> tuple[int | None, float | None]:
     limit. Returns (iterations, seconds), one of them None."""
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text)
     if not match or (not match[2] and "." in match[1]) or float(match[1]) <= 0:
-        raise FlextuiError(f"budget {text!r}: give a number of iterations (5000) or a time "
-                           "(30s, 2m, 1h)")
+        raise FieldError("budget", f"{text!r}: give a number of iterations (5000) or a time "
+                         "(30s, 2m, 1h)")
     if not match[2]:
         return int(match[1]), None
     return None, float(match[1]) * _TIME_UNITS[match[2]]
 
 
-def parse_size(text: str) -> int:
-    """``"12GiB"``, ``"16GB"``, ``"800MiB"`` -> bytes."""
+def parse_size(text: str, field: str = "memory_size") -> int:
+    """``"12GiB"``, ``"16GB"``, ``"800MiB"`` -> bytes; a FieldError names ``field``."""
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
     unit = match[2].lower() if match else ""
     if not match or unit not in _SIZE_UNITS or float(match[1]) <= 0:
-        raise FlextuiError(f"memory size {text!r}: give a number and a unit, such as 12GiB, "
-                           "16GB or 800MiB")
+        raise FieldError(field, f"{text!r}: give a number and a unit, such as 12GiB, "
+                         "16GB or 800MiB")
     return int(float(match[1]) * _SIZE_UNITS[unit])
+
+
+def parse_whole(field: str, value: int | str, minimum: int | None = None) -> int:
+    """A whole number typed (``"4"``) or given (``4``), at least ``minimum``."""
+    try:
+        number = int(str(value).strip())
+    except ValueError:
+        raise FieldError(field, f"{str(value)!r}: give a whole number") from None
+    if minimum is not None and number < minimum:
+        raise FieldError(field, f"must be at least {minimum}")
+    return number
+
+
+def parse_beta(value: float | str | None) -> float | None:
+    """The inverse temperature: None (or "", "auto") for the default, else a number > 0."""
+    if value is None or str(value).strip().lower() in ("", "auto"):
+        return None
+    try:
+        beta = float(value)
+    except ValueError:
+        raise FieldError("beta", f"{value!r}: give a positive number, or leave it blank "
+                         "(auto: 20 / the initial cost in ms)") from None
+    if not beta > 0 or beta == float("inf"):
+        raise FieldError("beta", f"{value!r}: must be a positive number")
+    return beta
+
+
+def search_options(budget: str = DEFAULT_BUDGET, *, seed: int | str = 0,
+                   workers: int | str = 1, beta: float | str | None = None,
+                   memory: str = "penalize", memory_budget: str | None = None,
+                   **more: Any) -> SearchOptions:
+    """SearchOptions from what a person typed, in the CLI or the app's Setup form: the
+    budget ("30s", "5000"), seed, workers (chains), beta, memory policy and memory
+    budget ("12GiB", blank for none); ``more`` are other SearchOptions fields as they
+    are. A bad value raises FieldError naming its field."""
+    iterations, seconds = parse_budget(budget)
+    if memory not in MEMORY_POLICIES:
+        raise FieldError("memory", f"{memory!r}: use one of {', '.join(MEMORY_POLICIES)}")
+    limit = parse_size(memory_budget, "memory_budget") if memory_budget and \
+        memory_budget.strip() else None
+    return SearchOptions(iterations=iterations, time_limit=seconds,
+                         seed=parse_whole("seed", seed),
+                         chains=parse_whole("workers", workers, 1), beta=parse_beta(beta),
+                         memory=memory, memory_budget=limit, **more)

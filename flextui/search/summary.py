@@ -14,13 +14,19 @@ from flextui.sim import Simulator
 from flextui.strategy import builtin_strategy
 
 
-def baseline_costs(graph: OpGraph, cluster: Cluster, cost_model: CostModel,
-                   options: SearchOptions) -> dict[str, float]:
-    """The simulated cost of data parallelism and of the expert strategy, simulated as
-    the search simulates (same training mode, memory policy and budget)."""
+def search_simulator(graph: OpGraph, cluster: Cluster, cost_model: CostModel,
+                     options: SearchOptions) -> Simulator:
+    """A simulator that simulates as the search does (same training mode, memory policy
+    and memory budget): what its costs and timelines are to be compared with."""
     if options.memory_budget:
         cluster = cluster.with_memory_limit(options.memory_budget)
-    simulator = Simulator(graph, cluster, cost_model, options.training, options.memory)
+    return Simulator(graph, cluster, cost_model, options.training, options.memory)
+
+
+def baseline_costs(graph: OpGraph, cluster: Cluster, cost_model: CostModel,
+                   options: SearchOptions) -> dict[str, float]:
+    """The simulated cost of data parallelism and of the expert strategy."""
+    simulator = search_simulator(graph, cluster, cost_model, options)
     return {name: simulator.simulate(builtin_strategy(name, graph, cluster)).cost
             for name in ("data-parallel", "expert")}
 

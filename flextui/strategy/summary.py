@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any
 
 from flextui.graph import DimKind, OpGraph
@@ -16,6 +17,13 @@ def parallelism_kind(op, config) -> str:
     if not kinds:
         return "single"
     return "+".join(k.value for k in DimKind if k in kinds)
+
+
+def device_list(devices: Sequence[int]) -> str:
+    """Device indices for people: "0-3" for a run of more than two, else "0,2"."""
+    if len(devices) > 2 and list(devices) == list(range(devices[0], devices[-1] + 1)):
+        return f"{devices[0]}-{devices[-1]}"
+    return ",".join(map(str, devices))
 
 
 def strategy_rows(strategy: Strategy, graph: OpGraph) -> list[dict[str, Any]]:

@@ -1,0 +1,27 @@
+"""Where a search's files go by default: the log and the exported best strategy, named
+after the model and cluster (shared by ``flextui search`` and the app)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from flextui.graph import OpGraph
+from flextui.machine import Cluster
+
+
+def run_name(graph: OpGraph, cluster: Cluster) -> str:
+    return f"{graph.meta.get('model', graph.name)}-{cluster.name}"
+
+
+def default_log_path(graph: OpGraph, cluster: Cluster, directory: Path = Path()) -> Path:
+    """A new log name in ``directory``, stamped with the local time."""
+    return directory / f"{run_name(graph, cluster)}-{time.strftime('%Y%m%d-%H%M%S')}.ffsearch"
+
+
+def default_export_path(log_path: str | Path | None, graph: OpGraph, cluster: Cluster) -> Path:
+    """Next to the log (``run.best.json`` for ``run.ffsearch``), else in the current
+    directory."""
+    if log_path is not None:
+        return Path(log_path).with_suffix(".best.json")
+    return Path(f"{run_name(graph, cluster)}.best.json")

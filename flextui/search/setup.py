@@ -1,0 +1,88 @@
+"""Choosing what to search: a model with its options, a cluster, and the default a first
+launch opens on. The CLI and the app's Setup screen both call these, with what a person
+typed (strings from a form, or argparse values); a bad value raises
+:class:`~flextui.search.options.FieldError` naming its field, or the loader's own
+ModelError / ClusterError."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from flextui.errors import ClusterError
+from flextui.graph import OpGraph
+from flextui.graph.library import load_model
+from flextui.machine import Cluster, detect, load_named_cluster
+from flextui.machine.library import LOCAL
+from flextui.search.options import FieldError, parse_whole
+
+#: the model a first launch searches: on 4 simulated P100s the search finds a strategy
+#: ~12x faster than the best built-in one (18.3 -> 1.5 ms) within a second on a laptop
+#: CPU, so the curve visibly drops at once (AlexNet, LeNet, RNNTC gain <20% there)
+FIRST_MODEL = "mlp"
+#: the cluster a first launch uses when this machine has too few GPUs to split over
+FIRST_CLUSTER, FIRST_CLUSTER_NODES = "p100-4x4", 1
+#: the detected machine is the default only with at least this many GPUs
+MIN_LOCAL_GPUS = 2
+
+
+def parse_model_options(items: Iterable[str] = (),
+                        batch_size: int | str | None = None) -> dict[str, str]:
+    """``KEY=VALUE`` items (and a batch size, blank for the model's own) as the string
+    options :func:`~flextui.graph.library.load_model` converts."""
+    options = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise FieldError("option", f"{item!r}: write KEY=VALUE, e.g. hidden=512")
+        options[key.strip()] = value.strip()
+    if batch_size is not None and str(batch_size).strip():
+        options["batch_size"] = str(parse_whole("batch_size", batch_size, 1))
+    return options
+
+
+def split_options(text: str) -> list[str]:
+    """``"hidden=512, layers=2"`` (commas or spaces) -> ``["hidden=512", "layers=2"]``."""
+    return [item for item in re.split(r"[\s,]+", text) if item]
+
+
+def load_model_choice(model: str, batch_size: int | str | None = None,
+                      options: str = "") -> OpGraph:
+    """A library model or a model file, with a batch size and ``KEY=VALUE`` options."""
+    return load_model(model.strip(), **parse_model_options(split_options(options), batch_size))
+
+
+def load_cluster_choice(cluster: str, nodes: int | str | None = None) -> Cluster:
+    """A library cluster (resized to ``nodes`` when given), a TOML file, or "local"."""
+    if nodes is None or not str(nodes).strip():
+        return load_named_cluster(cluster.strip())
+    count = parse_whole("nodes", nodes, 1)
+    try:
+        return load_named_cluster(cluster.strip(), nodes=count)
+    except ClusterError as e:
+        raise FieldError("nodes", f"{count}: {e}; leave nodes blank to use the cluster "
+                         "as defined") from None
+
+
+@dataclass(frozen=True)
+class FirstChoice:
+    """What a first launch opens on; ``nodes`` None leaves the cluster as it is."""
+
+    model: str
+    cluster: str
+    nodes: int | None
+
+
+def gpu_count(cluster: Cluster) -> int:
+    return sum(d.kind != "cpu" for d in cluster.devices)
+
+
+def first_choice(local: Cluster | None = None) -> FirstChoice:
+    """A built-in model on this machine when it has GPUs to split over, else on the
+    paper's P100 node. ``local`` is the detected machine (detected here when None;
+    that imports torch, so call it off a UI thread)."""
+    local = local if local is not None else detect.detect_local()
+    if gpu_count(local) >= MIN_LOCAL_GPUS:
+        return FirstChoice(FIRST_MODEL, LOCAL, None)
+    return FirstChoice(FIRST_MODEL, FIRST_CLUSTER, FIRST_CLUSTER_NODES)
