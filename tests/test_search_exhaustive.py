@@ -12,8 +12,10 @@ from conftest import line_cluster
 from flextui.cost import AnalyticCostModel, OpCost
 from flextui.errors import ClusterError, FlextuiError, StrategyError
 from flextui.graph import GraphBuilder
-from flextui.machine import Cluster, Device, DeviceSpec, Link
+from flextui.graph.library import load_model
+from flextui.machine import Cluster, Device, DeviceSpec, Link, load_named_cluster
 from flextui.search.bound import BoundTables, lower_bound
+from flextui.search.schedbound import cannot_finish_before, one_resource, raise_bounds, topological
 from flextui.search.exhaustive import (
     ExhaustiveResult,
     exhaustive_search,
@@ -176,8 +178,99 @@ def test_bound_never_exceeds_any_completion():
                     cost = sim.simulate(strategy).cost
                     assert bound <= cost * (1 + 1e-12), (name, cluster.name, a, full)
                     assert tables.bound(full) <= cost * (1 + 1e-12)
+                    # with a cutoff near the cost, the disjunctive proof is tried too
+                    cutoff = cost * rng.uniform(0.9, 1.1)
+                    assert tables.bound(a, cutoff) <= cost * (1 + 1e-12), (name, a, full, cutoff)
                     checked += 1
     assert checked > 300
+
+
+def test_bound_never_exceeds_completions_of_larger_models():
+    """rnnlm2 and LeNet on 4 GPUs (shared parameters, all-reduces, several transfers a
+    task), with the cutoff set just above the cost so the disjunctive proof works hard."""
+    rng = random.Random(11)
+    cluster, cost_model = load_named_cluster("p100-4x4", nodes=1), AnalyticCostModel()
+    for name in ("rnnlm2", "lenet"):
+        graph = load_model(name)
+        tables = BoundTables(graph, cluster, cost_model, True, "penalize")
+        sim = Simulator(graph, cluster, cost_model)
+        for _ in range(8):
+            full = [rng.randrange(len(cs)) for cs in tables.configs]
+            cost = sim.simulate(Strategy({op.name: tables.configs[i][full[i]]
+                                          for i, op in enumerate(graph.ops)})).cost
+            a = [c if rng.random() < 0.7 else -1 for c in full]
+            for cutoff in (math.inf, cost * 1.001, cost * 1.05):
+                assert tables.bound(a, cutoff) <= cost * (1 + 1e-12), (name, a, full, cutoff)
+
+
+def test_certain_tasks_of_a_complete_assignment_are_the_simulated_ones():
+    """Per device and per link, the tasks the bound reasons about take exactly the busy
+    time the simulator reports."""
+    rng = random.Random(5)
+    cluster, cost_model = load_named_cluster("p100-4x4", nodes=1), AnalyticCostModel()
+    graph = load_model("rnnlm2")
+    tables = BoundTables(graph, cluster, cost_model, True, "penalize")
+    sim = Simulator(graph, cluster, cost_model)
+    for _ in range(5):
+        a = [rng.randrange(len(cs)) for cs in tables.configs]
+        timeline = sim.simulate(Strategy({op.name: tables.configs[i][a[i]]
+                                          for i, op in enumerate(graph.ops)}))
+        tasks = tables.task_bound.tasks(a)
+        busy = [0.0] * (tables.D + tables.L)
+        for dur, res in zip(tasks.dur, tasks.res):
+            for r in res:
+                busy[r] += dur
+        simulated = [d.busy_s for d in timeline.devices] + [link.busy_s for link in timeline.links]
+        assert busy == pytest.approx(simulated, rel=1e-12, abs=1e-18)
+
+
+def optimal_makespan(dur, res, preds, head, tail):
+    """Brute force over every order of the tasks: each starts as early as its
+    predecessors, its head and its resources (after the tasks before it there) allow;
+    the best over the orders is the optimum of all schedules."""
+    best = math.inf
+    for perm in itertools.permutations(range(len(dur))):
+        pos = {x: i for i, x in enumerate(perm)}
+        if any(pos[p] > pos[x] for x in perm for p in preds[x]):
+            continue
+        end, free, span = {}, {}, 0.0
+        for x in perm:
+            start = max([head[x]] + [end[p] for p in preds[x]] + [free.get(r, 0.0) for r in res[x]])
+            end[x] = start + dur[x]
+            for r in res[x]:
+                free[r] = end[x]
+            span = max(span, end[x] + tail[x])
+        best = min(best, span)
+    return best
+
+
+def test_schedule_bounds_hold_for_every_schedule():
+    """Random task graphs of 6 tasks on 3 resources (the first 2 devices; some tasks
+    hold two resources), with heads and tails: the raised bounds, the one-resource
+    bounds and the disjunctive proof never claim more than the best of all schedules."""
+    rng = random.Random(3)
+    proved = 0
+    for _ in range(120):
+        n = 6
+        dur = [rng.choice([0.0, 1.0, 2.0, 3.0, 5.0]) for _ in range(n)]
+        res = [tuple(sorted(rng.sample(range(3), 2))) if rng.random() < 0.15 else (rng.randrange(3),)
+               for _ in range(n)]
+        preds = [[p for p in range(x) if rng.random() < 0.3] for x in range(n)]
+        head = [rng.choice([0.0, 0.0, 1.0, 4.0]) for _ in range(n)]
+        tail = [rng.choice([0.0, 0.0, 2.0, 3.0]) for _ in range(n)]
+        optimum = optimal_makespan(dur, res, preds, head, tail)
+        succs = [[x for x in range(n) if p in preds[x]] for p in range(n)]
+        order = topological(preds, succs)
+        h, q = head[:], tail[:]
+        raise_bounds(order, preds, dur, res, h, 2)
+        raise_bounds(order[::-1], succs, dur, res, q, 2)
+        assert max(a + d + b for a, d, b in zip(h, dur, q)) <= optimum + 1e-9
+        for r in range(3):
+            items = [(h[x], dur[x], q[x]) for x in range(n) if r in res[x]]
+            assert not items or one_resource(items) <= optimum + 1e-9
+        assert not cannot_finish_before(optimum + 1e-6, dur, res, preds, head[:], tail[:], 2, 3)
+        proved += cannot_finish_before(optimum, dur, res, preds, head[:], tail[:], 2, 3)
+    assert proved > 20  # the proof does find the optimum's lower bound often
 
 
 def test_bound_is_tight_on_one_device():
@@ -220,19 +313,23 @@ def test_space_size():
             assert size == math.prod(len(list(valid_configs(op, n))) for op in graph.ops)
 
 
-def test_search_order_is_topological_and_groups_shared_parameters():
+def test_search_order_groups_shared_parameters_and_puts_inputs_last():
     graph = rnn()
     order = search_order(graph)
     assert sorted(order) == list(range(len(graph.ops)))
     position = {i: k for k, i in enumerate(order)}
+    inputs = {op.index for op in graph.ops if op.type == "input"}
+    assert sorted(position[i] for i in inputs) == list(range(len(order) - len(inputs), len(order)))
     for op in graph.ops:
         for p in graph.predecessors(op):
-            assert position[p.index] < position[op.index]
+            assert p.index in inputs or position[p.index] < position[op.index]
     names = [graph.ops[i].name for i in order]
     # both embeddings before either LSTM step, the two LSTM steps next to each other
     assert max(names.index("s0.emb"), names.index("s1.emb")) < names.index("s0.lstm")
     assert names.index("s1.lstm") == names.index("s0.lstm") + 1
-    assert search_order(chain()) == list(range(len(chain().ops)))
+    assert names[-2:] == ["s0.ids", "s1.ids"]
+    line = chain()
+    assert [line.ops[i].name for i in search_order(line)] == ["fc", "act", "fc2", "x"]
 
 
 def test_any_order_finds_the_same_optimum():

@@ -16,6 +16,7 @@ from flextui.errors import ClusterError
 from flextui.graph import OpGraph, intersect, region_volume
 from flextui.graph.tensor import dtype_bytes
 from flextui.machine import Cluster
+from flextui.search.taskbound import TaskBound
 from flextui.sim.memory import PENALTY_S_PER_MB
 from flextui.sim.replicas import ParamBlock, replica_groups
 from flextui.sim.taskgraph import ring_allreduce_s, update_s
@@ -36,9 +37,6 @@ class _Edge:
     gradT: np.ndarray    # (k, cv, cp, m): the same, laid out for the producer's side
     links: np.ndarray    # (ncp, ncv, L): link busy time, forward and backward
     recv: np.ndarray     # (ncp, ncv, D): bytes received into forward tasks, per device
-    # per config pair, each transfer hop: (link, time, time of the hops before it, of
-    # the hops after it, producer task, consumer task, 0 forward / 1 gradient)
-    items: dict[tuple[int, int], list[tuple[int, float, float, float, int, int, int]]]
 
 
 @dataclass
@@ -104,6 +102,7 @@ class BoundTables:
         for op in ops:
             for p in self.preds[op.index]:
                 self.edges[(p, op.index)] = self._edge_tables(ops[p], op)
+        self.task_bound = TaskBound(self)
 
     # -- building ------------------------------------------------------------------
 
@@ -135,7 +134,7 @@ class BoundTables:
         mask = mask[order]
         self.mask_off.append(np.where(mask, 0.0, NEG))   # 0 for a task, NEG for none
 
-    def _hops(self, src: int, dst: int, nbytes: int) -> list[tuple[int, float]] | None:
+    def hops(self, src: int, dst: int, nbytes: int) -> list[tuple[int, float]] | None:
         """(link id, transfer time) of each hop from ``src`` to ``dst``; None if the
         cluster has no route (the simulator cannot simulate that: never a leaf)."""
         try:
@@ -158,13 +157,11 @@ class BoundTables:
         bwd = np.full((len(pcs), len(ccs), D, D), NEG)
         links = np.zeros((len(pcs), len(ccs), L))
         recv = np.zeros((len(pcs), len(ccs), D))
-        items: dict[tuple[int, int], list] = {}
         backward = self.has_bwd[producer.index]
         outs = [[producer.output_regions(r) for r in pc.regions(producer)] for pc in pcs]
         ins = [[consumer.input_regions(r) for r in cc.regions(consumer)] for cc in ccs]
         slots = [(s, t) for s, t in enumerate(consumer.inputs) if t.producer is producer]
         for (a, pc), (b, cc) in itertools.product(enumerate(pcs), enumerate(ccs)):
-            pair = items[(a, b)] = []
             for slot, tensor in slots:
                 width = dtype_bytes(tensor.dtype)
                 for k, needs in enumerate(ins[b]):
@@ -178,17 +175,14 @@ class BoundTables:
                             nbytes = region_volume(overlap) * width
                             recv[a, b, dst] += nbytes
                             for direction, (x, y) in enumerate(((src, dst), (dst, src))[:1 + backward]):
-                                hops = self._hops(x, y, nbytes)
+                                hops = self.hops(x, y, nbytes)
                                 if hops is None:
                                     total = math.inf
                                     links[a, b] = math.inf
                                 else:
                                     total = sum(t for _, t in hops)
-                                    before = 0.0
                                     for lid, t in hops:
                                         links[a, b, lid] += t
-                                        pair.append((lid, t, before, total - before - t, m, k, direction))
-                                        before += t
                                 if direction == 0:
                                     f = total
                                 else:
@@ -198,7 +192,7 @@ class BoundTables:
                             bwd[a, b, m, k] = max(bwd[a, b, m, k], g)
         return _Edge(np.ascontiguousarray(fwd.transpose(3, 0, 1, 2)),
                      np.ascontiguousarray(bwd.transpose(2, 0, 1, 3)),
-                     np.ascontiguousarray(bwd.transpose(3, 1, 0, 2)), links, recv, items)
+                     np.ascontiguousarray(bwd.transpose(3, 1, 0, 2)), links, recv)
 
     def param_outcome(self, name: str, user_configs: tuple[int, ...]) -> _ParamOutcome:
         """Shards, all-reduces, updates and per-task tails of parameter ``name`` when
@@ -290,14 +284,17 @@ class BoundTables:
 
     # -- the bound -----------------------------------------------------------------
 
-    def bound(self, a: list[int]) -> float:
+    def bound(self, a: list[int], cutoff: float = math.inf) -> float:
         """A lower bound on the cost of every completion of the partial assignment
-        ``a`` (config index per op, -1 for unassigned); see the module docstring."""
+        ``a`` (config index per op, -1 for unassigned); see ``exhaustive``. With a
+        ``cutoff``, the bound may stop at whatever proves it is at least the cutoff."""
         penalty = self._penalty(a)
-        if penalty == math.inf:
+        if penalty >= cutoff:
             return penalty
         E, B, R, path = self._paths(a)
-        return max(path, self._resources(a, E, B, R)) + penalty
+        if path + penalty >= cutoff:
+            return path + penalty
+        return max(path, self.task_bound.bound(a, E, B, R, cutoff - penalty)) + penalty
 
     def _paths(self, a: list[int]) -> tuple[list, list, list, float]:
         """E, B, R (see the module docstring) and the critical-path bound."""
@@ -348,73 +345,6 @@ class BoundTables:
             R[v] = acc
             best = max(best, float((B[v] + acc).max(axis=1).min()))
         return E, B, R, best
-
-    def _resources(self, a: list[int], E: list, B: list | None, R: list | None) -> float:
-        """Per device and per link, over what the assigned ops put there (each an item
-        with a head, the earliest it can start; a duration; and a tail, what must follow
-        it): the largest of head + the durations of all items with at least that head +
-        the least tail among them. And the total compute over the device count."""
-        D = self.D
-        dev: list[list[tuple[float, float, float]]] = [[] for _ in range(D)]
-        link: list[list[tuple[float, float, float]]] = [[] for _ in range(self.L)]
-        spare = 0.0
-        training = self.training
-        for i, c in enumerate(a):
-            if c < 0:
-                spare += self.min_work[i]
-                continue
-            dF, dB, e = self.dF[i][c], self.dB[i][c], E[i][0]
-            bwd = self.has_bwd[i]
-            for k, d in enumerate(self.configs[i][c].devices):
-                if bwd:
-                    r = R[i][0, k]
-                    dev[d].append((e[k] - dF[k], dF[k], dB[k] + r))
-                    dev[d].append((B[i][0, k] - dB[k], dB[k], r))
-                else:
-                    dev[d].append((e[k] - dF[k], dF[k], 0.0))
-        for (p, v), edge in self.edges.items():
-            cp, cv = a[p], a[v]
-            if cp < 0 or cv < 0:
-                continue
-            for lid, t, before, after, m, k, direction in edge.items[(cp, cv)]:
-                if direction == 0:
-                    tail = after + self.dF[v][cv, k]
-                    if training:
-                        tail += self.dB[v][cv, k] + R[v][0, k]
-                    link[lid].append((E[p][0, m] + before, t, tail))
-                else:
-                    link[lid].append((B[v][0, k] + before, t, after + self.dB[p][cp, m] + R[p][0, m]))
-        if training:
-            for name, users in self.param_users.items():
-                cs = tuple(a[i] for i in users)
-                if min(cs) < 0:
-                    continue
-                out = self.param_outcome(name, cs)
-                ready = np.zeros(D)
-                for sync, links, devices, tasks in out.groups:
-                    head = max(B[i][0, k] for i, k in tasks)
-                    if links:
-                        after = max(out.updates[d] for d in devices)
-                        for lid in links:
-                            link[lid].append((head, sync, after))
-                    for d in devices:
-                        ready[d] = max(ready[d], head + sync)
-                for d in range(D):
-                    if out.updates[d]:
-                        dev[d].append((ready[d], out.updates[d], 0.0))
-        best, work = 0.0, 0.0
-        for items in itertools.chain(dev, link):
-            if not items:
-                continue
-            items.sort(key=lambda x: -x[0])
-            load, tail = 0.0, math.inf
-            for head, t, after in items:
-                load += t
-                tail = min(tail, after)
-                best = max(best, head + load + tail)
-        for items in dev:
-            work += sum(t for _, t, _ in items)
-        return max(best, (work + spare) / D)
 
     def _penalty(self, a: list[int]) -> float:
         if self.memory == "ignore":
