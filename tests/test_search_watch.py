@@ -82,8 +82,8 @@ def test_watch_current_strategy_follows_the_chain():
 def test_live_search_pauses_stops_and_keeps_its_log(tmp_path):
     graph, cluster = model("lenet"), four_gpus()
     log = tmp_path / "live.ffsearch"
-    live = LiveSearch(graph, cluster, AnalyticCostModel(), SearchOptions(time_limit=60, seed=1),
-                      log_path=log, processes=False)
+    options = SearchOptions(time_limit=60, seed=1, converge=False)  # LeNet converges in ~1 s
+    live = LiveSearch(graph, cluster, AnalyticCostModel(), options, log_path=log, processes=False)
     assert live.view().state == "starting"
     live.start()
     deadline = time.monotonic() + 30
@@ -151,6 +151,7 @@ def test_playback_clock_and_speeds(tmp_path):
     play.speed = 1e6
     play.advance(1.0)
     assert play.finished and play.view().steps == 200 and not play.playing
+    assert play.toggle() and play.view().steps == 0     # playing again starts over
 
 
 def test_bad_options_in_a_log_are_a_clear_error(tmp_path):

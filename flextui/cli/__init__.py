@@ -70,13 +70,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def interactive() -> bool:
+    """A person at a terminal: the app can open."""
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
+def open_app(args: argparse.Namespace, console: Console) -> None:
+    from flextui.tui.app import run_app
+    run_app(replay=getattr(args, "log", None))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     handler: Callable | None = getattr(args, "handler", None)
     if handler is None:
-        parser.print_help()
-        return 0
+        if not interactive():
+            parser.print_help()
+            return 0
+        handler = open_app
     try:
         handler(args, Console())
     except FlextuiError as exc:

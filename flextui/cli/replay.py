@@ -21,8 +21,8 @@ def add_parser(sub) -> None:
                        "best strategy (or the one at any step) and its simulated timeline.")
     p.add_argument("log", metavar="FILE.ffsearch")
     p.add_argument("--headless", action="store_true",
-                   help="print the summary (the terminal app's replay screen is not built yet, "
-                   "so this is also what happens without it)")
+                   help="print the summary instead of playing the search back in the app "
+                   "(what happens anyway when not at a terminal, or with --json or an export)")
     p.add_argument("--chain", type=int, default=None, help="with --step: which chain")
     p.add_argument("--step", type=int, default=None,
                    help="export the chain's strategy after this many steps instead of the best")
@@ -34,6 +34,17 @@ def add_parser(sub) -> None:
 
 
 def cmd_replay(args: argparse.Namespace, console: Console) -> None:
+    from flextui.cli import interactive, open_app
+    exporting = args.export_strategy or args.trace or args.step is not None
+    if not (args.headless or args.json or exporting) and interactive():
+        from flextui.search.log import read_search_log
+        read_search_log(args.log)   # a bad log is a message here, before the app opens
+        open_app(args, console)
+        return
+    _replay_headless(args, console)
+
+
+def _replay_headless(args: argparse.Namespace, console: Console) -> None:
     from flextui.cost import cost_model_from_identity
     from flextui.search.log import read_search_log
     from flextui.search.options import SearchOptions

@@ -49,16 +49,21 @@ class Playback:
 
     def __init__(self, log: SearchLog) -> None:
         self.log = log
-        options = SearchOptions.from_dict(log.header.options, str(log.path))
-        self.watch = SearchWatch(log.header.graph, options.iterations, options.time_limit,
-                                 options.chains)
+        self._options = SearchOptions.from_dict(log.header.options, str(log.path))
         self._records = _timed_records(log)
+        self.speed = 1.0
+        self.baselines: dict[str, float] = {}
+        self.rewind()
+
+    def rewind(self) -> None:
+        """Back to the start (the initial checkpoints, iteration 0), paused."""
+        options = self._options
+        self.watch = SearchWatch(self.log.header.graph, options.iterations,
+                                 options.time_limit, options.chains)
         self._next = 0
         self.clock = 0.0
-        self.speed = 1.0
         self.playing = False
-        self.baselines: dict[str, float] = {}
-        self._feed(lambda r: r.kind != "s")   # the initial checkpoints, iteration 0
+        self._feed(lambda r: r.kind != "s")
 
     @property
     def finished(self) -> bool:
@@ -98,16 +103,18 @@ class Playback:
         self.clock = max(self.clock, self.duration)
 
     def toggle(self) -> bool:
-        """Play or pause; True if playing now. A finished log stays at its end."""
+        """Play or pause; True if playing now. Playing a finished log starts it over."""
         if self.finished and not self.playing:
-            return False
+            self.rewind()
         self.playing = not self.playing
         return self.playing
 
     def faster(self, up: bool) -> float:
         """The next speed up (or down) the ``SPEEDS`` ladder; the new speed."""
-        i = min(range(len(SPEEDS)), key=lambda k: abs(SPEEDS[k] - self.speed))
-        self.speed = SPEEDS[max(0, min(len(SPEEDS) - 1, i + (1 if up else -1)))]
+        if up:
+            self.speed = min((v for v in SPEEDS if v > self.speed), default=SPEEDS[-1])
+        else:
+            self.speed = max((v for v in SPEEDS if v < self.speed), default=SPEEDS[0])
         return self.speed
 
     def view(self) -> SearchView:

@@ -176,7 +176,8 @@ class SearchWatch:
         leader = self._best_chain
         initial = min(self.initial.values()) if self.initial else None
         return SearchView(
-            state=state, steps=self.steps, elapsed=self.elapsed, progress=self.progress(),
+            state=state, steps=self.steps, elapsed=self.elapsed,
+            progress=1.0 if state == "finished" else self.progress(),
             initial_cost=initial, best_cost=self.best_cost, current_cost=self.current_cost,
             acceptance_rate=self.accepted / self.steps if self.steps else 0.0,
             sims_per_s=self.sims_per_s(), history=self.history.points(),

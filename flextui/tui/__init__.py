@@ -1,0 +1,1 @@
+"""The Textual app (the only layer besides the CLI that imports Textual)."""

@@ -1,0 +1,133 @@
+"""The flextui app: Setup → Search (live) → Timeline, and Replay of a saved search.
+
+The app only composes screens and hands them core objects: the search runs in a
+``LiveSearch`` (off the UI thread, chains in worker processes), a saved log plays back
+through a ``Playback``, and timelines come from the simulator on a worker thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from multiprocessing import resource_tracker
+from pathlib import Path
+
+from textual.app import App, SystemCommand
+from textual.binding import Binding
+from textual.screen import Screen
+
+from flextui.cost import AnalyticCostModel, cost_model_from_identity
+from flextui.errors import FlextuiError
+from flextui.search.files import default_log_path
+from flextui.search.live import LiveSearch
+from flextui.search.log import read_search_log
+from flextui.search.options import SearchOptions
+from flextui.search.playback import Playback
+from flextui.search.summary import baseline_costs
+from flextui.tui.screens.dialogs import ErrorDialog, OpenLogDialog
+from flextui.tui.screens.help import HelpScreen
+from flextui.tui.screens.search import SearchScreen, SearchSetup
+from flextui.tui.screens.setup import SetupScreen
+
+
+class FlextuiApp(App):
+    CSS_PATH = "app.tcss"
+    TITLE = "flextui"
+    BINDINGS = [
+        Binding("ctrl+q", "quit", "Quit", priority=True),
+        Binding("question_mark,f1", "help", "Keys"),
+        Binding("ctrl+o", "open_log", "Replay a log"),
+    ]
+
+    def __init__(self, *, model: str | None = None, cluster: str | None = None,
+                 replay: str | Path | None = None, log_dir: str | Path = ".") -> None:
+        super().__init__()
+        # Worker processes need multiprocessing's resource tracker, which starts on first
+        # use with a copy of stderr; once the app runs, stderr is Textual's capture (no
+        # file descriptor), so start it now.
+        resource_tracker.ensure_running()
+        self.initial_model, self.initial_cluster = model, cluster
+        self.replay_path = Path(replay) if replay is not None else None
+        self.log_dir = Path(log_dir)
+        self.searches: list[LiveSearch] = []
+
+    def on_mount(self) -> None:
+        self.push_screen(SetupScreen(self.initial_model, self.initial_cluster))
+        if self.replay_path is not None:
+            self.open_replay(self.replay_path)
+
+    # -- searches -----------------------------------------------------------------------
+
+    def on_setup_screen_start_search(self, message: SetupScreen.StartSearch) -> None:
+        graph, cluster, options = message.graph, message.cluster, message.options
+        log_path = default_log_path(graph, cluster, self.log_dir)
+        live = LiveSearch(graph, cluster, AnalyticCostModel(), options, log_path=log_path)
+        live.start()
+        self.searches.append(live)
+        title = f"{message.model_label} on {message.cluster_label}"
+        setup = SearchSetup(graph, cluster, live.cost_model, options, title)
+        self.push_screen(SearchScreen(live, setup, str(log_path)))
+
+    def open_replay(self, path: Path) -> None:
+        try:
+            log = read_search_log(path)
+            header = log.header
+            cost_model = cost_model_from_identity(header.cost_model)
+            options = SearchOptions.from_dict(header.options, str(path))
+            playback = Playback(log)
+        except FlextuiError as exc:
+            self.show_error("Cannot replay this log", str(exc))
+            return
+        title = f"{header.graph.meta.get('model', header.graph.name)} on {header.cluster.name}"
+        setup = SearchSetup(header.graph, header.cluster, cost_model, options, title)
+        self.push_screen(SearchScreen(playback, setup, str(path)))
+        self.run_worker(lambda: self._replay_baselines(playback, setup), thread=True)
+
+    def _replay_baselines(self, playback: Playback, setup: SearchSetup) -> None:
+        """On a worker thread: data parallelism and the expert strategy, simulated, for
+        the replay's speedups; then start playing."""
+        try:
+            playback.baselines = baseline_costs(setup.graph, setup.cluster, setup.cost_model,
+                                                setup.options)
+        except FlextuiError as exc:
+            self.call_from_thread(self.show_error, "Cannot simulate the baselines", str(exc))
+        self.call_from_thread(playback.toggle)
+
+    # -- app-wide -----------------------------------------------------------------------
+
+    def show_error(self, title: str, message: str) -> None:
+        self.push_screen(ErrorDialog(title, message))
+
+    def action_help(self) -> None:
+        if not isinstance(self.screen, HelpScreen):
+            self.push_screen(HelpScreen(self.screen))
+
+    def action_open_log(self) -> None:
+        def opened(path: Path | None) -> None:
+            if path is not None:
+                self.open_replay(path)
+        self.push_screen(OpenLogDialog(), opened)
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        """The built-in commands, and every described key of the current screen."""
+        yield from super().get_system_commands(screen)
+        for binding in screen.BINDINGS:
+            b = binding if isinstance(binding, Binding) else Binding(*binding)
+            if b.description and screen.check_action(b.action, ()):
+                yield SystemCommand(b.description, f"key: {b.key}",
+                                    lambda action=b.action: screen.run_action(action))
+        yield SystemCommand("Replay a log", "open a saved search (.ffsearch)", self.action_open_log)
+
+    async def action_quit(self) -> None:
+        self.stop_searches()
+        self.exit()
+
+    def stop_searches(self) -> None:
+        """Stop every live search and wait for it, so each log gets its final record."""
+        for live in self.searches:
+            live.stop()
+        for live in self.searches:
+            live.join(timeout=10)
+
+
+def run_app(**kwargs) -> None:
+    FlextuiApp(**kwargs).run()

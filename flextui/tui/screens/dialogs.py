@@ -1,0 +1,51 @@
+"""Modal dialogs: an error (the message, never a traceback) and opening a search log."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label, Static
+
+
+class ErrorDialog(ModalScreen[None]):
+    BINDINGS = [Binding("escape,enter", "dismiss", "Close")]
+
+    def __init__(self, title: str, message: str) -> None:
+        super().__init__()
+        self.heading, self.message = title, message
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="error-dialog", classes="dialog"):
+            yield Label(self.heading, classes="dialog-title")
+            yield Static(self.message, id="error-message", markup=False)
+            yield Button("Close", variant="error", id="close")
+
+    def on_button_pressed(self) -> None:
+        self.dismiss()
+
+
+class OpenLogDialog(ModalScreen[Path | None]):
+    """Asks for a .ffsearch path; dismisses with it (or None on escape)."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="open-dialog", classes="dialog"):
+            yield Label("Replay a saved search", classes="dialog-title")
+            yield Input(placeholder="path/to/run.ffsearch", id="log-path")
+            yield Static("", id="open-error")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        path = Path(event.value.strip()).expanduser()
+        if not path.is_file():
+            self.query_one("#open-error", Static).update(
+                f"{path}: no such file; give the path of a .ffsearch log")
+            return
+        self.dismiss(path)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,46 @@
+"""The key map (``?`` or F1): every key of the screen it was opened from, and the app's."""
+
+from __future__ import annotations
+
+from rich.table import Table
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen, Screen
+from textual.widgets import Label, Static
+
+
+def key_rows(screen: Screen) -> list[tuple[str, str, str]]:
+    """(where, keys, what) for every described binding active on ``screen``."""
+    rows, seen = [], set()
+    for node in (screen, screen.app):
+        where = "app" if node is screen.app else (screen.title or type(screen).__name__)
+        for binding in node.BINDINGS:
+            b = binding if isinstance(binding, Binding) else Binding(*binding)
+            if not b.description or (b.action, b.key) in seen:
+                continue
+            if node is screen and screen.check_action(b.action, ()) is False:
+                continue
+            seen.add((b.action, b.key))
+            keys = ", ".join(screen.app.get_key_display(Binding(k.strip(), b.action))
+                             for k in b.key.split(","))
+            rows.append((where, keys, b.description))
+    return rows
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,question_mark,f1,q", "dismiss", "Close")]
+
+    def __init__(self, screen: Screen) -> None:
+        super().__init__()
+        self.rows = key_rows(screen)
+
+    def compose(self) -> ComposeResult:
+        table = Table(box=None, padding=(0, 2), show_header=True, header_style="bold")
+        for col in ("", "keys", "action"):
+            table.add_column(col)
+        for where, keys, what in self.rows:
+            table.add_row(where, keys, what)
+        with VerticalScroll(id="help-dialog", classes="dialog"):
+            yield Label("Keys (ctrl+p lists every action too)", classes="dialog-title")
+            yield Static(table)

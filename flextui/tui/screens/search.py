@@ -1,0 +1,228 @@
+"""The Search screen: a search live (a ``LiveSearch`` running off the UI thread) or
+played back from its log (a ``Playback``). A timer polls the source a few times a
+second, so however fast the search runs the screen redraws at most that often; the
+tables are redrawn only when the best strategy changes."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import Screen
+from textual.widgets import Footer, Header, ProgressBar, TabbedContent, TabPane
+
+from flextui.cost.model import CostModel
+from flextui.errors import FlextuiError
+from flextui.graph import OpGraph
+from flextui.machine import Cluster
+from flextui.search.files import default_export_path
+from flextui.search.live import LiveSearch
+from flextui.search.options import SearchOptions
+from flextui.search.playback import Playback
+from flextui.search.watch import SearchView
+from flextui.strategy import Strategy, builtin_strategy, save_strategy
+from flextui.tui.widgets.chart import Chart
+from flextui.tui.widgets.searchcharts import cost_chart, frontier_chart
+from flextui.tui.widgets.stats import SearchStats
+from flextui.tui.widgets.strategy import StrategyMap, StrategyTable
+
+REFRESH_S = 0.25   # how often the screen polls the search: at most 4 redraws a second
+
+LIVE_ONLY = {"pause", "stop"}
+REPLAY_ONLY = {"play", "step", "faster", "slower", "to_end"}
+
+
+@dataclass(frozen=True)
+class SearchSetup:
+    """What a search (live or replayed) ran on: for the timeline, exports and titles."""
+
+    graph: OpGraph
+    cluster: Cluster
+    cost_model: CostModel
+    options: SearchOptions
+    title: str
+
+
+def budget_text(options: SearchOptions) -> str:
+    parts = []
+    if options.time_limit is not None:
+        parts.append(f"{options.time_limit:g} s")
+    if options.iterations is not None:
+        parts.append(f"{options.iterations * options.chains:,} steps")
+    return " / ".join(parts) or "no budget"
+
+
+class SearchScreen(Screen):
+    BINDINGS = [
+        Binding("space", "pause", "Pause/resume"),
+        Binding("x", "stop", "Stop"),
+        Binding("space", "play", "Play/pause"),
+        Binding("n", "step", "Step"),
+        Binding("right_square_bracket,plus", "faster", "Faster"),
+        Binding("left_square_bracket,minus", "slower", "Slower"),
+        Binding("end", "to_end", "To end"),
+        Binding("t", "timeline", "Timeline"),
+        Binding("s", "save", "Save best"),
+        Binding("g", "toggle_axis", "Steps/time", show=False),
+        Binding("escape", "back", "Back"),
+    ]
+
+    def __init__(self, source: LiveSearch | Playback, setup: SearchSetup,
+                 log_path: str | None = None) -> None:
+        super().__init__()
+        self.source, self.setup = source, setup
+        self.replay = isinstance(source, Playback)
+        self.log_path = log_path
+        self.by_time = False
+        self.view: SearchView | None = None
+        self._shown_version = -1
+        self._clock = time.monotonic()
+        self._failure_shown = False
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="search-top"):
+            with Vertical(id="search-stats", classes="panel"):
+                yield SearchStats(id="stats")
+                yield ProgressBar(id="budget", show_eta=False)
+            yield Chart(id="cost-plot", classes="panel")
+        with TabbedContent(id="search-tabs"):
+            with TabPane("Strategy", id="tab-strategy"):
+                yield StrategyTable(id="strategy-table")
+            with TabPane("Map", id="tab-map"):
+                with VerticalScroll():
+                    yield StrategyMap(id="strategy-map")
+            with TabPane("Frontier", id="tab-frontier"):
+                yield Chart(id="frontier-plot")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.title = self.setup.title
+        where = Path(self.log_path).name if self.log_path else ""
+        self.sub_title = f"replay of {where}" if self.replay else f"search · log {where}"
+        self.query_one("#search-stats").border_title = "search"
+        self.query_one("#cost-plot").border_title = "cost per iteration (ms)"
+        self.refresh_view()
+        self.set_interval(REFRESH_S, self.refresh_view)
+
+    # -- drawing ------------------------------------------------------------------------
+
+    def refresh_view(self) -> None:
+        now = time.monotonic()
+        if self.replay:
+            self.source.advance(now - self._clock)
+        self._clock = now
+        view = self.view = self.source.view()
+        speed = self.source.speed if self.replay else None
+        self.query_one(SearchStats).show(view, budget_text(self.setup.options), speed)
+        bar = self.query_one(ProgressBar)
+        bar.update(total=1.0, progress=view.progress if view.progress is not None else 0.0)
+        self.query_one("#cost-plot", Chart).data = cost_chart(view, self.by_time)
+        self.query_one("#frontier-plot", Chart).data = frontier_chart(view)
+        if view.best_version != self._shown_version:
+            self._shown_version = view.best_version
+            graph = self.setup.graph
+            self.query_one(StrategyTable).show(view.best, graph)
+            self.query_one(StrategyMap).show(view.best, graph, self.setup.cluster.num_devices)
+        if view.state == "failed" and not self._failure_shown:
+            self._failure_shown = True
+            kept = f"\n\nThe log is kept: {self.log_path}" if self.log_path else ""
+            self.app.show_error("The search failed", f"{view.message}{kept}")
+        self.refresh_bindings()
+
+    # -- actions ------------------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in LIVE_ONLY:
+            return not self.replay and (None if self.source.done else True)
+        if action in REPLAY_ONLY:
+            return self.replay
+        if action in ("timeline", "save"):
+            return True if self.view is not None and self.view.best is not None else None
+        return True
+
+    def action_pause(self) -> None:
+        paused = self.source.toggle_pause()
+        self.notify("search paused" if paused else "search resumed", timeout=2)
+        self.refresh_view()
+
+    def action_stop(self) -> None:
+        self.source.stop()
+        self.notify("stopping: the best strategy found is kept", timeout=3)
+
+    def action_play(self) -> None:
+        self.source.toggle()
+        self.refresh_view()
+
+    def action_step(self) -> None:
+        self.source.step()
+        self.refresh_view()
+
+    def action_faster(self) -> None:
+        self.source.faster(True)
+        self.refresh_view()
+
+    def action_slower(self) -> None:
+        self.source.faster(False)
+        self.refresh_view()
+
+    def action_to_end(self) -> None:
+        self.source.to_end()
+        self.refresh_view()
+
+    def action_toggle_axis(self) -> None:
+        self.by_time = not self.by_time
+        self.refresh_view()
+
+    def action_save(self) -> None:
+        """Export the best strategy as JSON next to the log (the log itself is written
+        as the search runs)."""
+        if self.view is None or self.view.best is None:
+            return
+        setup = self.setup
+        path = default_export_path(self.log_path, setup.graph, setup.cluster)
+        strategy = Strategy(self.view.best, name=f"searched (seed {setup.options.seed})")
+        try:
+            save_strategy(path, strategy, setup.graph, setup.cluster)
+        except (OSError, FlextuiError) as exc:
+            self.app.show_error("Could not save the strategy", str(exc))
+            return
+        where = f"; the search log is {self.log_path}" if self.log_path else ""
+        self.notify(f"saved the best strategy to {path}{where}", timeout=6)
+
+    def action_timeline(self) -> None:
+        if self.view is None or self.view.best is None:
+            return
+        best = self.view.best
+        self.notify("simulating the best strategy and data parallelism…", timeout=2)
+        self.run_worker(lambda: self._timelines(best), thread=True, exclusive=True,
+                        group="timeline")
+
+    def _timelines(self, best: Strategy) -> None:
+        """On a worker thread: simulate the best strategy and data parallelism, then
+        open the Timeline screen on the UI thread."""
+        from flextui.search.summary import search_simulator
+        from flextui.tui.screens.timeline import TimelineScreen
+        setup = self.setup
+        simulator = search_simulator(setup.graph, setup.cluster, setup.cost_model, setup.options)
+        try:
+            ours = simulator.simulate(best)
+            data_parallel = builtin_strategy("data-parallel", setup.graph, setup.cluster)
+            dp = simulator.simulate(data_parallel)
+        except FlextuiError as exc:
+            self.app.call_from_thread(self.app.show_error, "Could not simulate", str(exc))
+            return
+        screen = TimelineScreen(ours, setup.graph, setup.title,
+                                strategy=Strategy(best, name="best found"),
+                                compare=("data parallel", dp, data_parallel))
+        self.app.call_from_thread(self.app.push_screen, screen)
+
+    def action_back(self) -> None:
+        if not self.replay and not self.source.done:
+            self.source.stop()
+            self.notify("search stopped; its log and best strategy are kept", timeout=3)
+        self.app.pop_screen()

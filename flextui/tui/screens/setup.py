@@ -1,0 +1,372 @@
+"""The Setup screen: pick a model (library or file) and its batch size, a cluster
+(library, file, or this machine) and the search options, watch a summary of the
+choice, and start a search with one key.
+
+The model and cluster load in thread workers (Inception takes a moment), a short
+while after the last keystroke; the search options are checked as they are typed.
+Every turning of text into values is a core call the CLI makes too
+(:mod:`flextui.search.setup`, :func:`flextui.search.options.search_options`); a bad
+value shows inline, next to its part of the form, and nothing starts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.message import Message
+from textual.screen import Screen
+from textual.timer import Timer
+from textual.widget import Widget
+from textual.widgets import Button, Footer, Input, Label, Select, Static
+from textual.worker import Worker, WorkerState
+
+from flextui.errors import FlextuiError
+from flextui.graph import OpGraph
+from flextui.graph.library import model_info, model_names
+from flextui.graph.summary import graph_summary
+from flextui.machine import Cluster, cluster_names
+from flextui.machine.library import LOCAL
+from flextui.machine.summary import cluster_summary
+from flextui.search.options import (DEFAULT_BUDGET, MEMORY_POLICIES, FieldError, SearchOptions,
+                                    search_options)
+from flextui.search.setup import (FIRST_CLUSTER, FIRST_CLUSTER_NODES, FIRST_MODEL, FirstChoice,
+                                  first_choice, load_cluster_choice, load_model_choice)
+from flextui.tui.widgets.summary import SetupSummary
+
+DEBOUNCE_S = 0.3
+DIGITS = r"[0-9]*"
+LOCAL_LABEL = "local: detected machine"
+MEMORY_LABELS = {"penalize": "penalize (+1 ms/MB over)", "reject": "reject over memory",
+                 "ignore": "ignore memory"}
+#: the inputs of each part that loads in the background, in the order its loader takes them
+PARTS = {"model": ("model-name", "model-path", "batch-size", "model-options"),
+         "cluster": ("cluster-name", "cluster-path", "nodes")}
+OPTION_FIELDS = ("budget", "beta", "workers", "seed", "memory", "memory-budget")
+#: FieldError.field -> the id of the input it is about
+FIELD_INPUTS = {"batch_size": "batch-size", "option": "model-options", "nodes": "nodes",
+                "budget": "budget", "beta": "beta", "workers": "workers", "seed": "seed",
+                "memory": "memory", "memory_budget": "memory-budget"}
+
+
+def load_model_part(name: str, path: str, batch: str, options: str) -> tuple[OpGraph, dict]:
+    """The graph the model inputs name, and its summary (with the library's description)."""
+    source = path.strip() or name
+    graph = load_model_choice(source, batch, options)
+    description = model_info(source).description if source in model_names() else source
+    return graph, {**graph_summary(graph), "description": description}
+
+
+def load_cluster_part(name: str, path: str, nodes: str) -> tuple[Cluster, dict]:
+    cluster = load_cluster_choice(path.strip() or name, nodes)
+    return cluster, cluster_summary(cluster)
+
+
+LOADERS = {"model": load_model_part, "cluster": load_cluster_part}
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """What loading one part gave for the form values ``key``: a value or an error."""
+
+    key: tuple[str, ...]
+    value: Any = None
+    error: str | None = None
+    field: str | None = None  # the id of the input the error is about
+
+
+def error_text(error: BaseException) -> str:
+    if isinstance(error, FlextuiError):
+        return str(error)
+    return f"{type(error).__name__}: {error}"  # a broken model file, say: never a traceback
+
+
+class SetupScreen(Screen):
+    """``model`` (a library name or a model file) and ``cluster`` (a library name, a
+    TOML file or "local") preselect the form; with no cluster, the screen detects this
+    machine and opens on it when it has GPUs, else on one node of the paper's P100s."""
+
+    BINDINGS = [
+        Binding("s", "start", "Start search"),
+        Binding("ctrl+s", "start", "Start search", priority=True),
+        Binding("m", "focus_field('model-name')", "Model"),
+        Binding("c", "focus_field('cluster-name')", "Cluster"),
+        Binding("o", "focus_field('budget')", "Options"),
+    ]
+
+    class StartSearch(Message):
+        """The user asked for a search of ``graph`` on ``cluster`` with ``options``;
+        the labels name them for people ("mlp (batch 64)", "p100-4x4@1node")."""
+
+        def __init__(self, graph: OpGraph, cluster: Cluster, options: SearchOptions,
+                     model_label: str, cluster_label: str) -> None:
+            super().__init__()
+            self.graph, self.cluster, self.options = graph, cluster, options
+            self.model_label, self.cluster_label = model_label, cluster_label
+
+    def __init__(self, model: str | None = None, cluster: str | None = None) -> None:
+        super().__init__()
+        self.model_arg, self.cluster_arg = model, cluster
+        self.detecting = cluster is None
+        self.loaded: dict[str, Loaded] = {}
+        self.pending: dict[str, tuple[Worker, tuple[str, ...]]] = {}
+        self.timers: dict[str, Timer] = {}
+        self.start_wanted = False
+        self.invalid_option: str | None = None
+        self.last_cluster_name = ""
+
+    # -- layout -------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield Static("flextui · Setup: choose a model and a cluster, then press [b]s[/b] "
+                     "to search", id="setup-title")
+        with Horizontal(id="setup-body"):
+            with VerticalScroll(id="setup-form", can_focus=False):
+                yield self._part("model", "Model", self._model_rows())
+                yield self._part("cluster", "Cluster", self._cluster_rows())
+                yield self._part("options", "Search", self._option_rows())
+                yield Button("Start search (s)", id="start", variant="primary", compact=True)
+            with VerticalScroll(id="setup-summary-box", classes="panel") as box:
+                box.border_title = "Summary"
+                yield SetupSummary(id="setup-summary")
+        yield Footer()
+
+    @staticmethod
+    def _part(part: str, title: str, rows: list[Widget]) -> Vertical:
+        box = Vertical(*rows, Static(id=f"{part}-error", classes="setup-error"),
+                       id=f"setup-{part}", classes="panel setup-part")
+        box.border_title = title
+        return box
+
+    @staticmethod
+    def _row(label: str, field: Widget) -> Horizontal:
+        return Horizontal(Label(label, classes="setup-label"), field, classes="setup-row")
+
+    def _model_rows(self) -> list[Widget]:
+        name, path = FIRST_MODEL, ""
+        if self.model_arg:
+            name, path = (self.model_arg, "") if self.model_arg in model_names() \
+                else (FIRST_MODEL, self.model_arg)
+        return [
+            self._row("library", Select([(n, n) for n in model_names()], value=name,
+                                        allow_blank=False, compact=True, id="model-name")),
+            self._row("or file", Input(path, placeholder="path/to/model.py", compact=True,
+                                       id="model-path")),
+            self._row("batch size", Input(placeholder="model's default", restrict=DIGITS,
+                                          compact=True, id="batch-size")),
+            self._row("options", Input(placeholder="key=value, ...", compact=True,
+                                       id="model-options"))]
+
+    def _cluster_rows(self) -> list[Widget]:
+        name, path, nodes = FIRST_CLUSTER, "", str(FIRST_CLUSTER_NODES)
+        if self.cluster_arg:
+            known = self.cluster_arg in cluster_names() or self.cluster_arg == LOCAL
+            name, path, nodes = (self.cluster_arg, "", "") if known \
+                else (FIRST_CLUSTER, self.cluster_arg, "")
+        self.last_cluster_name = name
+        choices = [(LOCAL_LABEL, LOCAL)] + [(n, n) for n in cluster_names()]
+        return [
+            self._row("library", Select(choices, value=name, allow_blank=False, compact=True,
+                                        id="cluster-name")),
+            self._row("or file", Input(path, placeholder="path/to/cluster.toml",
+                                       compact=True, id="cluster-path")),
+            self._row("nodes", Input(nodes, placeholder="as defined", restrict=DIGITS,
+                                     compact=True, id="nodes"))]
+
+    def _option_rows(self) -> list[Widget]:
+        return [
+            self._row("budget", Input(DEFAULT_BUDGET, placeholder="30s, 2m or 5000 steps",
+                                      compact=True, id="budget")),
+            self._row("β", Input(placeholder="auto (20 / initial ms)", compact=True, id="beta")),
+            self._row("workers", Input("1", restrict=DIGITS, compact=True, id="workers")),
+            self._row("seed", Input("0", restrict=r"-?[0-9]*", compact=True, id="seed")),
+            self._row("memory", Select([(MEMORY_LABELS[p], p) for p in MEMORY_POLICIES],
+                                       value="penalize", allow_blank=False, compact=True,
+                                       id="memory")),
+            self._row("mem budget", Input(placeholder="none, or 12GiB per device",
+                                          compact=True, id="memory-budget"))]
+
+    # -- lifecycle and events -----------------------------------------------------------
+
+    def on_mount(self) -> None:
+        self.query_one("#start", Button).focus()
+        self._check_options()
+        self._request("model")
+        if self.detecting:
+            self._summary().show("cluster", "Cluster", "detecting this machine…")
+            self.run_worker(first_choice, name="detect", thread=True, exit_on_error=False)
+        else:
+            self._request("cluster")
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if event.input.id == "cluster-path" and event.value.strip():
+            self.query_one("#nodes", Input).value = ""  # a file is used as it is
+        self._changed(event.input.id)
+
+    def on_select_changed(self, event: Select.Changed) -> None:
+        if event.select.id == "cluster-name" and event.value != self.last_cluster_name:
+            self.last_cluster_name = str(event.value)
+            self.query_one("#nodes", Input).value = ""  # a count for the cluster before
+        self._changed(event.select.id)
+
+    def on_input_submitted(self) -> None:
+        self.action_start()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "start":
+            self.action_start()
+
+    def _changed(self, field: str | None) -> None:
+        if field in OPTION_FIELDS:
+            self._check_options()
+        for part, fields in PARTS.items():
+            if field in fields:
+                self._schedule(part)
+
+    def _schedule(self, part: str) -> None:
+        if part in self.timers:
+            self.timers[part].stop()
+        self.timers[part] = self.set_timer(DEBOUNCE_S, partial(self._request, part))
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        worker = event.worker
+        if worker.name == "detect" and worker.is_finished:
+            self._detected(worker.result if event.state == WorkerState.SUCCESS else None)
+            return
+        part = worker.name
+        if part not in self.pending or self.pending[part][0] is not worker:
+            return  # a load the form has moved on from
+        key = self.pending[part][1]
+        if event.state == WorkerState.SUCCESS:
+            self._show_loaded(part, Loaded(key, value=worker.result[0]), worker.result[1])
+        elif event.state in (WorkerState.ERROR, WorkerState.CANCELLED):
+            self._show_loaded(part, self._failed(part, key, worker.error), None)
+
+    # -- loading ------------------------------------------------------------------------
+
+    def _key(self, part: str) -> tuple[str, ...]:
+        return tuple(self._text(field) for field in PARTS[part])
+
+    def _text(self, field: str) -> str:
+        widget = self.query_one(f"#{field}")
+        return str(widget.value) if isinstance(widget, (Input, Select)) else ""
+
+    def _request(self, part: str, force: bool = False) -> None:
+        """Load ``part`` from the form in a thread, unless it is loaded or loading."""
+        if part == "cluster" and self.detecting:
+            return
+        key = self._key(part)
+        if not force and part in self.pending and self.pending[part][1] == key:
+            return
+        self._summary().show(part, part.title(), "loading…")
+        worker = self.run_worker(partial(LOADERS[part], *key), name=part, group=part,
+                                 thread=True, exclusive=True, exit_on_error=False)
+        self.pending[part] = (worker, key)
+
+    def _failed(self, part: str, key: tuple[str, ...], error: BaseException | None) -> Loaded:
+        field = FIELD_INPUTS.get(error.field) if isinstance(error, FieldError) else None
+        name, path = PARTS[part][:2]
+        return Loaded(key, error=error_text(error) if error else "stopped",
+                      field=field or (path if self._text(path).strip() else name))
+
+    def _show_loaded(self, part: str, loaded: Loaded, summary: dict | None) -> None:
+        self.loaded[part] = loaded
+        self._show_error(part, loaded.error, loaded.field)
+        self._summary().show(part, f"{part.title()} {self._label(part, loaded.value)}",
+                             summary if summary is not None else "see the error")
+        if self.start_wanted:
+            self._try_start()
+
+    def _detected(self, choice: FirstChoice | None) -> None:
+        """Open on the detected default, unless the user has picked a cluster already."""
+        self.detecting = False
+        untouched = self._key("cluster") == (FIRST_CLUSTER, "", str(FIRST_CLUSTER_NODES))
+        if choice is not None and untouched and choice.cluster != FIRST_CLUSTER:
+            self.last_cluster_name = choice.cluster
+            self.query_one("#cluster-name", Select).value = choice.cluster
+            self.query_one("#nodes", Input).value = "" if choice.nodes is None \
+                else str(choice.nodes)
+        self._request("cluster")
+
+    # -- options and starting -----------------------------------------------------------
+
+    def _check_options(self) -> SearchOptions | None:
+        try:
+            options = search_options(self._text("budget"), seed=self._text("seed"),
+                                     workers=self._text("workers"), beta=self._text("beta"),
+                                     memory=self._text("memory"),
+                                     memory_budget=self._text("memory-budget"))
+        except FieldError as e:
+            self.invalid_option = FIELD_INPUTS[e.field]
+            self._show_error("options", str(e), self.invalid_option)
+            self._summary().show("options", "Search", "see the error")
+            return None
+        self.invalid_option = None
+        self._show_error("options", None, None)
+        self._summary().show("options", "Search", options)
+        return options
+
+    def action_start(self) -> None:
+        """Start the search once the model and cluster are loaded and the form is valid."""
+        self.start_wanted = True
+        for part in [part for part, loaded in self.loaded.items() if loaded.error]:
+            del self.loaded[part]
+            self._request(part, force=True)  # a missing file may be there now
+        self._try_start()
+        if self.start_wanted:
+            self.notify("Loading… the search starts when the model and cluster are ready.",
+                        timeout=3)
+
+    def _try_start(self) -> None:
+        options = self._check_options()
+        if options is None:
+            self._stop_wanting(self.invalid_option)
+            return
+        for part in PARTS:
+            self._request(part)
+        parts = [self.loaded.get(part) for part in PARTS]
+        if self.detecting or any(p is None or p.key != self.pending[name][1]
+                                 for p, name in zip(parts, PARTS)):
+            return  # a load that finishes tries again
+        failed = next((part for part, p in zip(PARTS, parts) if p.error), None)
+        if failed:
+            self._stop_wanting(self.loaded[failed].field)
+            return
+        self.start_wanted = False
+        model, cluster = parts
+        self.post_message(self.StartSearch(model.value, cluster.value, options,
+                                           self._label("model", model.value),
+                                           self._label("cluster", cluster.value)))
+
+    def _stop_wanting(self, field: str | None) -> None:
+        """Do not start; focus the input the error is about."""
+        self.start_wanted = False
+        if field:
+            self.query_one(f"#{field}").focus()
+
+    def action_focus_field(self, field: str) -> None:
+        self.query_one(f"#{field}").focus()
+
+    # -- showing ------------------------------------------------------------------------
+
+    def _summary(self) -> SetupSummary:
+        return self.query_one("#setup-summary", SetupSummary)
+
+    def _show_error(self, part: str, message: str | None, field: str | None) -> None:
+        error = self.query_one(f"#{part}-error", Static)
+        error.update(f"✗ {message}" if message else "")
+        error.set_class(bool(message), "-shown")
+        fields = PARTS.get(part, OPTION_FIELDS)
+        for name in fields:
+            self.query_one(f"#{name}").set_class(name == field, "setup-invalid")
+
+    @staticmethod
+    def _label(part: str, value: OpGraph | Cluster | None) -> str:
+        if value is None:
+            return ""
+        if part == "model":
+            return f"{value.meta.get('model', value.name)} (batch {value.batch_size})"
+        return value.name

@@ -1,0 +1,1 @@
+"""Widgets the screens compose: plots, tables, the strategy map, the Gantt chart."""

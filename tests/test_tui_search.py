@@ -1,0 +1,231 @@
+"""The app's Search screen driven with Textual's Pilot: a live search (what it shows is
+what the search found; pause, stop, save, the timeline), a replayed log (it reaches the
+log's final best), errors in dialogs, the key map, 80x24, and snapshots."""
+
+import asyncio
+import dataclasses
+import functools
+import time
+
+import pytest
+
+from flextui.cost import AnalyticCostModel
+from flextui.graph.library import load_model
+from flextui.machine import load_named_cluster
+from flextui.search import SearchOptions, read_search_log, run_search
+from flextui.search.playback import Playback
+from flextui.search.summary import baseline_costs
+from flextui.sim import Simulator
+from flextui.strategy import load_strategy
+from flextui.tui.app import FlextuiApp
+from flextui.tui.screens.dialogs import ErrorDialog
+from flextui.tui.screens.help import HelpScreen
+from flextui.tui.screens.search import SearchScreen, SearchSetup
+from flextui.tui.screens.setup import SetupScreen
+from flextui.tui.widgets.chart import Chart
+from flextui.tui.widgets.strategy import StrategyTable
+
+
+@functools.cache
+def lenet():
+    return load_model("lenet"), load_named_cluster("p100-4x4", nodes=1)
+
+
+async def wait_for(pilot, condition, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting in the app")
+        await pilot.pause(0.05)
+
+
+def start(app, options):
+    graph, cluster = lenet()
+    app.on_setup_screen_start_search(SetupScreen.StartSearch(graph, cluster, options, "lenet",
+                                                             "p100-4x4"))
+
+
+async def test_live_search_shows_what_the_search_found(tmp_path):
+    app = FlextuiApp(log_dir=tmp_path)
+    async with app.run_test(size=(100, 30)) as pilot:
+        start(app, SearchOptions(iterations=600, seed=1, converge=False))
+        live = app.searches[0]
+        await wait_for(pilot, lambda: live.done)
+        await pilot.pause(0.4)
+        screen = app.screen
+        assert isinstance(screen, SearchScreen) and screen.view.state == "finished"
+        result = live.result
+        assert screen.view.best_cost == result.best_cost and screen.view.steps == 600
+        plot = screen.query_one("#cost-plot", Chart).data
+        assert plot.series[1].ys[-1] == result.best_cost * 1e3      # the best line ends there
+        table = screen.query_one(StrategyTable)
+        graph, cluster = lenet()
+        assert table.row_count == len(graph.ops)
+        for op in graph.ops:
+            devices = table.get_row(op.name)[-1]
+            assert devices.split(",")[0].split("-")[0] == str(result.best[op.name].devices[0])
+        await pilot.press("s")
+        await pilot.pause(0.1)
+        saved = load_strategy(next(tmp_path.glob("*.best.json")), graph, cluster)
+        assert Simulator(graph, cluster, AnalyticCostModel()).simulate(saved).cost == \
+            pytest.approx(result.best_cost, rel=1e-12)
+        await pilot.press("t")
+        await wait_for(pilot, lambda: type(app.screen).__name__ == "TimelineScreen")
+        assert app.screen.showing.timeline.cost == pytest.approx(result.best_cost, rel=1e-12)
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: isinstance(app.screen, SearchScreen))
+    log = read_search_log(next(tmp_path.glob("*.ffsearch")))
+    assert log.final.best_cost == result.best_cost
+
+
+async def test_pause_stop_and_quit_keep_the_log(tmp_path):
+    app = FlextuiApp(log_dir=tmp_path)
+    async with app.run_test(size=(80, 24)) as pilot:
+        start(app, SearchOptions(time_limit=120, seed=2, converge=False))
+        live = app.searches[0]
+        await wait_for(pilot, lambda: live.view().steps > 0)
+        await pilot.press("space")
+        await pilot.pause(0.3)
+        assert live.view().state == "paused"
+        await pilot.press("space")
+        await pilot.pause(0.3)
+        assert live.view().state == "running"
+        await pilot.press("x")
+        await wait_for(pilot, lambda: live.done)
+        assert live.view().reason == "interrupted"
+        await pilot.press("ctrl+q")
+    log = read_search_log(next(tmp_path.glob("*.ffsearch")))
+    assert log.final is not None and log.final.reason == "interrupted"
+
+
+async def test_quitting_during_a_search_finishes_its_log(tmp_path):
+    app = FlextuiApp(log_dir=tmp_path)
+    async with app.run_test() as pilot:
+        start(app, SearchOptions(time_limit=120, seed=3, converge=False))
+        await wait_for(pilot, lambda: app.searches[0].view().steps > 0)
+        await pilot.press("ctrl+q")
+    assert read_search_log(next(tmp_path.glob("*.ffsearch"))).final is not None
+
+
+@pytest.fixture(scope="module")
+def saved_log(tmp_path_factory):
+    path = tmp_path_factory.mktemp("logs") / "lenet.ffsearch"
+    graph, cluster = lenet()
+    run_search(graph, cluster, AnalyticCostModel(), SearchOptions(iterations=300, seed=4,
+               chains=2, converge=False), log_path=path)
+    return path
+
+
+async def test_replay_plays_back_to_the_final_best(saved_log):
+    app = FlextuiApp(replay=saved_log)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, SearchScreen))
+        screen = app.screen
+        await wait_for(pilot, lambda: screen.view.baselines and screen.source.finished)
+        screen.source.speed = 0.01            # the search took half a second: crawl
+        await pilot.press("space")            # a finished replay starts over
+        await pilot.pause(0.3)
+        assert screen.view.state == "running" and screen.view.steps < 100
+        await pilot.press("space")            # pause the playback
+        await pilot.pause(0.3)
+        assert screen.view.state == "paused"
+        steps = screen.view.steps
+        await pilot.press("n")
+        await pilot.pause(0.1)
+        assert screen.view.steps == steps + 1
+        await pilot.press("right_square_bracket")
+        assert screen.source.speed == 0.25
+        await pilot.press("end")
+        await pilot.pause(0.1)
+        final = read_search_log(saved_log).final
+        assert screen.view.state == "finished" and screen.view.steps == 600
+        assert screen.view.best_cost == final.best_cost
+        assert dict(screen.view.best) == dict(final.best)
+        assert screen.view.speedup_over("data-parallel") >= 1.0
+
+
+async def test_a_corrupt_log_is_a_dialog_not_a_traceback(tmp_path):
+    bad = tmp_path / "bad.ffsearch"
+    bad.write_bytes(b"not a search log at all")
+    app = FlextuiApp(replay=bad)
+    async with app.run_test() as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, ErrorDialog))
+        assert "bad.ffsearch" in app.screen.message
+        await pilot.press("escape")
+        assert isinstance(app.screen, SetupScreen)
+    assert bad.read_bytes() == b"not a search log at all"
+
+
+async def test_open_a_log_from_the_app(saved_log):
+    app = FlextuiApp()
+    async with app.run_test() as pilot:
+        await pilot.press("ctrl+o")
+        await pilot.press(*"/no/such.ffsearch", "enter")
+        assert "no such file" in str(app.screen.query_one("#open-error").render())
+        app.screen.query_one("Input").value = str(saved_log)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, SearchScreen))
+
+
+async def test_help_lists_the_screens_keys(saved_log):
+    app = FlextuiApp(replay=saved_log)
+    async with app.run_test() as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, SearchScreen))
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        actions = {what for _, _, what in app.screen.rows}
+        assert {"Play/pause", "Step", "Timeline", "Quit", "Keys"} <= actions
+        assert "Pause/resume" not in actions      # a live-search key, not a replay one
+        await pilot.press("escape")
+        assert isinstance(app.screen, SearchScreen)
+
+
+# -- snapshots: a replay with a fixed clock, so every figure on screen is fixed ---------
+
+def fixed_clock_playback(path) -> Playback:
+    """The saved log with each step's elapsed time set to 1 ms per step."""
+    log = read_search_log(path)
+    steps = [dataclasses.replace(e, elapsed=e.iteration * 1e-3) for e in log.steps]
+    checkpoints = [dataclasses.replace(c, elapsed=c.iteration * 1e-3) for c in log.checkpoints]
+    log = dataclasses.replace(log, steps=steps, checkpoints=checkpoints, _history={})
+    playback = Playback(log)
+    graph, cluster = lenet()
+    playback.baselines = baseline_costs(graph, cluster, AnalyticCostModel(), SearchOptions())
+    playback.to_end()
+    return playback
+
+
+@pytest.mark.parametrize("tab", ["tab-strategy", "tab-map", "tab-frontier"])
+def test_search_screen_snapshot(snap_compare, saved_log, tab):
+    graph, cluster = lenet()
+    playback = fixed_clock_playback(saved_log)
+    options = SearchOptions.from_dict(playback.log.header.options, "test")
+    setup = SearchSetup(graph, cluster, AnalyticCostModel(), options, "lenet on p100-4x4")
+
+    async def show(pilot):
+        pilot.app.push_screen(SearchScreen(playback, setup, "lenet.ffsearch"))
+        await pilot.pause()
+        pilot.app.screen.query_one("#search-tabs").active = tab
+        await pilot.pause(0.1)
+
+    assert snap_compare(FlextuiApp(), terminal_size=(100, 30), run_before=show)
+
+
+def test_event_loop_stays_responsive_during_a_search(tmp_path):
+    """The event loop, asked for 20 ticks a second, still gets (nearly) all of them
+    while a search runs."""
+    async def measure():
+        app = FlextuiApp(log_dir=tmp_path)
+        lags = []
+        async with app.run_test() as pilot:
+            start(app, SearchOptions(time_limit=3, seed=5, converge=False))
+            last = time.monotonic()
+            for _ in range(40):
+                await asyncio.sleep(0.05)
+                now = time.monotonic()
+                lags.append(now - last - 0.05)
+                last = now
+            await pilot.press("ctrl+q")
+        return lags
+    lags = sorted(asyncio.run(measure()))
+    assert lags[len(lags) * 9 // 10] < 0.1, lags   # benchmarks/ui_lag.py measures it properly

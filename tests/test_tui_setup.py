@@ -1,0 +1,222 @@
+"""The Setup screen, driven with Pilot in a small host app that records StartSearch."""
+
+from pathlib import Path
+
+import pytest
+from textual.app import App
+from textual.widgets import Static
+
+from flextui.graph.library import load_model
+from flextui.machine import load_named_cluster
+from flextui.tui.screens import setup
+from flextui.tui.screens.setup import SetupScreen
+from flextui.tui.widgets.summary import SetupSummary
+
+CSS = Path(__file__).parent.parent / "flextui" / "tui" / "app.tcss"
+FIELDS = ["model-name", "model-path", "batch-size", "model-options", "cluster-name",
+          "cluster-path", "nodes", "budget", "beta", "workers", "seed", "memory",
+          "memory-budget", "start"]
+
+
+class Host(App):
+    CSS_PATH = CSS
+
+    def __init__(self, **choice: str) -> None:
+        super().__init__()
+        self.choice, self.started = choice, []
+
+    def on_mount(self) -> None:
+        self.push_screen(SetupScreen(**self.choice))
+
+    def on_setup_screen_start_search(self, message: SetupScreen.StartSearch) -> None:
+        self.started.append(message)
+
+
+@pytest.fixture(autouse=True)
+def cpu_only(monkeypatch):
+    """A machine with no GPU, and no waiting for the typing to pause."""
+    monkeypatch.setattr("flextui.machine.detect.detect_local",
+                        lambda: load_named_cluster("local-cpu"))
+    monkeypatch.setattr(setup, "DEBOUNCE_S", 0.01)
+
+
+async def settle(pilot) -> None:
+    """Let debounce timers fire and the loads finish."""
+    for _ in range(3):
+        await pilot.pause(0.05)
+        await pilot.app.workers.wait_for_complete()
+    await pilot.pause()
+
+
+def field(pilot, name: str):
+    return pilot.app.screen.query_one(f"#{name}")
+
+
+def part(pilot, name: str):
+    return pilot.app.screen.query_one(SetupSummary).parts[name][1]
+
+
+def error(pilot, name: str) -> str:
+    return str(pilot.app.screen.query_one(f"#{name}-error", Static).render())
+
+
+async def test_opens_on_the_default_with_a_summary():
+    app = Host()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        assert field(pilot, "model-name").value == "mlp"
+        assert (field(pilot, "cluster-name").value, field(pilot, "nodes").value) == ("p100-4x4", "1")
+        model, cluster = part(pilot, "model"), part(pilot, "cluster")
+        assert model["ops"] == len(load_model("mlp")) and model["parameters"] > 0
+        assert cluster["devices"] == 4 and cluster["intra_node_bandwidth"] > 0
+        assert part(pilot, "options").time_limit == 30.0
+        assert app.focused.id == "start"
+
+
+async def test_a_machine_with_gpus_is_the_default(monkeypatch):
+    monkeypatch.setattr("flextui.machine.detect.detect_local",
+                        lambda: load_named_cluster("dgx-a100"))
+    app = Host()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        assert (field(pilot, "cluster-name").value, field(pilot, "nodes").value) == ("local", "")
+        assert part(pilot, "cluster")["device_kinds"] == {"A100-SXM4-80GB": 8}
+
+
+async def test_changing_model_batch_size_and_cluster_updates_the_summary():
+    app = Host()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        field(pilot, "model-name").value = "lenet"
+        await settle(pilot)
+        lenet = load_model("lenet")
+        assert part(pilot, "model")["ops"] == len(lenet)
+        assert part(pilot, "model")["parameters"] == lenet.param_count
+        field(pilot, "batch-size").focus()
+        for key in "256":
+            await pilot.press(key)
+        await settle(pilot)
+        assert part(pilot, "model")["batch_size"] == 256
+        assert part(pilot, "model")["forward_flops"] == pytest.approx(4 * lenet.total_flops()[0])
+        field(pilot, "cluster-name").value = "k80-16x4"
+        await settle(pilot)
+        assert field(pilot, "nodes").value == ""  # the count was for the cluster before
+        assert part(pilot, "cluster")["devices"] == 64
+
+
+@pytest.mark.parametrize("name, value, part_name, text", [
+    ("batch-size", "0", "model", "batch size must be at least 1"),
+    ("budget", "soon", "options", "give a number of iterations"),
+    ("workers", "0", "options", "workers must be at least 1"),
+    ("cluster-path", "nowhere.toml", "cluster", "no such cluster file"),
+    ("model-path", "nowhere/model.py", "model", "does not exist")])
+async def test_bad_values_show_inline_and_do_not_start(name, value, part_name, text):
+    app = Host()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        field(pilot, name).value = value
+        await settle(pilot)
+        await pilot.press("ctrl+s")
+        await settle(pilot)
+        assert text in error(pilot, part_name) and field(pilot, name).has_class("setup-invalid")
+        assert app.started == [] and app.focused.id == name
+
+
+async def test_start_posts_the_choice():
+    app = Host()
+    async with app.run_test(size=(80, 24)) as pilot:
+        field(pilot, "batch-size").value = "32"
+        field(pilot, "budget").value = "5000"
+        field(pilot, "memory").value = "reject"
+        await pilot.press("s")  # at once: the search starts when the loads are done
+        await settle(pilot)
+        [message] = app.started
+        assert message.graph.batch_size == 32 and message.graph.meta["model"] == "mlp"
+        assert (message.cluster.name, message.cluster.num_devices) == ("p100-4x4@1node", 4)
+        assert (message.options.iterations, message.options.time_limit) == (5000, None)
+        assert message.options.memory == "reject"
+        assert (message.model_label, message.cluster_label) == ("mlp (batch 32)", "p100-4x4@1node")
+
+
+async def test_preselected_and_started_with_enter():
+    app = Host(model="lenet", cluster="dgx-a100")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        assert field(pilot, "nodes").value == ""
+        field(pilot, "seed").focus()
+        await pilot.press("4", "enter")
+        await settle(pilot)
+        [message] = app.started
+        assert message.graph.meta["model"] == "lenet" and message.cluster.num_devices == 8
+        assert message.options.seed == 4
+
+
+async def test_every_field_is_reachable_by_tab():
+    app = Host()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        seen = []
+        for _ in range(len(FIELDS) + 1):
+            await pilot.press("tab")
+            seen.append(app.focused.id)
+        assert seen == ["setup-summary-box"] + FIELDS
+
+
+async def test_the_form_scrolls_to_the_focused_field():
+    app = Host()
+    async with app.run_test(size=(80, 14)) as pilot:
+        await settle(pilot)
+        for key, target in (("shift+tab", "memory-budget"), ("tab", "start"),
+                            ("m", "model-name")):
+            await pilot.press(key)
+            await pilot.pause()
+            assert app.focused.id == target
+            assert app.screen.find_widget(app.focused).visible_region.height == 1
+
+
+async def test_single_keys_focus_the_parts():
+    app = Host()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        for key, target in (("c", "cluster-name"), ("o", "budget")):
+            await pilot.press(key)
+            assert app.focused.id == target
+        await pilot.press("m")  # in an Input, "m" is typed, not a binding
+        assert app.focused.id == "budget" and field(pilot, "budget").value.endswith("m")
+
+
+def test_snapshot(snap_compare):
+    async def loaded(pilot):
+        await settle(pilot)
+
+    assert snap_compare(Host(), terminal_size=(100, 30), run_before=loaded)
+
+
+def test_bindings_have_descriptions():
+    keys = {b.key: b.description for b in SetupScreen.BINDINGS}
+    assert keys["s"] == keys["ctrl+s"] == "Start search"
+    assert all(keys.values())
+
+
+async def test_a_file_that_appears_is_loaded_on_the_next_start(tmp_path):
+    path = tmp_path / "mine.toml"
+    app = Host(cluster=str(path))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        assert "no such cluster file" in error(pilot, "cluster")
+        path.write_text((Path(__file__).parent.parent / "library" / "clusters" /
+                         "dgx-a100.toml").read_text())
+        await pilot.press("ctrl+s")
+        await settle(pilot)
+        [message] = app.started
+        assert message.cluster_label == "dgx-a100" and error(pilot, "cluster") == ""
+
+
+async def test_without_colour_an_error_is_marked_in_text(monkeypatch):
+    monkeypatch.setenv("NO_COLOR", "1")
+    app = Host()
+    async with app.run_test(size=(80, 24)) as pilot:
+        assert app.no_color
+        field(pilot, "workers").value = "none"
+        await settle(pilot)
+        assert error(pilot, "options").startswith("✗ workers 'none'")
