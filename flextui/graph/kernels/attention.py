@@ -1,0 +1,49 @@
+"""Kernels of the attention ops: additive (Bahdanau) and multi-head."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from flextui.graph.kernels.base import Kernel, register
+
+
+@register
+class AdditiveAttentionKernel(Kernel):
+    """score_t = v . tanh(W_query q + W_keys k_t), softmax over t, context = sum_t a_t
+    k_t, output tanh(W_out [context; q]). Every block computes the scores of its
+    samples in full (the score weights are replicated) and its rows of W_out."""
+
+    name = "attention"
+
+    def forward(self, op, region, inputs, params, seed):
+        query, keys = inputs
+        w_query, w_keys, v, w_out = params
+        scores = torch.tanh(F.linear(query, w_query).unsqueeze(1) + F.linear(keys, w_keys)) @ v
+        context = (torch.softmax(scores, dim=1).unsqueeze(1) @ keys).squeeze(1)
+        return [torch.tanh(F.linear(torch.cat([context, query], dim=1), w_out))]
+
+
+@register
+class MultiHeadAttentionKernel(Kernel):
+    """Scaled dot-product attention per head (scale 1/sqrt(head dim)); causal by
+    default (``attrs["causal"]``, as the builder sets it). A block holds its query
+    positions and whole heads of q, and every key position of k and v for those heads;
+    the causal mask uses global positions, so query i sees keys 0..i in any block."""
+
+    name = "multihead_attention"
+
+    def forward(self, op, region, inputs, params, seed):
+        q, k, v = inputs
+        head_dim = op.inputs[0].shape[2] // op.attrs["heads"]
+
+        def heads(t: torch.Tensor) -> torch.Tensor:  # [B, S, h*d] -> [B, h, S, d]
+            return t.unflatten(2, (-1, head_dim)).transpose(1, 2)
+
+        mask = None
+        if op.attrs.get("causal", True):
+            (first, stop), keys = region[1], k.shape[1]
+            rows = torch.arange(first, stop, device=q.device)
+            mask = torch.arange(keys, device=q.device) <= rows[:, None]
+        out = F.scaled_dot_product_attention(heads(q), heads(k), heads(v), attn_mask=mask)
+        return [out.transpose(1, 2).flatten(2)]

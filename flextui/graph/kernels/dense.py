@@ -1,0 +1,70 @@
+"""Kernels of the dense ops: linear, embedding, matmul, layernorm, softmax_ce."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from flextui.graph.kernels.base import Kernel, register
+
+
+@register
+class LinearKernel(Kernel):
+    """A block of out-features uses the matching rows of the weight (and bias)."""
+
+    name = "linear"
+
+    def forward(self, op, region, inputs, params, seed):
+        return [F.linear(inputs[0], params[0], params[1] if len(params) > 1 else None)]
+
+
+@register
+class EmbeddingKernel(Kernel):
+    """A block of the embedding dim uses those columns of the whole table."""
+
+    name = "embedding"
+
+    def forward(self, op, region, inputs, params, seed):
+        return [F.embedding(inputs[0], params[0])]
+
+    def index_bound(self, op, i):
+        return op.attrs["num_embeddings"]
+
+
+@register
+class MatmulKernel(Kernel):
+    name = "matmul"
+
+    def forward(self, op, region, inputs, params, seed):
+        return [torch.matmul(*inputs)]
+
+
+@register
+class LayerNormKernel(Kernel):
+    """Normalisation over the whole last dim (never split), eps 1e-5 as in torch."""
+
+    name = "layernorm"
+
+    def forward(self, op, region, inputs, params, seed):
+        x = inputs[0]
+        return [F.layer_norm(x, (x.shape[-1],), params[0], params[1], eps=1e-5)]
+
+
+@register
+class SoftmaxCrossEntropyKernel(Kernel):
+    """Outputs the probabilities; the loss is the mean cross-entropy over every label of
+    the whole op, so a block's share is its summed cross-entropy over the whole op's
+    label count, and the blocks' shares add up to ``F.cross_entropy`` of the whole."""
+
+    name = "softmax_ce"
+
+    def forward_loss(self, op, region, inputs, params, seed):
+        logits, labels = inputs
+        log_probs = torch.log_softmax(logits, dim=-1)
+        picked = log_probs.gather(-1, labels.long().unsqueeze(-1))
+        return [log_probs.exp()], -picked.sum() / math.prod(op.inputs[1].shape)
+
+    def index_bound(self, op, i):
+        return op.inputs[0].shape[-1]
