@@ -1,0 +1,307 @@
+"""The operator profile cache: measured task times, one msgpack file per device kind.
+
+A file ``<dir>/<device-kind>.msgpack`` is one msgpack map::
+
+    {"format": "flextui-profiles", "version": 1, "device": <device name>,
+     "device_kind": <slug of the name>, "entries": [[key-map, entry-map], ...],
+     "checksum": crc32 of the map without "checksum", packed the same way}
+
+The checksum catches damage that still decodes (a flipped bit in a time); every later
+format version keeps it. Everything read is validated; nothing is unpickled. A file
+that is corrupt, truncated or foreign (not a profile cache, or another device kind's) is
+never trusted: the cache reports it in ``notices``, moves it aside (renamed to
+``<name>.corrupt-<timestamp>``, never deleted) when it is the user's own file, ignores
+it when it is a read-only reference file, and starts without it. A file from a newer
+format version is reported and left untouched; ``save`` refuses to replace it.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from flextui.cost.cachedirs import reference_profile_dir, user_profile_dir
+from flextui.cost.cacherecords import (ProfileEntry, ProfileKey, check_pair, device_kind_slug,
+                                       is_int, require_fields, require_text)
+from flextui.cost.files import atomic_write, file_lock
+from flextui.errors import FlextuiError
+
+__all__ = ["BadProfileFile", "CacheFile", "ProfileCache", "ProfileEntry", "ProfileKey",
+           "decode_cache", "device_kind_slug", "encode_cache", "merge_cache_files"]
+
+FORMAT = "flextui-profiles"
+VERSION = 1
+_TOP_FIELDS = ("format", "version", "device", "device_kind", "entries")
+
+
+# ---- the file ----------------------------------------------------------------------
+
+Entries = dict[bytes, tuple[ProfileKey, ProfileEntry]]
+
+
+def _pack(data: Any) -> bytes:
+    return msgpack.packb(data, use_bin_type=True)
+
+
+def _merge_into(dst: Entries, src: Entries) -> None:
+    """Add ``src`` to ``dst``; where both have a key, the newer measurement wins."""
+    for code, (key, entry) in src.items():
+        old = dst.get(code)
+        if old is None or entry.measured_at > old[1].measured_at:
+            dst[code] = (key, entry)
+
+
+@dataclass
+class CacheFile:
+    device_name: str
+    device_kind: str
+    entries: Entries
+
+
+class BadProfileFile(FlextuiError):
+    """Raised by ``decode_cache`` for bytes that cannot be trusted; ``problem`` says
+    why, in a phrase; ``newer_version`` is set when a newer flextui wrote them."""
+
+    def __init__(self, problem: str, newer_version: int | None = None) -> None:
+        super().__init__(problem)
+        self.problem, self.newer_version = problem, newer_version
+
+
+def encode_cache(device_name: str, entries: Entries) -> bytes:
+    """The bytes of a cache file (entries sorted by key, so equal caches are equal files)."""
+    body = {"format": FORMAT, "version": VERSION, "device": device_name,
+            "device_kind": device_kind_slug(device_name),
+            "entries": [[key.to_map(), entry.to_map()]
+                        for _, (key, entry) in sorted(entries.items())]}
+    return _pack({**body, "checksum": zlib.crc32(_pack(body))})
+
+
+def decode_cache(data: bytes, device_kind: str | None = None) -> CacheFile:
+    """Parse and validate a cache file's bytes, expecting ``device_kind`` if given;
+    raise BadProfileFile saying what is wrong."""
+    if not data:
+        raise BadProfileFile("the file is empty")
+    try:
+        doc = msgpack.unpackb(data, raw=False)
+    except msgpack.ExtraData as exc:
+        if isinstance(exc.unpacked, dict) and exc.unpacked.get("format") == FORMAT:
+            raise BadProfileFile("corrupt (unexpected bytes after the data)") from None
+        raise BadProfileFile("not a flextui profile cache") from None
+    except Exception as exc:  # noqa: BLE001 (any decoding failure of untrusted bytes)
+        reason = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+        raise BadProfileFile(f"corrupt or truncated (msgpack: {reason})") from None
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise BadProfileFile("not a flextui profile cache")
+    version = doc.get("version")
+    if not is_int(version) or version < 1:
+        raise BadProfileFile(f"invalid (version: {version!r} is not a format version)")
+    body = {k: v for k, v in doc.items() if k != "checksum"}
+    if not is_int(doc.get("checksum")) or zlib.crc32(_pack(body)) != doc["checksum"]:
+        raise BadProfileFile("corrupt (checksum mismatch)")
+    if version > VERSION:
+        raise BadProfileFile(f"written by a newer flextui (profile format version {version}; "
+                             f"this flextui reads version {VERSION})", newer_version=version)
+    try:
+        return _decode_body(body, device_kind)
+    except (TypeError, ValueError) as exc:
+        raise BadProfileFile(f"invalid ({exc})") from None
+
+
+def _decode_body(body: dict[str, Any], device_kind: str | None) -> CacheFile:
+    require_fields(body, _TOP_FIELDS, "file")
+    device = require_text(body["device"], "device")
+    kind = require_text(body["device_kind"], "device_kind")
+    if kind != device_kind_slug(device):
+        raise ValueError(f"device_kind: {kind!r} is not the kind of device {device!r}")
+    if device_kind is not None and kind != device_kind:
+        raise BadProfileFile(f"holds profiles for device kind {kind!r}, not {device_kind!r}")
+    if not isinstance(body["entries"], list):
+        raise ValueError("entries: expected a list")
+    entries: Entries = {}
+    for i, item in enumerate(body["entries"]):
+        try:
+            if not (isinstance(item, list) and len(item) == 2):
+                raise ValueError("expected a [key, entry] pair")
+            key, entry = ProfileKey.from_map(item[0]), ProfileEntry.from_map(item[1])
+            if key.device_kind != kind:
+                raise ValueError(f"device {key.device_name!r} is not of kind {kind!r}")
+            check_pair(key, entry)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"entry {i}: {exc}") from None
+        _merge_into(entries, {key.encoded: (key, entry)})
+    return CacheFile(device, kind, entries)
+
+
+def _move_aside(path: Path) -> Path:
+    """Rename a bad file to ``<name>.corrupt-<timestamp>`` (callers hold its lock)."""
+    stem = f"{path.name}.corrupt-{time.strftime('%Y%m%d-%H%M%S')}"
+    aside, n = path.with_name(stem), 1
+    while aside.exists():
+        aside, n = path.with_name(f"{stem}-{n}"), n + 1
+    os.rename(path, aside)
+    return aside
+
+
+# ---- the cache ---------------------------------------------------------------------
+
+class ProfileCache:
+    """Profiles of one device kind, read from ``dirs``: the user's writable directory
+    first, then read-only reference directories. Lookups prefer the user's entries.
+
+    ``put`` records in memory; ``save`` merges them into the user's file under its lock
+    (newer ``measured_at`` wins per key), so concurrent savers lose nothing. Problems
+    with the files are collected in ``notices`` (one line each) for the CLI or app.
+    """
+
+    def __init__(self, device_name: str, dirs: Sequence[str | os.PathLike]) -> None:
+        if not dirs:
+            raise ValueError("ProfileCache needs at least the user's profile directory")
+        self.device_name = device_name
+        self.device_kind = device_kind_slug(device_name)
+        name = f"{self.device_kind}.msgpack"
+        self.path = Path(dirs[0]) / name
+        self.reference_paths = [Path(d) / name for d in dirs[1:]
+                                if os.path.realpath(Path(d) / name) != os.path.realpath(self.path)]
+        self.notices: list[str] = []
+        self.hits = self.misses = 0
+        self._refusal: str | None = None   # why save must not replace the user's file
+        self._dirty = False
+        self._references = [self._read_reference(p) for p in self.reference_paths]
+        self._user: Entries = {}
+        if self.path.exists():
+            try:
+                with file_lock(self.path):
+                    self._user = self._read_user_locked()
+            except OSError as exc:
+                self._notice(f"{self.path}: cannot be read ({exc.strerror or exc}); "
+                             "profiles measured now will not be saved to it")
+
+    @classmethod
+    def open_default(cls, device_name: str,
+                     profiles: str | os.PathLike | None = None) -> ProfileCache:
+        """The cache of ``device_name`` in the user's directory (``--profiles DIR`` if
+        given) backed by the reference profiles shipped with flextui."""
+        return cls(device_name, [user_profile_dir(profiles), reference_profile_dir()])
+
+    def get(self, key: ProfileKey) -> ProfileEntry | None:
+        for entries in (self._user, *self._references):
+            found = entries.get(key.encoded)
+            if found is not None:
+                self.hits += 1
+                return found[1]
+        self.misses += 1
+        return None
+
+    def put(self, key: ProfileKey, entry: ProfileEntry) -> None:
+        if key.device_kind != self.device_kind:
+            raise ValueError(f"a profile of {key.device_name!r} does not belong in the "
+                             f"{self.device_kind!r} cache")
+        check_pair(key, entry)
+        self._user[key.encoded] = (key, entry)
+        self._dirty = True
+
+    def save(self) -> int:
+        """Merge what was put into the user's file; return its number of entries.
+
+        Raises FlextuiError when the file cannot be written or must not be replaced
+        (it is from a newer flextui, or could not be read or moved aside)."""
+        if not self._dirty:
+            return len(self._user)
+        try:
+            with file_lock(self.path):
+                self._refusal = None
+                merged = self._read_user_locked()
+                if self._refusal:
+                    raise FlextuiError(self._refusal)
+                _merge_into(merged, self._user)
+                atomic_write(self.path, encode_cache(self.device_name, merged))
+        except OSError as exc:
+            raise FlextuiError(f"{self.path}: cannot save profiles ({exc.strerror or exc}); "
+                               "make the directory writable or choose another with "
+                               "--profiles DIR") from None
+        self._user, self._dirty = merged, False
+        return len(merged)
+
+    def _notice(self, message: str) -> None:
+        if message not in self.notices:
+            self.notices.append(message)
+
+    def _read_reference(self, path: Path) -> Entries:
+        try:
+            return decode_cache(path.read_bytes(), self.device_kind).entries
+        except FileNotFoundError:
+            return {}
+        except OSError as exc:
+            self._notice(f"{path}: cannot be read ({exc.strerror or exc}); ignored")
+        except BadProfileFile as bad:
+            upgrade = "; upgrade flextui to use it" if bad.newer_version else ""
+            self._notice(f"{path}: {bad.problem}{upgrade}; ignored (a read-only reference file)")
+        return {}
+
+    def _read_user_locked(self) -> Entries:
+        """The user's file's entries (empty when missing or bad: a bad file is moved
+        aside, a newer one makes ``save`` refuse). The caller holds the file's lock."""
+        try:
+            return decode_cache(self.path.read_bytes(), self.device_kind).entries
+        except FileNotFoundError:
+            return {}
+        except BadProfileFile as bad:
+            if bad.newer_version:
+                self._notice(f"{self.path}: {bad.problem}; upgrade flextui to use it; left "
+                             "untouched, and profiles measured now will not be saved to it")
+                self._refusal = (f"{self.path}: not saving profiles: the file was written by "
+                                 f"a newer flextui (format version {bad.newer_version}); "
+                                 "upgrade flextui, or save elsewhere with --profiles DIR")
+                return {}
+            try:
+                aside = _move_aside(self.path)
+            except OSError as exc:
+                self._notice(f"{self.path}: {bad.problem}; could not be moved aside "
+                             f"({exc.strerror or exc}); left as is")
+                self._refusal = (f"{self.path}: not saving profiles over a bad file that "
+                                 "could not be moved aside; move or remove it by hand")
+                return {}
+            self._notice(f"{self.path}: {bad.problem}; moved aside to {aside}; it will be rebuilt")
+            return {}
+
+
+# ---- merging files from two machines ------------------------------------------------
+
+def _read_strict(path: Path, device_kind: str | None = None) -> CacheFile:
+    try:
+        return decode_cache(path.read_bytes(), device_kind)
+    except OSError as exc:
+        raise FlextuiError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    except BadProfileFile as bad:
+        upgrade = "; upgrade flextui to read it" if bad.newer_version else ""
+        raise FlextuiError(f"{path}: {bad.problem}{upgrade}") from None
+
+
+def merge_cache_files(a: str | os.PathLike, b: str | os.PathLike, out: str | os.PathLike) -> int:
+    """Merge two profile caches of one device kind (say, from two machines) into ``out``
+    (newer measurement wins per key) and return its number of entries. An existing
+    ``out`` of the same kind is merged in too, never clobbered. Raises FlextuiError if
+    a file is unreadable or bad, or the files are for different device kinds."""
+    a, b, out = Path(a), Path(b), Path(out)
+    first, second = _read_strict(a), _read_strict(b)
+    if first.device_kind != second.device_kind:
+        raise FlextuiError(f"cannot merge {a} and {b}: they hold profiles for different "
+                           f"device kinds ({first.device_kind!r} and {second.device_kind!r})")
+    merged = dict(first.entries)
+    _merge_into(merged, second.entries)
+    try:
+        with file_lock(out):
+            if out.exists():
+                _merge_into(merged, _read_strict(out, first.device_kind).entries)
+            atomic_write(out, encode_cache(first.device_name, merged))
+    except OSError as exc:
+        raise FlextuiError(f"{out}: cannot write the merged profiles "
+                           f"({exc.strerror or exc})") from None
+    return len(merged)

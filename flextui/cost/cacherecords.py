@@ -1,0 +1,224 @@
+"""What the profile cache stores: the key a measured time depends on, and the entry.
+
+Both validate and canonicalise themselves on construction, so a key or entry decoded
+from an untrusted file is as sound as one built from an op; the validation helpers are
+shared with the file reader (``flextui.cost.cache``).
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+import msgpack
+
+if TYPE_CHECKING:
+    from flextui.graph import Op
+    from flextui.graph.region import Region
+
+DTYPES = ("float32", "bfloat16", "float16")
+INT_MIN, INT_MAX = -(2**63), 2**64 - 1   # what msgpack can hold
+
+
+def device_kind_slug(name: str) -> str:
+    """A filesystem-safe name for a device kind: "NVIDIA H100 80GB HBM3" becomes
+    "nvidia-h100-80gb-hbm3"; trademark marks such as "(R)" are dropped."""
+    text = re.sub(r"\((r|tm|c)\)", " ", name.lower())
+    slug = re.sub(r"[^a-z0-9]+", "-", text).strip("-")[:100].strip("-")
+    return slug or "unknown-device"
+
+
+def is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _freeze(value: Any, where: str) -> Any:
+    """An attribute value in canonical, hashable form: sequences become tuples, maps
+    become tuples of (name, value) pairs sorted by name (so they encode as lists)."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, numbers.Integral):
+        if not INT_MIN <= int(value) <= INT_MAX:
+            raise ValueError(f"attrs[{where!r}]: {value} does not fit in 64 bits")
+        return int(value)
+    if isinstance(value, numbers.Real):
+        if not math.isfinite(value):
+            raise ValueError(f"attrs[{where!r}]: {value} is not a finite number")
+        return float(value)
+    if isinstance(value, (list, tuple)):
+        return tuple(_freeze(v, where) for v in value)
+    if isinstance(value, Mapping):
+        if not all(isinstance(k, str) for k in value):
+            raise ValueError(f"attrs[{where!r}]: map keys must be strings")
+        return tuple((k, _freeze(v, where)) for k, v in sorted(value.items()))
+    raise ValueError(f"attrs[{where!r}]: a {type(value).__name__} cannot be part of a profile key")
+
+
+def _thaw(value: Any) -> Any:
+    return [_thaw(v) for v in value] if isinstance(value, tuple) else value
+
+
+def canonical_attrs(attrs: Any) -> tuple[tuple[str, Any], ...]:
+    """Op attributes (a map, or (name, value) pairs) as sorted pairs of frozen values."""
+    if not isinstance(attrs, (Mapping, list, tuple)):
+        raise ValueError(f"attrs: expected a map, got {type(attrs).__name__}")
+    pairs = attrs.items() if isinstance(attrs, Mapping) else attrs
+    if not all(isinstance(p, (list, tuple)) and len(p) == 2 and isinstance(p[0], str)
+               for p in pairs):
+        raise ValueError("attrs: expected a map of names (strings) to values")
+    frozen = dict((name, _freeze(value, name)) for name, value in pairs)
+    if len(frozen) != len(pairs):
+        raise ValueError("attrs: a name appears twice")
+    return tuple(sorted(frozen.items()))
+
+
+def _shapes(value: Any, name: str) -> tuple[tuple[int, ...], ...]:
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(f"{name}: expected a list of shapes, got {type(value).__name__}")
+    for shape in value:
+        if not (isinstance(shape, (list, tuple))
+                and all(is_int(d) and 0 <= d <= INT_MAX for d in shape)):
+            raise ValueError(f"{name}: {shape!r} is not a shape")
+    return tuple(tuple(shape) for shape in value)
+
+
+def require_text(value: Any, name: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{name}: expected a non-empty string, got {value!r}")
+    return value
+
+
+def require_fields(data: Any, names: Sequence[str], what: str) -> None:
+    if not isinstance(data, dict):
+        raise ValueError(f"{what}: expected a map, got {type(data).__name__}")
+    missing = [n for n in names if n not in data]
+    unknown = [repr(n) for n in data if n not in names]
+    if missing or unknown:
+        raise ValueError(f"{what}: " + "; ".join(
+            part for part in (missing and f"missing {', '.join(missing)}",
+                              unknown and f"unknown {', '.join(unknown)}") if part))
+
+
+@dataclass(frozen=True)
+class ProfileKey:
+    """What a measured time depends on. Constructing one canonicalises and validates it
+    (attrs may be given as any map, shapes as lists); the cache is keyed by
+    ``encoded``, its canonical msgpack encoding, so ``{"a": 1, "b": (2, 3)}`` and
+    ``{"b": [2, 3], "a": 1}`` make the same key."""
+
+    op_type: str
+    attrs: tuple[tuple[str, Any], ...]
+    input_shapes: tuple[tuple[int, ...], ...]
+    param_shapes: tuple[tuple[int, ...], ...]
+    output_shapes: tuple[tuple[int, ...], ...]
+    dtype: str
+    training: bool
+    device_name: str
+    torch_version: str
+
+    def __post_init__(self) -> None:
+        require_text(self.op_type, "op_type")
+        object.__setattr__(self, "attrs", canonical_attrs(self.attrs))
+        for name in ("input_shapes", "param_shapes", "output_shapes"):
+            object.__setattr__(self, name, _shapes(getattr(self, name), name))
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype: {self.dtype!r} is not one of {', '.join(DTYPES)}")
+        if not isinstance(self.training, bool):
+            raise ValueError(f"training: expected true or false, got {self.training!r}")
+        require_text(self.device_name, "device_name")
+        require_text(self.torch_version, "torch_version")
+
+    @classmethod
+    def for_task(cls, op: Op, region: Region, dtype: str, training: bool, device_name: str,
+                 torch_version: str) -> ProfileKey:
+        """The key of computing block ``region`` of ``op``'s space."""
+        def shape(r: Region) -> tuple[int, ...]:
+            return tuple(stop - start for start, stop in r)
+        return cls(op.type, op.attrs, tuple(shape(r) for r in op.input_regions(region)),
+                   tuple(shape(op.param_region(i, region)) for i in range(len(op.params))),
+                   tuple(shape(r) for r in op.output_regions(region)),
+                   dtype, training, device_name, torch_version)
+
+    @property
+    def device_kind(self) -> str:
+        return device_kind_slug(self.device_name)
+
+    def to_map(self) -> dict[str, Any]:
+        data = {f.name: _thaw(getattr(self, f.name)) for f in fields(self)}
+        data["attrs"] = {name: _thaw(value) for name, value in self.attrs}
+        return data
+
+    @cached_property
+    def encoded(self) -> bytes:
+        return msgpack.packb(self.to_map(), use_bin_type=True)
+
+    @classmethod
+    def from_map(cls, data: Any) -> ProfileKey:
+        require_fields(data, [f.name for f in fields(cls)], "key")
+        if not isinstance(data["attrs"], dict):
+            raise ValueError("attrs: expected a map")
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class ProfileEntry:
+    """Measured times of one key, in seconds: medians over ``repeats`` timed runs and
+    their spread (e.g. the interquartile range). ``backward_s`` is None for inference;
+    an ``oom`` entry records that the block ran out of memory and has no times."""
+
+    forward_s: float | None
+    backward_s: float | None
+    forward_spread_s: float | None = None
+    backward_spread_s: float | None = None
+    repeats: int = 0
+    peak_memory_bytes: int = 0
+    oom: bool = False
+    measured_at: float = field(default_factory=time.time)
+
+    def __post_init__(self) -> None:
+        for name in ("forward_s", "backward_s", "forward_spread_s", "backward_spread_s",
+                     "measured_at"):
+            value = getattr(self, name)
+            if value is None and name != "measured_at":
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                    or not math.isfinite(value) or value < 0:
+                raise ValueError(f"{name}: expected a finite number >= 0, got {value!r}")
+            object.__setattr__(self, name, float(value))
+        for name in ("repeats", "peak_memory_bytes"):
+            value = getattr(self, name)
+            if not (is_int(value) and 0 <= value <= INT_MAX):
+                raise ValueError(f"{name}: expected a whole number >= 0, got {value!r}")
+        if not isinstance(self.oom, bool):
+            raise ValueError(f"oom: expected true or false, got {self.oom!r}")
+        if self.oom and (self.forward_s is not None or self.backward_s is not None):
+            raise ValueError("an out-of-memory entry has no times")
+        if not self.oom and self.forward_s is None:
+            raise ValueError("forward_s: required unless the block ran out of memory")
+        for time_name, spread_name in (("forward_s", "forward_spread_s"),
+                                       ("backward_s", "backward_spread_s")):
+            if getattr(self, time_name) is None and getattr(self, spread_name) is not None:
+                raise ValueError(f"{spread_name}: given without {time_name}")
+
+    def to_map(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_map(cls, data: Any) -> ProfileEntry:
+        require_fields(data, [f.name for f in fields(cls)], "entry")
+        return cls(**data)
+
+
+def check_pair(key: ProfileKey, entry: ProfileEntry) -> None:
+    """Raise ValueError unless ``entry`` has a backward time exactly when ``key`` is a
+    training key (an out-of-memory training entry has none)."""
+    if not key.training and entry.backward_s is not None:
+        raise ValueError("backward_s: an inference key has no backward time")
+    if key.training and not entry.oom and entry.backward_s is None:
+        raise ValueError("backward_s: a training key needs a backward time")

@@ -1,0 +1,1 @@
+"""Reference operator profiles shipped with flextui (msgpack files, one per device kind)."""
