@@ -64,6 +64,7 @@ class BoundTables:
         self.L = len(cluster.links)
         assert all(link.id == i for i, link in enumerate(cluster.links))
         self.update_fn = getattr(cost_model, "update_s", update_s)
+        self.allreduce_fn = getattr(cost_model, "allreduce_s", ring_allreduce_s)
         self.capacity = np.array([cluster.device(d).spec.memory_bytes for d in range(D)], float)
         self.has_bwd = [training and op.type != "input" for op in ops]
         self.preds = [[p.index for p in graph.predecessors(op)] for op in ops]
@@ -229,7 +230,7 @@ class BoundTables:
                 if len(g.devices) > 1:
                     ring = list(zip(g.devices, g.devices[1:] + g.devices[:1]))
                     try:
-                        sync = ring_allreduce_s(g.numel * width, g.devices, self.cluster)
+                        sync = self.allreduce_fn(g.numel * width, g.devices, self.cluster)
                         links = tuple(sorted({link.id for x, y in ring
                                              for link in self.cluster.route(x, y)}))
                     except ClusterError:  # no ring: the simulator cannot simulate this

@@ -9,7 +9,9 @@ training). For every producer/consumer task pair whose blocks overlap: a depende
 when both run on one device, else a chain of transfer tasks, one per link of the route,
 carrying the overlap; in training, the gradient of the overlap travels back the reverse
 route. Replicated parameters get a gradient all-reduce per replica group (ring
-all-reduce on the links joining the group), then an optimizer update per device.
+all-reduce on the links joining the group, timed by the cost model's
+``allreduce_s(nbytes, devices, cluster)`` when it has one), then an optimizer update per
+device.
 
 Every task has a *key*, a tuple that orders tasks consistently with their
 dependencies; the scheduler breaks ties in ready time by it, so schedules are
@@ -29,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from flextui.cost.model import CostModel
+from flextui.cost.ring import ring_allreduce_s
 from flextui.errors import ClusterError
 from flextui.graph import Op, OpGraph, intersect, region_volume
 from flextui.graph.tensor import dtype_bytes
@@ -46,15 +49,6 @@ class TaskKind(enum.IntEnum):
     UPDATE = 4
 
 
-def ring_allreduce_s(nbytes: float, devices: tuple[int, ...], cluster: Cluster) -> float:
-    """Ring all-reduce: 2(p-1)/p of the bytes over the ring's slowest link, plus
-    2(p-1) steps of the slowest hop's latency (DESIGN.md)."""
-    p = len(devices)
-    ring = list(zip(devices, devices[1:] + devices[:1]))
-    latency = max(sum(link.latency for link in cluster.route(a, b)) for a, b in ring)
-    return 2 * (p - 1) / p * nbytes / cluster.bottleneck_bandwidth(devices) + 2 * (p - 1) * latency
-
-
 def update_s(nbytes: float, device) -> float:
     """Optimizer step (SGD with momentum): read weight, gradient and momentum, write
     weight and momentum — five passes over the shard at memory bandwidth."""
@@ -69,6 +63,7 @@ class TaskGraph:
         self.num_resources = cluster.num_devices + len(cluster.links)
         self.link_resource = {link.id: self.num_devices + link.id for link in cluster.links}
         self.update_s: Callable = getattr(cost_model, "update_s", update_s)
+        self.allreduce_s: Callable = getattr(cost_model, "allreduce_s", ring_allreduce_s)
         self.store = new_store(self.num_resources)  # scheduling data, the ids' owner
         # parallel arrays, one slot per task id
         self.kind: list[int] = []
@@ -236,7 +231,7 @@ class TaskGraph:
             links = sorted({self.link_resource[link.id]
                             for a, b in ring for link in self._route(a, b, why)})
             sync = self._new(TaskKind.SYNC, -1, g, tuple(links),
-                             ring_allreduce_s(nbytes, group.devices, self.cluster),
+                             self.allreduce_s(nbytes, group.devices, self.cluster),
                              (2, order, g), nbytes)
             for t in group.tasks:
                 self._link(t, sync)
