@@ -38,6 +38,7 @@ async def measure(model: str, gpus: int, seconds: float) -> None:
     with tempfile.TemporaryDirectory() as logs:
         app = FlextuiApp(log_dir=logs)
         async with app.run_test(size=(100, 30)) as pilot:
+            await app.workers.wait_for_complete()   # the Setup screen's machine detection
             app.on_setup_screen_start_search(SetupScreen.StartSearch(
                 graph, cluster, options, model, cluster.name))
             live = app.searches[0]

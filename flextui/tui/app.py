@@ -7,6 +7,7 @@ through a ``Playback``, and timelines come from the simulator on a worker thread
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterable
 from multiprocessing import resource_tracker
 from pathlib import Path
@@ -58,6 +59,7 @@ class FlextuiApp(App):
     # -- searches -----------------------------------------------------------------------
 
     def on_setup_screen_start_search(self, message: SetupScreen.StartSearch) -> None:
+        settle_heap()
         graph, cluster, options = message.graph, message.cluster, message.options
         log_path = default_log_path(graph, cluster, self.log_dir)
         live = LiveSearch(graph, cluster, AnalyticCostModel(), options, log_path=log_path)
@@ -77,6 +79,7 @@ class FlextuiApp(App):
         except FlextuiError as exc:
             self.show_error("Cannot replay this log", str(exc))
             return
+        settle_heap()
         title = f"{header.graph.meta.get('model', header.graph.name)} on {header.cluster.name}"
         setup = SearchSetup(header.graph, header.cluster, cost_model, options, title)
         self.push_screen(SearchScreen(playback, setup, str(path)))
@@ -127,6 +130,16 @@ class FlextuiApp(App):
             live.stop()
         for live in self.searches:
             live.join(timeout=10)
+
+
+def settle_heap() -> None:
+    """Collect garbage once, then exempt every object alive now (torch, Textual, the
+    model) from later collections. A search streams short-lived objects into the app,
+    which otherwise triggers a full collection every second or two that walks a few
+    hundred thousand long-lived objects: 100–500 ms with the keys frozen
+    (``benchmarks/ui_lag.py``)."""
+    gc.collect()
+    gc.freeze()
 
 
 def run_app(**kwargs) -> None:

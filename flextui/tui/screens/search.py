@@ -82,6 +82,7 @@ class SearchScreen(Screen):
         self._shown_version = -1
         self._clock = time.monotonic()
         self._failure_shown = False
+        self._actions_state: tuple[bool, bool] | None = None
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -132,7 +133,10 @@ class SearchScreen(Screen):
             self._failure_shown = True
             kept = f"\n\nThe log is kept: {self.log_path}" if self.log_path else ""
             self.app.show_error("The search failed", f"{view.message}{kept}")
-        self.refresh_bindings()
+        actions_state = (self.source.done, view.best is None)   # what check_action reads
+        if actions_state != self._actions_state:   # the footer recomposes on a refresh
+            self._actions_state = actions_state
+            self.refresh_bindings()
 
     # -- actions ------------------------------------------------------------------------
 
