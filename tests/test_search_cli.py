@@ -64,6 +64,8 @@ def test_memory_budget_picks_the_fastest_that_fits(capsys, tmp_path):
     (["--memory-budget", "12 parsecs"], "give a number and a unit"),
     (["--workers", "0"], "--workers must be at least 1"),
     (["--init", "nowhere.json"], "nowhere.json"),
+    (["--cluster", "local-cpu"], "at least two devices"),
+    (["--cost", "profiled", "--profiles", "no-such-dir"], "flextui profile"),
 ])
 def test_bad_search_arguments(capsys, tmp_path, argv, message):
     code, _, err = run(capsys, "search", "-m", "lenet", "--no-log", *argv)

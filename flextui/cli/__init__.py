@@ -12,8 +12,8 @@ from collections.abc import Callable, Sequence
 from rich.console import Console
 
 from flextui import __version__
-from flextui.cli.common import cluster_arg, model_args
-from flextui.cli import replay, search
+from flextui.cli.common import cluster_arg, cost_args, model_args
+from flextui.cli import profile, replay, search
 from flextui.cli.inspect import cmd_clusters, cmd_models, cmd_show
 from flextui.cli.simulate import cmd_simulate
 from flextui.errors import FlextuiError
@@ -50,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("simulate", help="simulate one iteration of a strategy",
                        description="Simulate one training (or inference) iteration of a model "
-                       "under a strategy on a cluster, with the analytic cost model: iteration "
+                       "under a strategy on a cluster (analytic or profiled task times): iteration "
                        "time, throughput, per-device utilisation and memory, communication, "
                        "and the ops that take the longest.")
     model_args(p)
@@ -61,12 +61,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--inference", action="store_true", help="forward pass only")
     p.add_argument("--memory", choices=("penalize", "reject", "ignore"), default="penalize",
                    help="over a device's memory: +1 ms per MB over (default), reject, or ignore")
+    cost_args(p)
     p.add_argument("--trace", metavar="FILE", help="write the timeline as Chrome trace JSON")
     p.add_argument("--top", type=int, default=10, help="how many top ops to list")
     p.add_argument("--json", action="store_true", help="print JSON instead of tables")
     p.set_defaults(handler=cmd_simulate)
     search.add_parser(sub)
     replay.add_parser(sub)
+    profile.add_parser(sub)
     return parser
 
 

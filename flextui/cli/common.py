@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import signal
 import sys
+import threading
 from typing import Any
 
 from flextui.errors import FlextuiError
@@ -64,3 +67,40 @@ def model_args(p: argparse.ArgumentParser, default: str | None = DEFAULT_MODEL) 
 def cluster_arg(p: argparse.ArgumentParser, default: str | None = DEFAULT_CLUSTER) -> None:
     p.add_argument("--cluster", "-c", default=default,
                    help=f"library cluster name, a .toml file, or 'local' (default {DEFAULT_CLUSTER})")
+
+
+@contextlib.contextmanager
+def stop_on_signals(stop: threading.Event):
+    """The first SIGINT/SIGTERM sets ``stop`` (the work in flight ends cleanly and saves
+    what it has); a second SIGINT interrupts."""
+    def handler(signum, frame):
+        if stop.is_set() and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        stop.set()
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def cost_args(p: argparse.ArgumentParser) -> None:
+    """--cost, --profiles, --dtype: which task times a simulation uses."""
+    p.add_argument("--cost", choices=("analytic", "profiled"), default="analytic",
+                   help="task times: the analytic (roofline) model (default), or times measured "
+                   "by `flextui profile` for the cluster's device kind, analytic where missing")
+    p.add_argument("--profiles", metavar="DIR", help="with --cost profiled: the profile cache "
+                   "directory (default $FLEXTUI_PROFILES, else the user's cache directory)")
+    p.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32",
+                   help="with --cost profiled: the dtype the profiles were measured in")
+
+
+def load_cost_model(args: argparse.Namespace, graph, cluster, training: bool):
+    """The cost model --cost names; what it says about itself goes to stderr."""
+    from flextui.cost.choose import choose_cost_model
+    choice = choose_cost_model(graph, cluster, args.cost, profiles=args.profiles,
+                               dtype=args.dtype, training=training)
+    for notice in choice.notices:
+        print(notice, file=sys.stderr)
+    return choice.model

@@ -7,8 +7,6 @@ current step, the log gets its final record, and the best strategy so far is exp
 from __future__ import annotations
 
 import argparse
-import contextlib
-import signal
 import sys
 import threading
 import time
@@ -16,8 +14,9 @@ from pathlib import Path
 
 from rich.console import Console
 
-from flextui.cli.common import (DEFAULT_CLUSTER, DEFAULT_MODEL, cluster_arg, emit_json,
-                                load_graph, load_strategy, model_args)
+from flextui.cli.common import (DEFAULT_CLUSTER, DEFAULT_MODEL, cluster_arg, cost_args,
+                                emit_json, load_cost_model, load_graph, load_strategy,
+                                model_args, stop_on_signals)
 from flextui.errors import FlextuiError
 from flextui.search.files import default_export_path, default_log_path
 from flextui.search.options import DEFAULT_BUDGET
@@ -53,6 +52,7 @@ def add_parser(sub) -> None:
     p.add_argument("--memory", choices=("penalize", "reject", "ignore"), default="penalize",
                    help="over a device's memory: +1 ms per MB over (default), reject, or ignore")
     p.add_argument("--inference", action="store_true", help="optimise the forward pass only")
+    cost_args(p)
     p.add_argument("--out", metavar="FILE.ffsearch",
                    help="the search log (default: <model>-<cluster>-<time>.ffsearch here)")
     p.add_argument("--no-log", action="store_true", help="do not write a search log")
@@ -84,7 +84,7 @@ def cmd_search(args: argparse.Namespace, console: Console) -> None:
 def _inputs(args, resume):
     """Graph, cluster, cost model, options and initial strategy, from the command line
     or, resuming, from the log (which a --model/--cluster given too must match)."""
-    from flextui.cost import AnalyticCostModel, cost_model_from_identity
+    from flextui.cost import cost_model_from_identity
     from flextui.machine import load_named_cluster
     from flextui.search.options import INITS, FieldError, SearchOptions, search_options
     try:
@@ -114,7 +114,8 @@ def _inputs(args, resume):
     initial = None
     if args.init not in INITS:
         initial = load_strategy(args.init, graph, cluster)
-    return graph, cluster, AnalyticCostModel(), given, initial
+    cost_model = load_cost_model(args, graph, cluster, training=given.training)
+    return graph, cluster, cost_model, given, initial
 
 
 def _check_same(args, header) -> None:
@@ -149,25 +150,10 @@ def _run(graph, cluster, cost_model, options, initial, log_path, resume, args, c
     from flextui.search import run_search
     stop = threading.Event()
     progress = _Progress(console, options, quiet=args.json)
-    with _stop_on_signals(stop):
+    with stop_on_signals(stop):
         return run_search(graph, cluster, cost_model, options, initial=initial,
                           log_path=log_path, resume=resume, on_events=progress.update,
                           stop=stop)
-
-
-@contextlib.contextmanager
-def _stop_on_signals(stop: threading.Event):
-    """The first SIGINT/SIGTERM asks the search to stop; a second SIGINT interrupts."""
-    def handler(signum, frame):
-        if stop.is_set() and signum == signal.SIGINT:
-            raise KeyboardInterrupt
-        stop.set()
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for s, h in previous.items():
-            signal.signal(s, h)
 
 
 class _Progress:

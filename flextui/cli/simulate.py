@@ -7,18 +7,18 @@ import argparse
 from rich.console import Console
 from rich.table import Table
 
-from flextui.cli.common import emit_json, load_graph, load_strategy
+from flextui.cli.common import emit_json, load_cost_model, load_graph, load_strategy
 
 
 def cmd_simulate(args: argparse.Namespace, console: Console) -> None:
-    from flextui.cost import AnalyticCostModel
     from flextui.machine import load_named_cluster
     from flextui.sim import Simulator
     from flextui.sim.summary import timeline_summary
     from flextui.sim.trace import write_trace
     graph, cluster = load_graph(args), load_named_cluster(args.cluster)
     strategy = load_strategy(args.strategy, graph, cluster)
-    simulator = Simulator(graph, cluster, AnalyticCostModel(), training=not args.inference,
+    cost_model = load_cost_model(args, graph, cluster, training=not args.inference)
+    simulator = Simulator(graph, cluster, cost_model, training=not args.inference,
                           memory=args.memory)
     timeline = simulator.simulate(strategy)
     if args.trace:

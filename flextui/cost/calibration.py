@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import bisect
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from typing import Any
 import msgpack
 import numpy as np
 
+from flextui.cost.cacherecords import device_kind_slug
 from flextui.cost.files import atomic_write, file_lock
 from flextui.errors import FlextuiError
 
@@ -172,17 +172,9 @@ def fit_latency_bandwidth(table: Table) -> tuple[float, float]:
 # -- files -----------------------------------------------------------------------------
 
 
-def device_slug(device_kind: str) -> str:
-    """A file-name-safe form of a device kind: ``"A100-SXM4-80GB"`` -> ``"a100-sxm4-80gb"``
-    (the profile cache's rule, so a device's profiles and calibrations share a name)."""
-    text = re.sub(r"\((r|tm|c)\)", " ", device_kind.lower())
-    slug = re.sub(r"[^a-z0-9]+", "-", text).strip("-")[:100].strip("-")
-    return slug or "unknown-device"
-
-
 def calibration_path(directory: str | Path, device_kind: str) -> Path:
     """Where the calibrations of ``device_kind`` live in ``directory``."""
-    return Path(directory) / f"{device_slug(device_kind)}{SUFFIX}"
+    return Path(directory) / f"{device_kind_slug(device_kind)}{SUFFIX}"
 
 
 def read_calibrations(path: str | Path) -> list[CommCalibration]:

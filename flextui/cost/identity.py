@@ -5,6 +5,7 @@ from __future__ import annotations
 from flextui.cost.analytic import AnalyticCostModel
 from flextui.cost.calibrated import CalibratedCommModel, parse_identity
 from flextui.cost.model import CostModel
+from flextui.cost.profiled import ProfiledCostModel, parse_identity as parse_profiled
 from flextui.errors import FlextuiError
 
 
@@ -15,11 +16,22 @@ def cost_model_from_identity(identity: str) -> CostModel:
     if calibrated is not None:
         base, calibrations = calibrated
         return CalibratedCommModel(cost_model_from_identity(base), calibrations)
-    model = AnalyticCostModel.from_identity(identity)
+    model = ProfiledCostModel.from_identity(identity, cost_model_from_identity) \
+        or AnalyticCostModel.from_identity(identity)
     if model is None:
         shown = identity if len(identity) <= 80 else identity[:77] + "..."
         raise FlextuiError(f"cost model {shown!r} cannot be rebuilt from its name; "
-                           "flextui rebuilds only its analytic and calibrated models "
+                           "flextui rebuilds only its analytic, profiled and calibrated models "
                            "(use the Python API with your own cost model object)")
     return model
 
+
+def cost_model_label(identity: str) -> str:
+    """A short name for an identity, for summaries (a profiled model's identity holds
+    its whole table of times)."""
+    profiled = parse_profiled(identity)
+    if profiled is not None:
+        m, times, base = profiled
+        return (f"profiled ({m.device_name}, {m.dtype}, {len(times):,} tasks measured; "
+                f"otherwise {cost_model_label(base)})")
+    return identity if len(identity) <= 160 else identity[:157] + "..."

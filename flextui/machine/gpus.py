@@ -14,7 +14,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["GpuFigures", "KNOWN_GPUS", "UNKNOWN_GPU", "lookup_gpu", "device_kind_name"]
+__all__ = ["GpuFigures", "KNOWN_GPUS", "UNKNOWN_GPU", "lookup_gpu", "device_kind_name",
+           "same_device_kind"]
 
 T = 1e12
 GB = 1e9
@@ -89,3 +90,15 @@ def device_kind_name(name: str) -> str:
         kind = kind.removeprefix(prefix)
     kind = re.sub(r"\s+", "-", kind.strip())
     return kind or "gpu"
+
+
+def same_device_kind(kind: str, device_name: str) -> bool:
+    """Whether a cluster's device kind (``"H100-SXM"``, ``"cpu"``) names the device
+    ``device_name`` is (``"NVIDIA H100 80GB HBM3"``, or a CPU's name as profiles
+    record it, ``"cpu: <model>"``): the same kind name, or the same known GPU model."""
+    if kind == "cpu" or device_name.startswith("cpu"):
+        return kind == "cpu" and device_name.startswith("cpu")
+    if kind == device_kind_name(device_name):
+        return True
+    figures = lookup_gpu(kind)
+    return figures.known and figures is lookup_gpu(device_name)

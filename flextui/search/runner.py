@@ -281,6 +281,10 @@ def run_search(graph: OpGraph, cluster: Cluster, cost_model: CostModel,
     strategies outright (its checkpoints, the first at iteration 0, and its restarts),
     in the order the chain made them. While ``pause`` is set the chains wait. Chains run in worker processes
     when there are several or ``processes`` is true (an app keeps its own thread free)."""
+    if cluster.num_devices < 2:
+        raise FlextuiError(f"cluster {cluster.name!r} has one device: every op has only one "
+                           "config, so there is nothing to search; choose a cluster with at "
+                           "least two devices (flextui simulate times this one)")
     stop = stop or threading.Event()
     pause = pause or threading.Event()
     sim_cluster = cluster.with_memory_limit(options.memory_budget) if options.memory_budget else cluster

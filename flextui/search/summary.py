@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from flextui.cost.identity import cost_model_label
 from flextui.cost.model import CostModel
 from flextui.graph import OpGraph
 from flextui.machine import Cluster
@@ -79,7 +80,7 @@ def log_summary(log: SearchLog, cost_model: CostModel) -> dict[str, Any]:
     return {
         "log": str(log.path), "model": header.graph.meta.get("model", header.graph.name),
         "cluster": header.cluster.name, "flextui_version": header.flextui_version,
-        "created": header.created, "cost_model": header.cost_model, "seed": header.seed,
+        "created": header.created, "cost_model": cost_model_label(header.cost_model), "seed": header.seed,
         "options": header.options, "finished": final is not None,
         "reason": final.reason if final else None, "truncated": log.truncated,
         "iterations": len(steps),

@@ -1,0 +1,279 @@
+"""``flextui profile``: measure a model's tasks on a local device into the profile cache,
+show a cache, merge caches from two machines, or calibrate communication."""
+
+from __future__ import annotations
+
+import argparse
+import threading
+import time
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from flextui.cli.common import emit_json, load_graph, model_args, stop_on_signals
+from flextui.errors import FlextuiError
+
+PROGRESS_S = 1.0  # how often the plain (piped) progress prints a line
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "profile", help="measure a model's operator tasks on this machine's GPU (or CPU)",
+        description="Time every distinct task (op block) a search of the model over up to "
+        "--max-devices devices may visit, with the torch kernels the runtime runs, on a local "
+        "device, and cache the results (msgpack, one file per device kind) for --cost profiled. "
+        "Tasks already cached are skipped. Also: --show a cache, --merge two caches, --comm to "
+        "calibrate communication between the local devices.")
+    model_args(p)
+    p.add_argument("--device", help="cuda:N or cpu (default: cuda:0, else the CPU)")
+    p.add_argument("--max-devices", type=int, default=16, metavar="N",
+                   help="profile the blocks of every config over up to N devices (default 16)")
+    p.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32")
+    p.add_argument("--inference", action="store_true", help="forward only")
+    p.add_argument("--repeats", type=int, default=10, help="timed runs per task (default 10)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed runs first (default 2)")
+    p.add_argument("--profiles", metavar="DIR", help="the cache directory (default "
+                   "$FLEXTUI_PROFILES, else the user's cache directory)")
+    p.add_argument("--show", metavar="FILE", help="print a profile cache file (with --model: "
+                   "how its times compare with the analytic model's)")
+    p.add_argument("--merge", nargs=2, metavar=("A", "B"),
+                   help="merge two caches of one device kind into the cache directory")
+    p.add_argument("--comm", action="store_true",
+                   help="calibrate communication: point-to-point and all-reduce times between "
+                   "the local GPUs (NCCL), or two CPU processes (gloo) with --device cpu or no GPU")
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.set_defaults(handler=cmd_profile)
+
+
+def cmd_profile(args: argparse.Namespace, console: Console) -> None:
+    if args.merge:
+        return _merge(args, console)
+    if args.show:
+        return _show(args, console)
+    if args.comm:
+        return _comm(args, console)
+    _measure(args, console)
+
+
+def _measure(args, console: Console) -> None:
+    import torch
+
+    from flextui.cost.cache import ProfileCache
+    from flextui.cost.choose import DTYPE_NAMES
+    from flextui.cost.compare import compare_with_analytic, reference_device
+    from flextui.cost.localdevice import resolve_device
+    from flextui.cost.profile import profile_tasks
+    from flextui.cost.signatures import Measurement, task_signatures
+    if args.max_devices < 1 or args.repeats < 1 or args.warmup < 0:
+        raise FlextuiError("--max-devices and --repeats must be at least 1, --warmup at least 0")
+    local = resolve_device(args.device)
+    if local.notice:
+        console.print(f"[yellow]{local.notice}[/]", highlight=False)
+    graph = load_graph(args)
+    measurement = Measurement(DTYPE_NAMES[args.dtype], not args.inference, local.name,
+                              torch.__version__)
+    signatures = task_signatures(graph, measurement, num_devices=args.max_devices)
+    cache = ProfileCache.open_default(local.name, args.profiles)
+    for notice in cache.notices:
+        console.print(f"[yellow]{notice}[/]", highlight=False)
+    start, stop = time.monotonic(), threading.Event()
+    with _ProgressDisplay(console, len(signatures), quiet=args.json) as shown, \
+            stop_on_signals(stop):
+        measured = profile_tasks(signatures, cache, local.device, warmup=args.warmup,
+                                 repeats=args.repeats, on_event=shown.update, stop=stop.is_set)
+    stopped = stop.is_set()
+    took = time.monotonic() - start
+    rows = compare_with_analytic(signatures, cache, reference_device(local.name))
+    oom = sum(r.oom for r in rows)
+    summary = {"model": graph.meta.get("model", graph.name), "device": local.name,
+               "dtype": measurement.dtype, "training": measurement.training,
+               "tasks": len(signatures), "measured": measured,
+               "cached": len(signatures) - measured if not stopped else None,
+               "out_of_memory": oom, "elapsed_s": took, "interrupted": bool(stopped),
+               "cache": str(cache.path), "op_types": [_row_json(r) for r in rows]}
+    if args.json:
+        emit_json(summary)
+        return
+    verb = "interrupted after" if stopped else "done:"
+    console.print(f"{summary['model']} on {local.name}: {verb} {len(signatures):,} distinct tasks "
+                  f"for up to {args.max_devices} devices, {measured:,} measured now in {took:.1f} s, "
+                  f"the rest from the cache{f', {oom} out of memory' if oom else ''}",
+                  highlight=False)
+    console.print(_comparison_table(rows))
+    console.print(f"cache: {cache.path}  (use it: flextui search --cost profiled ...)",
+                  highlight=False)
+
+
+def _show(args, console: Console) -> None:
+    from pathlib import Path
+
+    from flextui.cost.cache import BadProfileFile, decode_cache
+    path = Path(args.show)
+    try:
+        data = decode_cache(path.read_bytes())
+    except OSError as exc:
+        raise FlextuiError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    except BadProfileFile as bad:
+        raise FlextuiError(f"{path}: {bad.problem}") from None
+    entries = sorted(data.entries.values(), key=lambda ke: (ke[0].op_type, ke[0].output_shapes))
+    if args.json:
+        emit_json({"device": data.device_name, "entries": [
+            {"key": k.to_map(), "entry": e.to_map()} for k, e in entries]})
+        return
+    console.print(f"{path}: {len(entries):,} tasks measured on {data.device_name}", highlight=False)
+    table = Table()
+    for col in ("op", "output block", "dtype", "forward", "backward", "spread", "runs", "memory"):
+        table.add_column(col, justify="left" if col in ("op", "output block", "dtype") else "right")
+    limit = len(entries) if args.model else 40
+    for key, entry in entries[:limit]:
+        table.add_row(key.op_type, "×".join(map(str, key.output_shapes[0])), key.dtype,
+                      _ms(entry.forward_s) if not entry.oom else "out of memory",
+                      _ms(entry.backward_s), _ms(entry.forward_spread_s), str(entry.repeats),
+                      f"{entry.peak_memory_bytes / 2**20:,.1f} MiB")
+    console.print(table)
+    if len(entries) > limit:
+        console.print(f"... and {len(entries) - limit:,} more (--json lists them all)")
+    if not args.model:
+        console.print("add --model M to compare these times with the analytic model's")
+        return
+    _show_comparison(args, console, path.parent, data.device_name, entries)
+
+
+def _show_comparison(args, console: Console, directory, device_name: str, entries) -> None:
+    import torch
+
+    from flextui.cost.cache import ProfileCache
+    from flextui.cost.compare import compare_with_analytic, reference_device
+    from flextui.cost.signatures import Measurement, task_signatures
+    graph = load_graph(args)
+    cache = ProfileCache(device_name, [directory])
+    signatures = []
+    for dtype, training in sorted({(k.dtype, k.training) for k, _ in entries}):
+        measurement = Measurement(dtype, training, device_name, torch.__version__)
+        signatures += task_signatures(graph, measurement, num_devices=args.max_devices)
+    rows = compare_with_analytic(signatures, cache, reference_device(device_name))
+    console.print(_comparison_table(rows))
+
+
+def _merge(args, console: Console) -> None:
+    from pathlib import Path
+
+    from flextui.cost.cache import decode_cache, merge_cache_files
+    from flextui.cost.cachedirs import user_profile_dir
+    first = Path(args.merge[0])
+    try:
+        kind = decode_cache(first.read_bytes()).device_kind
+    except Exception:   # merge_cache_files reports what is wrong with it
+        kind = first.stem
+    out = user_profile_dir(args.profiles) / f"{kind}.msgpack"
+    count = merge_cache_files(args.merge[0], args.merge[1], out)
+    console.print(f"merged {args.merge[0]} and {args.merge[1]} into {out}: {count:,} tasks",
+                  highlight=False)
+
+
+def _comm(args, console: Console) -> None:
+    import torch
+
+    from flextui.cost.cachedirs import user_profile_dir
+    from flextui.cost.calibration import fit_latency_bandwidth, save_calibration
+    from flextui.cost.comm import measure_comm
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if args.device == "cpu" or (args.device is None and not gpus):
+        devices = ["cpu", "cpu"]
+        if args.device is None:
+            console.print("[yellow]no GPU is visible to torch: calibrating gloo between two "
+                          "CPU processes (loopback)[/]", highlight=False)
+    elif args.device is not None:
+        raise FlextuiError(f"--comm --device {args.device}: the calibration measures between "
+                           "all the local GPUs; leave --device out (or give cpu)")
+    elif gpus < 2:
+        raise FlextuiError("--comm needs two devices to measure between and this machine has "
+                           "one GPU; --device cpu calibrates between two CPU processes instead")
+    else:
+        devices = [f"cuda:{i}" for i in range(gpus)]
+
+    def progress(done: int, total: int, what: str) -> None:
+        if not args.json:
+            console.print(f"{done}/{total}  {what}", highlight=False)
+    calibration = measure_comm(devices, repeats=args.repeats, progress=progress)
+    path = save_calibration(calibration, user_profile_dir(args.profiles))
+    if args.json:
+        emit_json({**calibration.to_dict(), "file": str(path)})
+        return
+    table = Table(title=f"{calibration.backend} over {calibration.link_kind}, "
+                  f"{calibration.world_size} ranks on {calibration.device}")
+    for col in ("bytes", "point-to-point", "all-reduce"):
+        table.add_column(col, justify="right")
+    for (size, p2p), (_, allreduce) in zip(calibration.p2p, calibration.allreduce):
+        table.add_row(f"{size:,}", _ms(p2p), _ms(allreduce))
+    console.print(table)
+    for name, rows in (("point-to-point", calibration.p2p), ("all-reduce", calibration.allreduce)):
+        latency, bandwidth = fit_latency_bandwidth(rows)
+        console.print(f"{name}: latency {latency * 1e6:,.1f} us, bandwidth "
+                      f"{bandwidth / 1e9:,.2f} GB/s (fit)", highlight=False)
+    console.print(f"saved to {path}; simulate and search use it with --cost profiled",
+                  highlight=False)
+
+
+def _comparison_table(rows) -> Table:
+    table = Table(title="measured vs analytic (sum over the tasks measured)")
+    for col in ("op type", "tasks", "forward", "analytic", "ratio", "backward", "analytic", "ratio"):
+        table.add_column(col, justify="left" if col == "op type" else "right")
+    for r in rows:
+        table.add_row(r.op_type, f"{r.tasks:,}", _ms(r.measured_forward_s),
+                      _ms(r.analytic_forward_s), _ratio(r.forward_ratio),
+                      _ms(r.measured_backward_s if r.analytic_backward_s else None),
+                      _ms(r.analytic_backward_s or None), _ratio(r.backward_ratio))
+    return table
+
+
+def _row_json(r) -> dict:
+    return {"op_type": r.op_type, "tasks": r.tasks, "out_of_memory": r.oom,
+            "measured_forward_s": r.measured_forward_s, "analytic_forward_s": r.analytic_forward_s,
+            "measured_backward_s": r.measured_backward_s,
+            "analytic_backward_s": r.analytic_backward_s}
+
+
+def _ms(seconds: float | None) -> str:
+    return "—" if seconds is None else f"{seconds * 1e3:,.3f} ms"
+
+
+def _ratio(value: float | None) -> str:
+    return "—" if value is None else f"{value:.2f}×"
+
+
+class _ProgressDisplay:
+    """A rich progress bar on a terminal; piped, a plain line a second."""
+
+    def __init__(self, console: Console, total: int, quiet: bool) -> None:
+        self.console, self.total, self.quiet = console, total, quiet
+        self.hits = self.oom = 0
+        self.shown = 0.0
+        self.bar = None
+        if console.is_terminal and not quiet:
+            self.bar = Progress(TextColumn("profiling"), BarColumn(), MofNCompleteColumn(),
+                                TextColumn("{task.fields[note]}"), TimeRemainingColumn(),
+                                console=console, transient=True)
+            self.task = self.bar.add_task("profile", total=total, note="")
+
+    def __enter__(self) -> _ProgressDisplay:
+        if self.bar is not None:
+            self.bar.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+
+    def update(self, event) -> None:
+        self.hits += event.cached
+        self.oom += event.entry.oom
+        note = f"{self.hits:,} cached · {event.signature.op.type}"
+        if self.bar is not None:
+            self.bar.update(self.task, completed=event.done, note=note)
+            return
+        now = time.monotonic()
+        if not self.quiet and (now - self.shown >= PROGRESS_S or event.done == self.total):
+            self.shown = now
+            self.console.print(f"{event.done:,}/{self.total:,} tasks  {note}", highlight=False)

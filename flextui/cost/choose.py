@@ -1,0 +1,107 @@
+"""Choosing the cost model a simulation or search uses: the analytic model, or what was
+measured for the cluster's device kind: task times from its profile cache and, where
+``flextui profile --comm`` calibrated its links, communication times.
+
+Profiles are looked up by what the cluster simulates, not by the machine flextui runs
+on: a laptop can simulate an H100 cluster from profiles measured on an H100 login node
+(and merged into its cache, or shipped as reference profiles).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from flextui.cost.analytic import AnalyticCostModel
+from flextui.cost.cache import BadProfileFile, ProfileCache, decode_cache
+from flextui.cost.cachedirs import reference_profile_dir, user_profile_dir
+from flextui.cost.calibrated import CalibratedCommModel
+from flextui.cost.calibration import SUFFIX as CALIBRATION_SUFFIX
+from flextui.cost.calibration import CommCalibration, read_calibrations
+from flextui.cost.model import CostModel
+from flextui.cost.signatures import Measurement
+from flextui.errors import FlextuiError
+from flextui.graph import OpGraph
+from flextui.machine import Cluster
+from flextui.machine.gpus import same_device_kind
+
+COST_MODELS = ("analytic", "profiled")
+DTYPE_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+@dataclass
+class CostChoice:
+    model: CostModel
+    notices: list[str] = field(default_factory=list)
+
+
+def profile_files(dirs: list[Path]) -> dict[str, Path]:
+    """Device name -> the first readable profile file for it in ``dirs`` (user first)."""
+    found: dict[str, Path] = {}
+    for d in dirs:
+        for path in sorted(d.glob("*.msgpack")) if d.is_dir() else []:
+            if path.name.endswith(CALIBRATION_SUFFIX):
+                continue
+            try:
+                name = decode_cache(path.read_bytes()).device_name
+            except (OSError, BadProfileFile):
+                continue   # reported when that kind's cache is opened
+            found.setdefault(name, path)
+    return found
+
+
+def choose_cost_model(graph: OpGraph, cluster: Cluster, cost: str = "analytic", *,
+                      profiles: str | None = None, dtype: str = "fp32",
+                      training: bool = True) -> CostChoice:
+    """The cost model ``cost`` names for simulating ``graph`` on ``cluster``. "profiled"
+    needs profiles of one of the cluster's device kinds (``flextui profile`` makes them)
+    measured with this torch, and says how many of the search's tasks they cover."""
+    if cost not in COST_MODELS:
+        raise FlextuiError(f"--cost {cost!r}: choose {' or '.join(COST_MODELS)}")
+    if cost == "analytic":
+        return CostChoice(AnalyticCostModel())
+    if dtype not in DTYPE_NAMES:
+        raise FlextuiError(f"--dtype {dtype!r}: choose one of {', '.join(DTYPE_NAMES)}")
+    import torch   # noqa: PLC0415 (profile keys carry the torch version)
+    from flextui.cost.profiled import ProfiledCostModel  # noqa: PLC0415
+    dirs = [user_profile_dir(profiles), reference_profile_dir()]
+    kinds = sorted({d.spec.kind for d in cluster.devices})
+    files = profile_files(dirs)
+    for kind in kinds:
+        for name in files:
+            if same_device_kind(kind, name):
+                cache = ProfileCache(name, dirs)
+                measurement = Measurement(DTYPE_NAMES[dtype], training, name, torch.__version__)
+                model = ProfiledCostModel.from_cache(graph, cluster.num_devices, cache,
+                                                     measurement, AnalyticCostModel())
+                if not model.times:
+                    continue
+                notices = cache.notices + [f"profiled cost model: {model.describe()}"]
+                return with_calibrations(CostChoice(model, notices), kind, dirs)
+    where = " or ".join(str(d) for d in dirs)
+    raise FlextuiError(f"no profiles of {', '.join(kinds)} devices for {graph.name} "
+                       f"({dtype}, {'training' if training else 'inference'}, torch "
+                       f"{torch.__version__}) in {where}; measure them with `flextui profile "
+                       f"--model ...` on such a device, or use --cost analytic")
+
+
+def calibrations_for(kind: str, dirs: list[Path]) -> list[CommCalibration]:
+    """The communication calibrations measured on devices of ``kind`` (user dir first;
+    one per link kind)."""
+    found: dict[str, CommCalibration] = {}
+    for d in dirs:
+        for path in sorted(d.glob(f"*{CALIBRATION_SUFFIX}")) if d.is_dir() else []:
+            for calibration in read_calibrations(path):
+                if same_device_kind(kind, calibration.device):
+                    found.setdefault(calibration.link_kind, calibration)
+    return list(found.values())
+
+
+def with_calibrations(choice: CostChoice, kind: str, dirs: list[Path]) -> CostChoice:
+    """The choice, its communication timed by the calibrations of ``kind``, if any."""
+    calibrations = calibrations_for(kind, dirs)
+    if not calibrations:
+        return choice
+    links = ", ".join(f"{c.link_kind} ({c.backend}, {c.world_size} ranks)" for c in calibrations)
+    return CostChoice(CalibratedCommModel(choice.model, calibrations),
+                      choice.notices + [f"communication calibrated over {links}"])

@@ -1,0 +1,170 @@
+"""Timing tasks on the local device with the block kernels the runtime executes.
+
+Each distinct task (``signatures``) runs on random operands of its block shapes: a few
+untimed warm-up runs, then ``repeats`` timed runs of the forward pass and, in training,
+of the backward pass alone (autograd from a fresh forward each time). On a GPU each run
+is timed with CUDA events around the kernel launches and ``torch.cuda.synchronize``; on
+the CPU with the monotonic clock. The entry keeps the median and the interquartile
+range, the repeats, and the peak memory: on a GPU the allocator's peak above what was
+allocated before the task, on the CPU the bytes of the task's tensors (operands,
+parameters, outputs and gradients; the CPU allocator keeps no peak). A block too large
+for the device is recorded as out of memory instead of stopping the run.
+
+``profile_tasks`` skips what the cache already has and reports every task as a
+``ProfileEvent``, so a CLI progress bar or the app can follow it; it saves the cache
+every few seconds, so an interrupted run keeps what it measured.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from flextui.cost.cache import ProfileCache, ProfileEntry
+from flextui.cost.signatures import TaskSignature, origin_block
+from flextui.graph.kernels import block_tensors, kernel_for
+
+TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+SAVE_EVERY_S = 5.0
+
+
+@dataclass(frozen=True)
+class ProfileEvent:
+    """One task done: measured now, or found in the cache (``cached``)."""
+
+    done: int
+    total: int
+    signature: TaskSignature
+    entry: ProfileEntry
+    cached: bool
+
+
+def profile_tasks(signatures: Sequence[TaskSignature], cache: ProfileCache, device: torch.device,
+                  *, warmup: int = 2, repeats: int = 10,
+                  on_event: Callable[[ProfileEvent], None] | None = None,
+                  stop: Callable[[], bool] | None = None) -> int:
+    """Measure every signature the cache lacks on ``device``, put the entries in the
+    cache and save it; return how many were measured. ``stop`` is asked between tasks."""
+    measured, last_save = 0, time.monotonic()
+    try:
+        for done, signature in enumerate(signatures, 1):
+            if stop is not None and stop():
+                break
+            entry = cache.get(signature.key)
+            cached = entry is not None
+            if entry is None:
+                entry = time_task(signature, device, warmup=warmup, repeats=repeats)
+                cache.put(signature.key, entry)
+                measured += 1
+            if on_event is not None:
+                on_event(ProfileEvent(done, len(signatures), signature, entry, cached))
+            if measured and time.monotonic() - last_save >= SAVE_EVERY_S:
+                cache.save()
+                last_save = time.monotonic()
+    finally:
+        cache.save()
+    return measured
+
+
+def time_task(signature: TaskSignature, device: torch.device, *, warmup: int = 2,
+              repeats: int = 10) -> ProfileEntry:
+    """Time one task on ``device`` (see the module docstring)."""
+    key = signature.key
+    try:
+        return _time_task(signature, device, TORCH_DTYPES[key.dtype], key.training,
+                          warmup, repeats)
+    except torch.OutOfMemoryError:
+        _release(device)
+        return ProfileEntry(None, None, repeats=0, oom=True)
+    except RuntimeError as exc:   # the CPU allocator's out-of-memory is a RuntimeError
+        if "can't allocate memory" not in str(exc):
+            raise
+        return ProfileEntry(None, None, repeats=0, oom=True)
+
+
+def _time_task(signature: TaskSignature, device: torch.device, dtype: torch.dtype,
+               training: bool, warmup: int, repeats: int) -> ProfileEntry:
+    op, region = signature.op, origin_block(signature.block)
+    kernel = kernel_for(op.type)
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        before = torch.cuda.memory_allocated(device)
+    generator = torch.Generator(device=device).manual_seed(0)
+    inputs, params = block_tensors(op, region, dtype=dtype, device=device, generator=generator)
+    leaves = [t.requires_grad_(training and t.is_floating_point()) for t in (*inputs, *params)]
+    wanted = [t for t in leaves if t.requires_grad]
+    ins, ps = leaves[:len(inputs)], leaves[len(inputs):]
+
+    def forward():
+        with torch.set_grad_enabled(training):
+            return kernel.forward_loss(op, region, ins, ps, 0)
+
+    outputs, loss = forward()
+    seeds = [torch.randn(o.shape, dtype=o.dtype, device=device, generator=generator)
+             if o.requires_grad else None for o in outputs]
+
+    def backward(outputs, loss) -> list:
+        roots = [o for o in outputs if o.requires_grad] + ([loss] if loss is not None else [])
+        grads = [s for s in seeds if s is not None] + \
+            ([torch.ones_like(loss)] if loss is not None else [])
+        if not roots or not wanted:
+            return []
+        return list(torch.autograd.grad(roots, wanted, grads, allow_unused=True))
+
+    timer = _cuda_timer(device) if cuda else _cpu_timer
+    fwd, bwd, held = [], [], []
+    for i in range(warmup + repeats):
+        took, (outputs, loss) = timer(forward)
+        if i >= warmup:
+            fwd.append(took)
+        if training:
+            took, held = timer(lambda: backward(outputs, loss))
+            if i >= warmup:
+                bwd.append(took)
+    if cuda:
+        peak = torch.cuda.max_memory_allocated(device) - before
+    else:
+        peak = sum(t.numel() * t.element_size() for t in (*leaves, *outputs, *held)
+                   if t is not None)
+    fwd_s, fwd_spread = _median_spread(fwd)
+    bwd_s, bwd_spread = _median_spread(bwd) if training else (None, None)
+    return ProfileEntry(fwd_s, bwd_s, fwd_spread, bwd_spread, repeats=repeats,
+                        peak_memory_bytes=max(0, int(peak)))
+
+
+def _cpu_timer(fn):
+    start = time.perf_counter()
+    result = fn()
+    return time.perf_counter() - start, result
+
+
+def _cuda_timer(device: torch.device):
+    stream = torch.cuda.current_stream(device)
+
+    def timer(fn):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record(stream)
+        result = fn()
+        end.record(stream)
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3, result
+    return timer
+
+
+def _median_spread(times: list[float]) -> tuple[float, float]:
+    """The median and the interquartile range."""
+    if len(times) < 2:
+        return times[0], 0.0
+    q1, _, q3 = statistics.quantiles(times, n=4)
+    return statistics.median(times), max(0.0, q3 - q1)
+
+
+def _release(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.empty_cache()

@@ -1,0 +1,141 @@
+"""A cost model of measured task times, with the analytic model where none was measured.
+
+``ProfiledCostModel`` answers ``op_cost`` for a simulated device of the kind that was
+profiled (the same GPU model, or the CPU for CPU devices) from a table of measured
+forward and backward times, and from its base model (the roofline) for every other
+device, every task the table lacks and every block that ran out of memory when it was
+measured; ``fallbacks`` counts the distinct tasks that fell back.
+
+The table is fixed when the model is built (``from_cache``: the profiles of every task
+the search may visit), and the identity carries it, compressed, so a search log holds
+the times its search used: workers and replays rebuild the model with no profile file.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import zlib
+from typing import Any
+
+import msgpack
+
+from flextui.cost.cache import ProfileCache
+from flextui.cost.cacherecords import ProfileKey
+from flextui.cost.model import CostModel, OpCost
+from flextui.cost.signatures import Measurement, task_signatures
+from flextui.errors import FlextuiError
+from flextui.graph import Op, OpGraph
+from flextui.machine import Device, Link
+from flextui.machine.gpus import same_device_kind
+
+IDENTITY_PREFIX = "profiled-v1"
+Times = tuple[float, float]
+
+
+class ProfiledCostModel:
+    def __init__(self, measurement: Measurement, times: dict[bytes, Times], base: CostModel) -> None:
+        self.measurement, self.base = measurement, base
+        self.times = times              # encoded profile key -> (forward_s, backward_s)
+        self._memo: dict[tuple[int, tuple[int, ...], str], OpCost] = {}
+        self._fallbacks: set[tuple[int, tuple[int, ...]]] = set()
+        self._kinds: dict[str, bool] = {}
+        self.wanted = len(times)   # tasks a search may visit (from_cache: measured or not)
+
+    @classmethod
+    def from_cache(cls, graph: OpGraph, num_devices: int, cache: ProfileCache,
+                   measurement: Measurement, base: CostModel) -> ProfiledCostModel:
+        """The measured times of every task a search of ``graph`` over ``num_devices``
+        devices may visit that ``cache`` holds (out-of-memory entries left out)."""
+        times = {}
+        signatures = task_signatures(graph, measurement, num_devices=num_devices)
+        for signature in signatures:
+            entry = cache.get(signature.key)
+            if entry is not None and not entry.oom:
+                times[signature.key.encoded] = (entry.forward_s, entry.backward_s or 0.0)
+        model = cls(measurement, times, base)
+        model.wanted = len(signatures)
+        return model
+
+    # -- CostModel -------------------------------------------------------------------
+
+    def op_cost(self, op: Op, block_shape: tuple[int, ...], device: Device) -> OpCost:
+        memo = (id(op), block_shape, device.spec.kind)
+        cost = self._memo.get(memo)
+        if cost is None:
+            cost = self._memo[memo] = self._cost(op, block_shape, device)
+        return cost
+
+    def transfer_s(self, nbytes: int, link: Link) -> float:
+        return self.base.transfer_s(nbytes, link)
+
+    def __getattr__(self, name: str) -> Any:
+        """Anything else (``update_s``...) is the base model's, if it has it."""
+        if name.startswith("__") or name in ("base", "times", "measurement"):
+            raise AttributeError(name)
+        return getattr(self.base, name)
+
+    def _cost(self, op: Op, block_shape: tuple[int, ...], device: Device) -> OpCost:
+        base = self.base.op_cost(op, block_shape, device)
+        if op.type == "input" or not self._profiled(device.spec.kind):
+            return base
+        found = self.times.get(self.measurement.key(op, block_shape).encoded)
+        if found is None:
+            self._fallbacks.add((op.index, block_shape))
+            return base
+        forward, backward = found
+        return OpCost(forward, backward, base.workspace_bytes)
+
+    def _profiled(self, kind: str) -> bool:
+        if kind not in self._kinds:
+            self._kinds[kind] = same_device_kind(kind, self.measurement.device_name)
+        return self._kinds[kind]
+
+    @property
+    def fallbacks(self) -> int:
+        """Distinct tasks of a profiled device kind simulated so far without a measured
+        time (the base model's time was used)."""
+        return len(self._fallbacks)
+
+    # -- identity --------------------------------------------------------------------
+
+    @property
+    def identity(self) -> str:
+        m = self.measurement
+        table = [[msgpack.unpackb(k, raw=False), f, b] for k, (f, b) in sorted(self.times.items())]
+        packed = base64.b64encode(zlib.compress(msgpack.packb(table, use_bin_type=True), 9))
+        body = {"base": self.base.identity, "device": m.device_name, "dtype": m.dtype,
+                "training": m.training, "torch": m.torch_version, "times": packed.decode()}
+        return IDENTITY_PREFIX + json.dumps(body, sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_identity(cls, identity: str, rebuild_base) -> ProfiledCostModel | None:
+        """The model an identity names (``rebuild_base`` rebuilds its base from the base's
+        identity), None if it is not this model's; FlextuiError if it is damaged."""
+        parsed = parse_identity(identity)
+        if parsed is None:
+            return None
+        measurement, times, base = parsed
+        return cls(measurement, times, rebuild_base(base))
+
+    def describe(self) -> str:
+        m = self.measurement
+        return (f"measured on {m.device_name} ({m.dtype}): {len(self.times):,} of the "
+                f"{self.wanted:,} tasks a search may visit; the analytic model for the rest")
+
+
+def parse_identity(identity: str) -> tuple[Measurement, dict[bytes, Times], str] | None:
+    """What a profiled model's identity holds: its measurement, its times and its base's
+    identity; None if it is not a profiled model's identity; FlextuiError if damaged."""
+    if not identity.startswith(IDENTITY_PREFIX):
+        return None
+    try:
+        body = json.loads(identity[len(IDENTITY_PREFIX):])
+        table = msgpack.unpackb(zlib.decompress(base64.b64decode(body["times"])), raw=False)
+        times = {ProfileKey.from_map(k).encoded: (float(f), float(b)) for k, f, b in table}
+        measurement = Measurement(body["dtype"], bool(body["training"]), body["device"],
+                                  body["torch"])
+        return measurement, times, str(body["base"])
+    except (ValueError, KeyError, TypeError, zlib.error, msgpack.UnpackException) as exc:
+        raise FlextuiError(f"profiled cost model: its recorded times cannot be read "
+                           f"({exc}); the search log is damaged") from None
