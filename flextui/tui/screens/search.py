@@ -133,7 +133,8 @@ class SearchScreen(Screen):
             self._failure_shown = True
             kept = f"\n\nThe log is kept: {self.log_path}" if self.log_path else ""
             self.app.show_error("The search failed", f"{view.message}{kept}")
-        actions_state = (self.source.done, view.best is None)   # what check_action reads
+        ended = not self.replay and self.source.done
+        actions_state = (ended, view.best is None)   # what check_action reads
         if actions_state != self._actions_state:   # the footer recomposes on a refresh
             self._actions_state = actions_state
             self.refresh_bindings()
