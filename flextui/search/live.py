@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import threading
 import time
-import traceback
 from pathlib import Path
 
 from flextui.cost.model import CostModel
-from flextui.errors import FlextuiError
 from flextui.graph import OpGraph
+from flextui.jobs import BackgroundJob
 from flextui.machine import Cluster
 from flextui.search.events import RestartEvent, StepEvent
 from flextui.search.log import SearchLog
@@ -28,7 +27,9 @@ from flextui.search.watch import SearchView, SearchWatch
 from flextui.strategy import Strategy
 
 
-class LiveSearch:
+class LiveSearch(BackgroundJob):
+    thread_name = "flextui-search"
+
     def __init__(self, graph: OpGraph, cluster: Cluster, cost_model: CostModel,
                  options: SearchOptions, *, log_path: str | Path | None = None,
                  initial: Strategy | None = None, resume: SearchLog | None = None,
@@ -36,22 +37,14 @@ class LiveSearch:
         self.graph, self.cluster, self.cost_model, self.options = graph, cluster, cost_model, options
         self.log_path = Path(log_path) if log_path is not None else None
         self._initial, self._resume, self._processes = initial, resume, processes
+        super().__init__()
         self._watch = SearchWatch(graph, options.iterations, options.time_limit, options.chains)
-        self._lock = threading.Lock()
-        self._stop, self._pause = threading.Event(), threading.Event()
-        self._thread: threading.Thread | None = None
-        self._state = "starting"
+        self._pause = threading.Event()
         self._baselines: dict[str, float] = {}
         self.result: SearchResult | None = None
         self.error: str | None = None
 
     # -- control (any thread) -----------------------------------------------------------
-
-    def start(self) -> None:
-        if self._thread is not None:
-            raise RuntimeError("this search has already been started")
-        self._thread = threading.Thread(target=self._run, name="flextui-search", daemon=True)
-        self._thread.start()
 
     def toggle_pause(self) -> bool:
         """Pause a running search or resume a paused one; True if it is paused now."""
@@ -65,18 +58,9 @@ class LiveSearch:
             return self._state == "paused"
 
     def stop(self) -> None:
-        self._stop.set()
+        """Stop the search (a paused one too); the best found is kept."""
+        super().stop()
         self._pause.clear()
-
-    def join(self, timeout: float | None = None) -> bool:
-        """Wait for the search to end; True if it has."""
-        if self._thread is not None:
-            self._thread.join(timeout)
-        return self.done
-
-    @property
-    def done(self) -> bool:
-        return self._state in ("finished", "stopped", "failed")
 
     def view(self) -> SearchView:
         with self._lock:
@@ -85,25 +69,21 @@ class LiveSearch:
 
     # -- the search thread --------------------------------------------------------------
 
-    def _run(self) -> None:
-        try:
-            baselines = baseline_costs(self.graph, self.cluster, self.cost_model, self.options)
-            with self._lock:
-                self._baselines = baselines
-                if self._state == "starting":
-                    self._state = "paused" if self._pause.is_set() else "running"
-            result = run_search(self.graph, self.cluster, self.cost_model, self.options,
-                                initial=self._initial, log_path=self.log_path,
-                                resume=self._resume, on_events=self._take,
-                                on_reset=self._reset, stop=self._stop, pause=self._pause,
-                                processes=self._processes)
-            self._end("stopped" if result.reason == "interrupted" else "finished", result)
-        except FlextuiError as exc:
-            self._end("failed", message=str(exc))
-        except Exception as exc:  # a bug: report it with where it came from, keep the log
-            where = traceback.extract_tb(exc.__traceback__)[-1]
-            self._end("failed", message=f"internal error: {exc!r} at "
-                      f"{Path(where.filename).name}:{where.lineno}")
+    def _work(self) -> None:
+        baselines = baseline_costs(self.graph, self.cluster, self.cost_model, self.options)
+        with self._lock:
+            self._baselines = baselines
+            if self._state == "starting":
+                self._state = "paused" if self._pause.is_set() else "running"
+        result = run_search(self.graph, self.cluster, self.cost_model, self.options,
+                            initial=self._initial, log_path=self.log_path,
+                            resume=self._resume, on_events=self._take,
+                            on_reset=self._reset, stop=self._stop, pause=self._pause,
+                            processes=self._processes)
+        self._end("stopped" if result.reason == "interrupted" else "finished", result)
+
+    def _failed(self, message: str) -> None:
+        self._end("failed", message=message)   # the log (if any) is kept as written
 
     def _end(self, state: str, result: SearchResult | None = None,
              message: str | None = None) -> None:
