@@ -1,4 +1,5 @@
 import functools
+import time
 
 import pytest
 
@@ -39,3 +40,13 @@ def line_cluster(n: int, bandwidth: float = 1e6, latency: float = 0.1,
         for a, b in ((i, i + 1), (i + 1, i)):
             links.append(Link(len(links), f"d{a}->d{b}", "test", f"d{a}", f"d{b}", bandwidth, latency))
     return Cluster(f"line{n}", devices, links)
+
+
+async def wait_for(pilot, condition, timeout=60.0):
+    """Let a Pilot-driven app run until ``condition()`` holds (a test failure after
+    ``timeout`` seconds)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out waiting in the app")
+        await pilot.pause(0.05)

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from conftest import wait_for
 from flextui.cost import AnalyticCostModel
 from flextui.graph.library import load_model
 from flextui.machine import load_named_cluster
@@ -29,14 +30,6 @@ from flextui.tui.widgets.strategy import StrategyTable
 @functools.cache
 def lenet():
     return load_model("lenet"), load_named_cluster("p100-4x4", nodes=1)
-
-
-async def wait_for(pilot, condition, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting in the app")
-        await pilot.pause(0.05)
 
 
 def start(app, options):

@@ -15,7 +15,7 @@ from flextui.tui.widgets.summary import SetupSummary
 CSS = Path(__file__).parent.parent / "flextui" / "tui" / "app.tcss"
 FIELDS = ["model-name", "model-path", "batch-size", "model-options", "cluster-name",
           "cluster-path", "nodes", "budget", "beta", "workers", "seed", "memory",
-          "memory-budget", "start"]
+          "memory-budget", "cost", "start"]
 
 
 class Host(App):
@@ -166,7 +166,7 @@ async def test_the_form_scrolls_to_the_focused_field():
     app = Host()
     async with app.run_test(size=(80, 14)) as pilot:
         await settle(pilot)
-        for key, target in (("shift+tab", "memory-budget"), ("tab", "start"),
+        for key, target in (("shift+tab", "cost"), ("tab", "start"),
                             ("m", "model-name")):
             await pilot.press(key)
             await pilot.pause()

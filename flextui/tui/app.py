@@ -1,4 +1,5 @@
-"""The flextui app: Setup → Search (live) → Timeline, and Replay of a saved search.
+"""The flextui app: Setup → Search (live) → Timeline, Setup → Profile, and Replay of a
+saved search.
 
 The app only composes screens and hands them core objects: the search runs in a
 ``LiveSearch`` (off the UI thread, chains in worker processes), a saved log plays back
@@ -16,7 +17,9 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
 
-from flextui.cost import AnalyticCostModel, cost_model_from_identity
+from flextui.cost import AnalyticCostModel, CostModel, cost_model_from_identity
+from flextui.cost.choose import choose_cost_model
+from flextui.cost.liveprofile import LiveProfile
 from flextui.errors import FlextuiError
 from flextui.search.files import default_log_path
 from flextui.search.live import LiveSearch
@@ -26,6 +29,7 @@ from flextui.search.playback import Playback
 from flextui.search.summary import baseline_costs
 from flextui.tui.screens.dialogs import ErrorDialog, OpenLogDialog
 from flextui.tui.screens.help import HelpScreen
+from flextui.tui.screens.profile import ProfileScreen
 from flextui.tui.screens.search import SearchScreen, SearchSetup
 from flextui.tui.screens.setup import SetupScreen
 
@@ -50,6 +54,7 @@ class FlextuiApp(App):
         self.replay_path = Path(replay) if replay is not None else None
         self.log_dir = Path(log_dir)
         self.searches: list[LiveSearch] = []
+        self.profiles: list[LiveProfile] = []
 
     def on_mount(self) -> None:
         self.push_screen(SetupScreen(self.initial_model, self.initial_cluster))
@@ -59,10 +64,36 @@ class FlextuiApp(App):
     # -- searches -----------------------------------------------------------------------
 
     def on_setup_screen_start_search(self, message: SetupScreen.StartSearch) -> None:
+        if message.cost == "analytic":
+            self.start_search(message, AnalyticCostModel())
+            return
+        self.notify("loading the profiled task times…", timeout=2)
+        self.run_worker(lambda: self._choose_cost_model(message), thread=True)
+
+    def _choose_cost_model(self, message: SetupScreen.StartSearch) -> None:
+        """On a worker thread: the cost model the Setup screen asked for, then the search."""
+        try:
+            choice = choose_cost_model(message.graph, message.cluster, message.cost,
+                                       training=message.options.training)
+        except FlextuiError as exc:
+            self.call_from_thread(self.show_error, "Cannot use profiled times", str(exc))
+            return
+        for notice in choice.notices:
+            self.call_from_thread(self.notify, notice, timeout=6)
+        self.call_from_thread(self.start_search, message, choice.model)
+
+    def on_setup_screen_start_profile(self, message: SetupScreen.StartProfile) -> None:
+        live = LiveProfile(message.graph, message.cluster.num_devices)
+        live.start()
+        self.profiles.append(live)
+        self.push_screen(ProfileScreen(live, f"{message.model_label} for "
+                                             f"{message.cluster_label}"))
+
+    def start_search(self, message: SetupScreen.StartSearch, cost_model: CostModel) -> None:
         settle_heap()
         graph, cluster, options = message.graph, message.cluster, message.options
         log_path = default_log_path(graph, cluster, self.log_dir)
-        live = LiveSearch(graph, cluster, AnalyticCostModel(), options, log_path=log_path)
+        live = LiveSearch(graph, cluster, cost_model, options, log_path=log_path)
         live.start()
         self.searches.append(live)
         title = f"{message.model_label} on {message.cluster_label}"
@@ -125,10 +156,11 @@ class FlextuiApp(App):
         self.exit()
 
     def stop_searches(self) -> None:
-        """Stop every live search and wait for it, so each log gets its final record."""
-        for live in self.searches:
+        """Stop every live search and profile and wait for them, so each search log gets
+        its final record and each profile cache what was measured."""
+        for live in [*self.searches, *self.profiles]:
             live.stop()
-        for live in self.searches:
+        for live in [*self.searches, *self.profiles]:
             live.join(timeout=10)
 
 

@@ -24,6 +24,7 @@ from textual.widget import Widget
 from textual.widgets import Button, Footer, Input, Label, Select, Static
 from textual.worker import Worker, WorkerState
 
+from flextui.cost.choose import COST_MODELS
 from flextui.errors import FlextuiError
 from flextui.graph import OpGraph
 from flextui.graph.library import model_info, model_names
@@ -40,6 +41,8 @@ from flextui.tui.widgets.summary import SetupSummary
 DEBOUNCE_S = 0.3
 DIGITS = r"[0-9]*"
 LOCAL_LABEL = "local: detected machine"
+COST_LABELS = {"analytic": "analytic (roofline)",
+               "profiled": "profiled (flextui profile; analytic where missing)"}
 MEMORY_LABELS = {"penalize": "penalize (+1 ms/MB over)", "reject": "reject over memory",
                  "ignore": "ignore memory"}
 #: the inputs of each part that loads in the background, in the order its loader takes them
@@ -95,17 +98,23 @@ class SetupScreen(Screen):
         Binding("m", "focus_field('model-name')", "Model"),
         Binding("c", "focus_field('cluster-name')", "Cluster"),
         Binding("o", "focus_field('budget')", "Options"),
+        Binding("p", "profile", "Profile"),
     ]
 
     class StartSearch(Message):
-        """The user asked for a search of ``graph`` on ``cluster`` with ``options``;
-        the labels name them for people ("mlp (batch 64)", "p100-4x4@1node")."""
+        """The user asked for a search of ``graph`` on ``cluster`` with ``options`` and
+        the task times ``cost`` names ("analytic" or "profiled"); the labels name them
+        for people ("mlp (batch 64)", "p100-4x4@1node")."""
 
         def __init__(self, graph: OpGraph, cluster: Cluster, options: SearchOptions,
-                     model_label: str, cluster_label: str) -> None:
+                     model_label: str, cluster_label: str, cost: str = "analytic") -> None:
             super().__init__()
             self.graph, self.cluster, self.options = graph, cluster, options
             self.model_label, self.cluster_label = model_label, cluster_label
+            self.cost = cost
+
+    class StartProfile(StartSearch):
+        """The user asked to profile the model's tasks for the cluster's device count."""
 
     def __init__(self, model: str | None = None, cluster: str | None = None) -> None:
         super().__init__()
@@ -114,15 +123,15 @@ class SetupScreen(Screen):
         self.loaded: dict[str, Loaded] = {}
         self.pending: dict[str, tuple[Worker, tuple[str, ...]]] = {}
         self.timers: dict[str, Timer] = {}
-        self.start_wanted = False
+        self.start_wanted: type[StartSearch] | None = None   # what to start once loaded
         self.invalid_option: str | None = None
         self.last_cluster_name = ""
 
     # -- layout -------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
-        yield Static("flextui · Setup: choose a model and a cluster, then press [b]s[/b] "
-                     "to search", id="setup-title")
+        yield Static("flextui · Setup: choose a model and a cluster; [b]s[/b] searches, "
+                     "[b]p[/b] profiles here", id="setup-title")
         with Horizontal(id="setup-body"):
             with VerticalScroll(id="setup-form", can_focus=False):
                 yield self._part("model", "Model", self._model_rows())
@@ -187,7 +196,10 @@ class SetupScreen(Screen):
                                        value="penalize", allow_blank=False, compact=True,
                                        id="memory")),
             self._row("mem budget", Input(placeholder="none, or 12GiB per device",
-                                          compact=True, id="memory-budget"))]
+                                          compact=True, id="memory-budget")),
+            self._row("task times", Select([(COST_LABELS[c], c) for c in COST_MODELS],
+                                           value="analytic", allow_blank=False, compact=True,
+                                           id="cost"))]
 
     # -- lifecycle and events -----------------------------------------------------------
 
@@ -309,16 +321,21 @@ class SetupScreen(Screen):
         self._summary().show("options", "Search", options)
         return options
 
-    def action_start(self) -> None:
-        """Start the search once the model and cluster are loaded and the form is valid."""
-        self.start_wanted = True
+    def action_start(self, wanted: type[StartSearch] | None = None) -> None:
+        """Start the search (or what ``wanted`` asks for) once the model and cluster are
+        loaded and the form is valid."""
+        self.start_wanted = wanted or self.StartSearch
         for part in [part for part, loaded in self.loaded.items() if loaded.error]:
             del self.loaded[part]
             self._request(part, force=True)  # a missing file may be there now
         self._try_start()
         if self.start_wanted:
-            self.notify("Loading… the search starts when the model and cluster are ready.",
+            what = "profiling" if self.start_wanted is self.StartProfile else "the search"
+            self.notify(f"Loading… {what} starts when the model and cluster are ready.",
                         timeout=3)
+
+    def action_profile(self) -> None:
+        self.action_start(self.StartProfile)
 
     def _try_start(self) -> None:
         options = self._check_options()
@@ -335,15 +352,15 @@ class SetupScreen(Screen):
         if failed:
             self._stop_wanting(self.loaded[failed].field)
             return
-        self.start_wanted = False
+        wanted, self.start_wanted = self.start_wanted, None
         model, cluster = parts
-        self.post_message(self.StartSearch(model.value, cluster.value, options,
-                                           self._label("model", model.value),
-                                           self._label("cluster", cluster.value)))
+        self.post_message(wanted(model.value, cluster.value, options,
+                                 self._label("model", model.value),
+                                 self._label("cluster", cluster.value), self._text("cost")))
 
     def _stop_wanting(self, field: str | None) -> None:
         """Do not start; focus the input the error is about."""
-        self.start_wanted = False
+        self.start_wanted = None
         if field:
             self.query_one(f"#{field}").focus()
 

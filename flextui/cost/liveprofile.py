@@ -1,0 +1,103 @@
+"""Profiling in the background for a display: ``LiveProfile`` runs ``profile_tasks`` on
+its own thread, counts what it does under a lock, and answers ``view()`` with the
+latest figures, so the caller (the app, a few times a second) never waits on a kernel.
+Stopping ends after the task in flight; what was measured is saved.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from flextui.cost.compare import OpTypeComparison
+from flextui.graph import OpGraph
+from flextui.jobs import BackgroundJob
+
+
+@dataclass(frozen=True)
+class ProfileView:
+    state: str                  # starting, running, finished, stopped or failed
+    device: str
+    done: int
+    total: int
+    measured: int
+    cached: int
+    oom: int
+    elapsed: float
+    current: str                # the last task: op type and block
+    notices: tuple[str, ...]
+    message: str | None = None  # why it failed
+    cache_path: str | None = None
+
+    @property
+    def progress(self) -> float:
+        return self.done / self.total if self.total else 0.0
+
+
+class LiveProfile(BackgroundJob):
+    thread_name = "flextui-profile"
+
+    def __init__(self, graph: OpGraph, num_devices: int, *, device: str | None = None,
+                 dtype: str = "fp32", training: bool = True, profiles: str | None = None,
+                 warmup: int = 2, repeats: int = 10) -> None:
+        super().__init__()
+        self.graph, self.num_devices = graph, num_devices
+        self._settings = (device, dtype, training, profiles, warmup, repeats)
+        self._device, self._message = "", None
+        self._done = self._total = self._measured = self._cached = self._oom = 0
+        self._current, self._notices, self._cache_path = "", (), None
+        self._started = time.monotonic()
+        self._ended: float | None = None
+        self.comparison: list[OpTypeComparison] = []
+
+    def start(self) -> None:
+        self._started = time.monotonic()
+        super().start()
+
+    def view(self) -> ProfileView:
+        with self._lock:
+            elapsed = (self._ended or time.monotonic()) - self._started
+            return ProfileView(self._state, self._device, self._done, self._total,
+                               self._measured, self._cached, self._oom, elapsed,
+                               self._current, self._notices, self._message, self._cache_path)
+
+    # -- the profiling thread -----------------------------------------------------------
+
+    def _work(self) -> None:
+        import torch   # noqa: PLC0415 (the profiler's dependency, loaded off the caller's thread)
+
+        from flextui.cost.cache import ProfileCache
+        from flextui.cost.choose import DTYPE_NAMES
+        from flextui.cost.compare import compare_with_analytic, reference_device
+        from flextui.cost.localdevice import resolve_device
+        from flextui.cost.profile import profile_tasks
+        from flextui.cost.signatures import Measurement, task_signatures
+        device, dtype, training, profiles, warmup, repeats = self._settings
+        local = resolve_device(device)
+        measurement = Measurement(DTYPE_NAMES[dtype], training, local.name, torch.__version__)
+        signatures = task_signatures(self.graph, measurement, num_devices=self.num_devices)
+        cache = ProfileCache.open_default(local.name, profiles)
+        with self._lock:
+            self._device, self._total, self._state = local.name, len(signatures), "running"
+            self._notices = tuple(([local.notice] if local.notice else []) + cache.notices)
+            self._cache_path = str(cache.path)
+        profile_tasks(signatures, cache, local.device, warmup=warmup, repeats=repeats,
+                      on_event=self._take, stop=self._stop.is_set)
+        self.comparison = compare_with_analytic(signatures, cache, reference_device(local.name))
+        self._end("stopped" if self._stop.is_set() else "finished")
+
+    def _take(self, event) -> None:
+        with self._lock:
+            self._done = event.done
+            self._cached += event.cached
+            self._measured += not event.cached
+            self._oom += event.entry.oom
+            block = "×".join(map(str, event.signature.block))
+            self._current = f"{event.signature.op.type} {block}"
+
+    def _failed(self, message: str) -> None:
+        self._end("failed", message)   # what was measured before is saved
+
+    def _end(self, state: str, message: str | None = None) -> None:
+        with self._lock:
+            self._state, self._message, self._ended = state, message, time.monotonic()

@@ -1,0 +1,116 @@
+"""The Profile screen and profiled task times in the app, driven with Pilot: profiling
+from Setup fills the cache and compares with the analytic model, a second run comes from
+the cache, and a search with profiled times uses them (or says why it cannot)."""
+
+import io
+
+import pytest
+import torch
+from rich.console import Console
+
+from conftest import wait_for
+from flextui.cost.liveprofile import LiveProfile
+from flextui.cost.profiled import ProfiledCostModel
+from flextui.search import read_search_log
+from flextui.tui.app import FlextuiApp
+from flextui.tui.screens.dialogs import ErrorDialog
+from flextui.tui.screens.profile import ProfileScreen
+from flextui.tui.screens.search import SearchScreen
+from flextui.tui.screens.setup import SetupScreen
+
+CPU_PAIR = """
+name = "cpu-pair"
+[device_kinds.cpu]
+memory = "16GiB"
+peak_flops = { float32 = "100 GFLOPS" }
+mem_bandwidth = "20 GB/s"
+[nodes]
+count = 1
+gpus_per_node = 2
+device = "cpu"
+[intra_node]
+topology = "switch"
+kind = "pcie"
+bandwidth = "10 GB/s"
+latency = "5us"
+"""
+
+
+@pytest.fixture(autouse=True)
+def isolated(monkeypatch, tmp_path):
+    """Profiles in a temporary directory, one torch thread (steady timings on a busy
+    machine), and this machine is not detected (the form's cluster is used)."""
+    monkeypatch.setenv("FLEXTUI_PROFILES", str(tmp_path / "profiles"))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def stats_text(app) -> str:
+    """The Profile screen's figures, as text."""
+    console = Console(width=100, record=True, file=io.StringIO())
+    console.print(app.screen.query_one("#profile-stats").content)
+    return console.export_text()
+
+
+async def fill(pilot, values: dict[str, str]) -> None:
+    for name, value in values.items():
+        pilot.app.screen.query_one(f"#{name}").value = value
+    await pilot.pause(0.5)
+    await pilot.app.workers.wait_for_complete()
+
+
+async def profile_once(pilot) -> LiveProfile:
+    app = pilot.app
+    await pilot.press("p")
+    await wait_for(pilot, lambda: isinstance(app.screen, ProfileScreen))
+    live = app.screen.live
+    await wait_for(pilot, lambda: live.done)
+    await pilot.pause(0.4)
+    return live
+
+
+async def test_profiling_from_setup_fills_the_cache_then_hits_it(tmp_path):
+    app = FlextuiApp(model="lenet", cluster="p100-4x4", log_dir=tmp_path)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await fill(pilot, {"batch-size": "4", "nodes": "1"})
+        live = await profile_once(pilot)
+        view = live.view()
+        assert view.state == "finished" and view.done == view.total > 0
+        assert view.measured == view.total and view.cached == 0
+        table = app.screen.query_one("#profile-table")
+        op_types = {table.get_row_at(i)[0] for i in range(table.row_count)}
+        assert {"conv2d", "linear", "pool2d"} <= op_types
+        assert f"{view.total:,} of {view.total:,}" in stats_text(app)
+        await pilot.press("escape")
+        assert isinstance(app.screen, SetupScreen)
+        again = (await profile_once(pilot)).view()
+        assert again.measured == 0 and again.cached == view.total
+
+
+async def test_a_search_with_profiled_times_uses_them(tmp_path):
+    cluster = tmp_path / "cpu-pair.toml"
+    cluster.write_text(CPU_PAIR)
+    app = FlextuiApp(model="lenet", cluster=str(cluster), log_dir=tmp_path)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await fill(pilot, {"batch-size": "4", "budget": "200", "cost": "profiled"})
+        await profile_once(pilot)
+        await pilot.press("escape")
+        await pilot.press("s")
+        await wait_for(pilot, lambda: app.searches and app.searches[0].done)
+        live = app.searches[0]
+        assert isinstance(app.screen, SearchScreen)
+        assert isinstance(live.cost_model, ProfiledCostModel) and live.cost_model.times
+        header = read_search_log(live.log_path).header
+        assert header.cost_model == live.cost_model.identity
+
+
+async def test_profiled_times_for_a_kind_never_profiled_is_a_dialog(tmp_path):
+    app = FlextuiApp(model="lenet", cluster="p100-4x4", log_dir=tmp_path)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await fill(pilot, {"batch-size": "4", "nodes": "1", "cost": "profiled"})
+        await pilot.press("s")
+        await wait_for(pilot, lambda: isinstance(app.screen, ErrorDialog))
+        assert "flextui profile" in str(app.screen.query_one("#error-message").render())
+        assert not app.searches
