@@ -253,6 +253,20 @@ def test_cli_merge_combines_two_machines(tmp_path, capsys):
     assert code == 0 and "9 tasks" in out
 
 
+def test_cli_sets_a_corrupt_cache_aside_and_rebuilds_it(tmp_path, capsys):
+    args = ["profile", "-m", "lenet", "-b", "4", "--max-devices", "1", "--device", "cpu",
+            "--profiles", str(tmp_path), "--repeats", "1", "--warmup", "0"]
+    assert run(capsys, *args, "--json")[0] == 0
+    [cache] = tmp_path.glob("*.msgpack")
+    data = cache.read_bytes()
+    cache.write_bytes(data[: len(data) // 2])          # a half-written copy, say
+    code, out, _ = run(capsys, *args)
+    assert code == 0 and "moved aside" in out and "rebuilt" in out
+    [aside] = tmp_path.glob("*.corrupt-*")
+    assert aside.read_bytes() == data[: len(data) // 2]   # kept, not deleted
+    assert ProfileCache(cpu_name(), [tmp_path]).notices == []
+
+
 def test_cli_bad_input(tmp_path, capsys):
     bad = tmp_path / "x.msgpack"
     bad.write_bytes(b"\x93\x01\x02")

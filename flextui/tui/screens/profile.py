@@ -21,7 +21,7 @@ REFRESH_S = 0.25
 def profile_table(view: ProfileView) -> Table:
     grid = Table.grid(padding=(0, 1))
     grid.add_column(style="dim", no_wrap=True, min_width=9)
-    grid.add_column(no_wrap=True, overflow="ellipsis")
+    grid.add_column(overflow="fold")
     grid.add_row("state", Text(view.state, style=STATE_STYLES.get(view.state, "")))
     grid.add_row("device", view.device or "…")
     grid.add_row("tasks", f"{view.done:,} of {view.total:,}  ({view.elapsed:,.1f} s)")
