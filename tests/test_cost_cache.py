@@ -34,7 +34,7 @@ def entry(forward_s: float = 1e-3, training: bool = True, at: float = 1000.0) ->
 
 
 def entries(*pairs) -> dict:
-    return {k.encoded: (k, e) for k, e in pairs}
+    return {k.encoded: e for k, e in pairs}
 
 
 def reseal(doc: dict) -> bytes:
@@ -356,3 +356,28 @@ def test_reference_dir_is_the_shipped_profiles_package(clean_env, tmp_path):
     assert cache.path == tmp_path / "mine" / H100_FILE
     assert cache.reference_paths == [ref / H100_FILE]
     assert ProfileCache.open_default(H100, tmp_path / "x").path.parent == tmp_path / "x"
+
+
+def test_keys_are_decoded_only_where_they_are_read_as_keys():
+    doc = msgpack.unpackb(good_file())
+    doc["entries"][0][0] = b"\x81\xa3not a key"          # sealed, but no key
+    data = decode_cache(reseal(doc))                      # lookups compare bytes: fine
+    with pytest.raises(BadProfileFile, match="key 0"):
+        data.items()                                      # showing it: reported
+    assert [k for k, _ in decode_cache(good_file()).items()] == [key("a"),
+                                                                 key("b", training=False)]
+
+
+def test_a_key_must_be_in_its_canonical_encoding():
+    canonical = key("a", x=1, y=2)
+    assert ProfileKey.from_encoded(canonical.encoded) == canonical
+    shuffled = dict(reversed(list(msgpack.unpackb(canonical.encoded).items())))
+    with pytest.raises(ValueError, match="canonical"):
+        ProfileKey.from_encoded(msgpack.packb(shuffled, use_bin_type=True))
+
+
+def test_an_entry_that_does_not_fit_its_key_is_not_used(tmp_path):
+    inference_times = entry(training=False)              # no backward time
+    (tmp_path / H100_FILE).write_bytes(encode_cache(H100, {key("a").encoded: inference_times}))
+    cache = ProfileCache(H100, [tmp_path])
+    assert cache.get(key("a")) is None and cache.misses == 1

@@ -116,7 +116,10 @@ def _show(args, console: Console) -> None:
         raise FlextuiError(f"{path}: cannot be read ({exc.strerror or exc})") from None
     except BadProfileFile as bad:
         raise FlextuiError(f"{path}: {bad.problem}") from None
-    entries = sorted(data.entries.values(), key=lambda ke: (ke[0].op_type, ke[0].output_shapes))
+    try:
+        entries = sorted(data.items(), key=lambda ke: (ke[0].op_type, ke[0].output_shapes))
+    except BadProfileFile as bad:
+        raise FlextuiError(f"{path}: {bad.problem}") from None
     if args.json:
         emit_json({"device": data.device_name, "entries": [
             {"key": k.to_map(), "entry": e.to_map()} for k, e in entries]})

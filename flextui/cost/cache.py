@@ -3,11 +3,15 @@
 A file ``<dir>/<device-kind>.msgpack`` is one msgpack map::
 
     {"format": "flextui-profiles", "version": 1, "device": <device name>,
-     "device_kind": <slug of the name>, "entries": [[key-map, entry-map], ...],
+     "device_kind": <slug of the name>, "entries": [[key-bytes, entry-map], ...],
      "checksum": crc32 of the map without "checksum", packed the same way}
 
 The checksum catches damage that still decodes (a flipped bit in a time); every later
-format version keeps it. Everything read is validated; nothing is unpickled. A file
+format version keeps it. A key is stored as its canonical encoding (``ProfileKey.encoded``,
+a msgpack map in bytes), so a lookup compares bytes and opening a cache decodes no
+keys: a stored key that equals a lookup's encoding is valid by construction, and keys are
+decoded, and validated, only where they are read as keys (``CacheFile.items``: showing a
+cache). That keeps a warm profiling run cheap (``benchmarks/profile_speed.py``). Everything read is validated; nothing is unpickled. A file
 that is corrupt, truncated or foreign (not a profile cache, or another device kind's) is
 never trusted: the cache reports it in ``notices``, moves it aside (renamed to
 ``<name>.corrupt-<timestamp>``, never deleted) when it is the user's own file, ignores
@@ -43,7 +47,8 @@ _TOP_FIELDS = ("format", "version", "device", "device_kind", "entries")
 
 # ---- the file ----------------------------------------------------------------------
 
-Entries = dict[bytes, tuple[ProfileKey, ProfileEntry]]
+Entries = dict[bytes, ProfileEntry]   # ProfileKey.encoded -> its entry
+MAX_KEY_BYTES = 1 << 16
 
 
 def _pack(data: Any) -> bytes:
@@ -52,10 +57,10 @@ def _pack(data: Any) -> bytes:
 
 def _merge_into(dst: Entries, src: Entries) -> None:
     """Add ``src`` to ``dst``; where both have a key, the newer measurement wins."""
-    for code, (key, entry) in src.items():
+    for code, entry in src.items():
         old = dst.get(code)
-        if old is None or entry.measured_at > old[1].measured_at:
-            dst[code] = (key, entry)
+        if old is None or entry.measured_at > old.measured_at:
+            dst[code] = entry
 
 
 @dataclass
@@ -63,6 +68,22 @@ class CacheFile:
     device_name: str
     device_kind: str
     entries: Entries
+
+    def items(self) -> list[tuple[ProfileKey, ProfileEntry]]:
+        """Every entry with its key, decoded and validated; BadProfileFile if a key is
+        not a valid key of this device kind."""
+        found = []
+        for i, (code, entry) in enumerate(self.entries.items()):
+            try:
+                key = ProfileKey.from_encoded(code)
+                if key.device_kind != self.device_kind:
+                    raise ValueError(f"device {key.device_name!r} is not of kind "
+                                     f"{self.device_kind!r}")
+                check_pair(key, entry)
+            except (TypeError, ValueError) as exc:
+                raise BadProfileFile(f"invalid (key {i}: {exc})") from None
+            found.append((key, entry))
+        return found
 
 
 class BadProfileFile(FlextuiError):
@@ -78,8 +99,7 @@ def encode_cache(device_name: str, entries: Entries) -> bytes:
     """The bytes of a cache file (entries sorted by key, so equal caches are equal files)."""
     body = {"format": FORMAT, "version": VERSION, "device": device_name,
             "device_kind": device_kind_slug(device_name),
-            "entries": [[key.to_map(), entry.to_map()]
-                        for _, (key, entry) in sorted(entries.items())]}
+            "entries": [[code, entry.to_map()] for code, entry in sorted(entries.items())]}
     return _pack({**body, "checksum": zlib.crc32(_pack(body))})
 
 
@@ -129,14 +149,22 @@ def _decode_body(body: dict[str, Any], device_kind: str | None) -> CacheFile:
         try:
             if not (isinstance(item, list) and len(item) == 2):
                 raise ValueError("expected a [key, entry] pair")
-            key, entry = ProfileKey.from_map(item[0]), ProfileEntry.from_map(item[1])
-            if key.device_kind != kind:
-                raise ValueError(f"device {key.device_name!r} is not of kind {kind!r}")
-            check_pair(key, entry)
+            code, entry = item[0], ProfileEntry.from_map(item[1])
+            if not isinstance(code, bytes) or not 0 < len(code) <= MAX_KEY_BYTES:
+                raise ValueError("the key is not an encoded profile key")
         except (TypeError, ValueError) as exc:
             raise ValueError(f"entry {i}: {exc}") from None
-        _merge_into(entries, {key.encoded: (key, entry)})
+        _merge_into(entries, {code: entry})
     return CacheFile(device, kind, entries)
+
+
+def _fits(key: ProfileKey, entry: ProfileEntry) -> bool:
+    """Whether a stored entry is one ``key`` can have (times for its mode)."""
+    try:
+        check_pair(key, entry)
+    except ValueError:
+        return False
+    return True
 
 
 def _move_aside(path: Path) -> Path:
@@ -193,9 +221,9 @@ class ProfileCache:
     def get(self, key: ProfileKey) -> ProfileEntry | None:
         for entries in (self._user, *self._references):
             found = entries.get(key.encoded)
-            if found is not None:
+            if found is not None and _fits(key, found):
                 self.hits += 1
-                return found[1]
+                return found
         self.misses += 1
         return None
 
@@ -204,7 +232,7 @@ class ProfileCache:
             raise ValueError(f"a profile of {key.device_name!r} does not belong in the "
                              f"{self.device_kind!r} cache")
         check_pair(key, entry)
-        self._user[key.encoded] = (key, entry)
+        self._user[key.encoded] = entry
         self._dirty = True
 
     def save(self) -> int:

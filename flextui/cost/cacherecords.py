@@ -159,6 +159,19 @@ class ProfileKey:
         return msgpack.packb(self.to_map(), use_bin_type=True)
 
     @classmethod
+    def from_encoded(cls, code: bytes) -> ProfileKey:
+        """The key ``code`` encodes (``encoded``'s inverse); ValueError unless it is a
+        valid key in its canonical encoding."""
+        try:
+            data = msgpack.unpackb(code, raw=False)
+        except Exception as exc:  # noqa: BLE001 (any decoding failure of untrusted bytes)
+            raise ValueError(f"not msgpack ({type(exc).__name__})") from None
+        key = cls.from_map(data)
+        if key.encoded != code:
+            raise ValueError("not in canonical form")
+        return key
+
+    @classmethod
     def from_map(cls, data: Any) -> ProfileKey:
         require_fields(data, [f.name for f in fields(cls)], "key")
         if not isinstance(data["attrs"], dict):
