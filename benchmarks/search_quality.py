@@ -7,7 +7,8 @@ strategy and of the best strategy the search found within the budget (one chain,
 wall time the search took to reach 99% of its final improvement.
 
 Part 2, for LeNet and RNNLM-2 on 4 GPUs: the true optimum (exhaustive search) against
-what MCMC found, and the wall time MCMC took to first reach the optimum.
+what MCMC found, and the wall time MCMC took to first reach the optimum; when the
+exhaustive search runs out of time, the best it knows and its proven lower bound.
 
     python benchmarks/search_quality.py [--budget 60s] [--models nmt] [--devices 16]
                                         [--skip-exhaustive | --only-exhaustive]
@@ -64,20 +65,24 @@ def quality(models: list[str], devices: list[int], budget: str) -> None:
 
 
 def optimum(models: list[str], time_limit: float, budget: str) -> None:
-    print(f"\n{'model':<10}{'optimum (ms)':>13}{'exhaustive (s)':>15}{'MCMC best':>11}"
-          f"{'MCMC hit at (s)':>16}")
+    """MCMC first, then the exhaustive search seeded with what MCMC found as its first
+    bound to beat (the optimum it returns is the same; proving it is faster)."""
+    print(f"\n{'model':<10}{'optimum (ms)':>13}{'bound (ms)':>11}{'exhaustive (s)':>15}"
+          f"{'MCMC best':>11}{'MCMC hit at (s)':>16}")
     iterations, seconds = parse_budget(budget)
     for name in models:
         graph, cluster = load_model(name), p100(4)
-        start = time.perf_counter()
-        exact = exhaustive_search(graph, cluster, AnalyticCostModel(), time_limit=time_limit)
-        took = time.perf_counter() - start
         options = SearchOptions(iterations=iterations, time_limit=seconds, converge=False)
         result, events = search(graph, cluster, options)
-        hit = next((f"{e.elapsed:.2f}" for e in events if e.best <= exact.cost), "not hit")
+        start = time.perf_counter()
+        exact = exhaustive_search(graph, cluster, AnalyticCostModel(), upper_bound=result.best,
+                                  time_limit=time_limit)
+        took = time.perf_counter() - start
+        hit = next((f"{e.elapsed:.2f}" for e in events if e.best <= exact.cost * (1 + 1e-9)),
+                   "not hit")
         label = "" if exact.complete else " (incomplete)"
-        print(f"{name:<10}{exact.cost * 1e3:>13.4f}{took:>15.1f}{result.best_cost * 1e3:>11.4f}"
-              f"{hit:>16}{label}", flush=True)
+        print(f"{name:<10}{exact.cost * 1e3:>13.4f}{exact.bound * 1e3:>11.4f}{took:>15.1f}"
+              f"{result.best_cost * 1e3:>11.4f}{hit:>16}{label}", flush=True)
 
 
 def main() -> None:

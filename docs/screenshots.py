@@ -1,0 +1,71 @@
+"""Make the README's screenshots: a real search in the app (Textual's headless driver),
+the Search screen when it ends and the Timeline screen of its best strategy, saved as
+SVG by Textual and converted to PNG (needs ``pip install cairosvg``).
+
+    python docs/screenshots.py [--model mlp] [--nodes 4] [--seconds 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import tempfile
+from pathlib import Path
+
+import cairosvg
+
+from flextui.graph.library import load_model
+from flextui.machine import load_named_cluster
+from flextui.search import SearchOptions
+from flextui.tui.app import FlextuiApp
+from flextui.tui.screens.setup import SetupScreen
+
+HERE = Path(__file__).parent
+SIZE = (110, 34)
+BRAILLE_TEXT = re.compile(r'<text((?=[^>]*>[^<]*[\u2800-\u28ff])[^>]*>)')
+
+
+def to_png(svg: str, path: Path) -> None:
+    """The SVG names Textual's web font; render with a local monospace font that has
+    the block glyphs (and DejaVu Sans for runs of braille, which the mono face lacks;
+    Textual gives every run its width, so cells stay aligned)."""
+    svg = re.sub(r'font-family:\s*"?Fira Code"?[^;"]*', 'font-family: "DejaVu Sans Mono"', svg)
+    svg = BRAILLE_TEXT.sub(r'<text style="font-family: DejaVu Sans"\1', svg)
+    cairosvg.svg2png(bytestring=svg.encode(), write_to=str(path), output_width=SIZE[0] * 12)
+    print(f"wrote {path}")
+
+
+async def shoot(model: str, nodes: int, seconds: float) -> None:
+    graph, cluster = load_model(model), load_named_cluster("p100-4x4", nodes=nodes)
+    options = SearchOptions(time_limit=seconds, seed=0)
+    with tempfile.TemporaryDirectory() as logs:
+        app = FlextuiApp(log_dir=logs)
+        async with app.run_test(size=SIZE) as pilot:
+            app.on_setup_screen_start_search(SetupScreen.StartSearch(
+                graph, cluster, options, model, cluster.name))
+            live = app.searches[0]
+            while not live.done:
+                await pilot.pause(0.2)
+            await pilot.pause(0.5)
+            to_png(app.export_screenshot(), HERE / "search.png")
+            await pilot.press("t")
+            while type(app.screen).__name__ != "TimelineScreen":
+                await pilot.pause(0.1)
+            await pilot.press("down", "tab", "tab", "tab")
+            await pilot.pause(0.3)
+            to_png(app.export_screenshot(), HERE / "timeline.png")
+            await pilot.press("ctrl+q")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="mlp")
+    parser.add_argument("--nodes", type=int, default=4)
+    parser.add_argument("--seconds", type=float, default=20.0)
+    args = parser.parse_args()
+    asyncio.run(shoot(args.model, args.nodes, args.seconds))
+
+
+if __name__ == "__main__":
+    main()
