@@ -72,7 +72,7 @@ def test_a_task_is_timed_forward_and_backward():
 
 def test_out_of_memory_is_recorded_not_raised(monkeypatch):
     def exhausted(*args):
-        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 80.00 GiB")
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 80.00 GiB")
     monkeypatch.setattr(profiler, "_time_task", exhausted)
     signature = task_signatures(lenet(), measurement(), num_devices=1)[0]
     entry = time_task(signature, torch.device("cpu"))

@@ -77,7 +77,7 @@ def time_task(signature: TaskSignature, device: torch.device, *, warmup: int = 2
     try:
         return _time_task(signature, device, TORCH_DTYPES[key.dtype], key.training,
                           warmup, repeats)
-    except torch.OutOfMemoryError:
+    except torch.cuda.OutOfMemoryError:   # torch.OutOfMemoryError from 2.5 on
         _release(device)
         return ProfileEntry(None, None, repeats=0, oom=True)
     except RuntimeError as exc:   # the CPU allocator's out-of-memory is a RuntimeError
