@@ -81,8 +81,8 @@ def optimum(models: list[str], time_limit: float, budget: str) -> None:
         hit = next((f"{e.elapsed:.2f}" for e in events if e.best <= exact.cost * (1 + 1e-9)),
                    "not hit")
         label = "" if exact.complete else " (incomplete)"
-        print(f"{name:<10}{exact.cost * 1e3:>13.4f}{exact.bound * 1e3:>11.4f}{took:>15.1f}"
-              f"{result.best_cost * 1e3:>11.4f}{hit:>16}{label}", flush=True)
+        print(f"{name:<10}{exact.cost * 1e3:>13.6f}{exact.bound * 1e3:>11.6f}{took:>15.1f}"
+              f"{result.best_cost * 1e3:>11.6f}{hit:>16}{label}", flush=True)
 
 
 def main() -> None:
