@@ -122,6 +122,8 @@ def test_multihead_attention_splits_on_heads():
 
 @pytest.mark.parametrize("build, message", [
     (lambda g: g.conv2d(g.input((1, 3, 4, 4)), 8, kernel=7), "kernel 7x7 larger"),
+    (lambda g: g.conv2d(g.input((1, 3, 8, 8)), 8, kernel=1, padding=2), "read padding only"),
+    (lambda g: g.pool2d(g.input((1, 3, 8, 8)), kernel=3, padding=2), "more than half"),
     (lambda g: g.add_(g.input((2, 3)), g.input((2, 4))), "do not broadcast"),
     (lambda g: g.matmul(g.input((2, 3)), g.input((4, 5))), "do not multiply"),
     (lambda g: g.softmax_ce(g.input((2, 5)), g.input((2,))), "labels must be integers"),

@@ -34,6 +34,11 @@ class Conv2d(OpType):
         require(kh <= h + 2 * pair(op.attrs["padding"])[0]
                 and kw <= w + 2 * pair(op.attrs["padding"])[1], op,
                 f"kernel {kh}x{kw} larger than padded input {h}x{w}")
+        (ph, pw), (dh, dw) = pair(op.attrs["padding"]), pair(op.attrs["dilation"])
+        reach = (dh * (kh - 1) + 1, dw * (kw - 1) + 1)
+        require(ph < reach[0] and pw < reach[1], op,
+                f"padding {ph}x{pw} reaches past the kernel's extent {reach[0]}x{reach[1]}: "
+                "some outputs would read padding only; use less padding")
 
     def infer(self, op):
         n, _, h, w = op.inputs[0].shape
@@ -75,6 +80,11 @@ class Pool2d(OpType):
     def check(self, op):
         _check_nchw(op)
         require(op.attrs["mode"] in ("max", "avg"), op, "mode must be 'max' or 'avg'")
+        if not op.attrs.get("output_size"):
+            (kh, kw), (ph, pw) = pair(op.attrs["kernel"]), pair(op.attrs["padding"])
+            require(ph <= kh // 2 and pw <= kw // 2, op,
+                    f"padding {ph}x{pw} is more than half the kernel {kh}x{kw} (as torch "
+                    "requires of pooling)")
 
     def infer(self, op):
         n, c, h, w = op.inputs[0].shape
