@@ -17,21 +17,20 @@ import time
 
 import torch
 
-from flextui.cost.cache import ProfileCache
 from flextui.cost.localdevice import resolve_device
-from flextui.cost.profile import profile_tasks
-from flextui.cost.signatures import Measurement, task_signatures
+from flextui.cost.profile import prepare_profile
 from flextui.graph.library import load_model
 
 
-def timed_run(signatures, directory, local, warmup: int, repeats: int) -> tuple[float, int, int]:
-    """Seconds, tasks measured, out-of-memory tasks — a fresh cache object each run, as
+def timed_run(graph, max_devices: int, device: str, directory: str, warmup: int,
+              repeats: int) -> tuple[float, int, int]:
+    """Seconds, tasks measured, out-of-memory tasks — the cache opened afresh each run, as
     a new process would open it."""
     start = time.perf_counter()
-    cache = ProfileCache(local.name, [directory])
+    run = prepare_profile(graph, max_devices, device=device, profiles=directory)
     oom = []
-    measured = profile_tasks(signatures, cache, local.device, warmup=warmup, repeats=repeats,
-                             on_event=lambda e: oom.append(1) if e.entry.oom else None)
+    measured = run.run(warmup=warmup, repeats=repeats,
+                       on_event=lambda e: oom.append(1) if e.entry.oom else None)
     return time.perf_counter() - start, measured, len(oom)
 
 
@@ -49,15 +48,17 @@ def main() -> None:
     batch = args.batch_size or (64 if gpu else 1)
     repeats = args.repeats or (10 if gpu else 3)
     graph = load_model(args.model, batch_size=batch)
-    measurement = Measurement("float32", True, local.name, torch.__version__)
-    signatures = task_signatures(graph, measurement, num_devices=args.max_devices)
-    print(f"{args.model}, batch {batch}, up to {args.max_devices} devices: "
-          f"{len(signatures):,} distinct tasks; on {local.name} "
-          f"({torch.get_num_threads()} CPU threads), warm-up {args.warmup}, repeats {repeats}")
+    device = str(local.device)
     with tempfile.TemporaryDirectory() as directory:
-        cold, measured, oom = timed_run(signatures, directory, local, args.warmup, repeats)
+        tasks = len(prepare_profile(graph, args.max_devices, device=device,
+                                    profiles=directory).signatures)
+        print(f"{args.model}, batch {batch}, up to {args.max_devices} devices: {tasks:,} "
+              f"distinct tasks; on {local.name} ({torch.get_num_threads()} CPU threads), "
+              f"warm-up {args.warmup}, repeats {repeats}")
+        run = (graph, args.max_devices, device, directory, args.warmup, repeats)
+        cold, measured, oom = timed_run(*run)
         print(f"cold: {cold:8.2f} s  ({measured:,} measured, {oom} out of memory)", flush=True)
-        warm, again, _ = timed_run(signatures, directory, local, args.warmup, repeats)
+        warm, again, _ = timed_run(*run)
         print(f"warm: {warm:8.3f} s  ({again} measured: all from the cache)")
     print(f"cached run {cold / warm:,.0f}x faster than the cold one")
 

@@ -78,6 +78,26 @@ def test_key_for_task_takes_the_block_shapes_of_the_op():
     assert k.device_kind == "nvidia-h100-80gb-hbm3"
 
 
+@pytest.mark.parametrize("name", ["inception_v3", "nmt", "transformer", "dlrm"])
+def test_a_key_for_a_task_is_the_key_built_field_by_field(name):
+    """for_task takes an op's attributes and shapes as they are: the key must be the
+    one the validating constructor makes, bytes and all."""
+    from flextui.graph.library import load_model
+    from flextui.strategy.enumerate import degree_choices
+    graph = load_model(name, batch_size=8)
+    for op in graph.ops:
+        for degrees in degree_choices(op, 4):
+            region = tuple((0, d.size // n) for n, d in zip(degrees, op.space))
+            fast = ProfileKey.for_task(op, region, "bfloat16", True, H100, "2.4.0")
+            slow = ProfileKey(fast.op_type, op.attrs, fast.input_shapes, fast.param_shapes,
+                              fast.output_shapes, "bfloat16", True, H100, "2.4.0")
+            assert fast == slow and fast.encoded == slow.encoded
+            assert ProfileKey.from_encoded(fast.encoded) == fast
+    with pytest.raises(ValueError, match="dtype"):
+        ProfileKey.for_task(graph.ops[1], tuple((0, d.size) for d in graph.ops[1].space),
+                            "float64", True, H100, "2.4.0")
+
+
 @pytest.mark.parametrize("change", [{"dtype": "float64"}, {"training": 1}, {"op_type": ""},
                                     {"input_shapes": [(2, -1)]}, {"attrs": {"f": object()}},
                                     {"attrs": {"nan": float("nan")}}])

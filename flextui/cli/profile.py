@@ -57,34 +57,23 @@ def cmd_profile(args: argparse.Namespace, console: Console) -> None:
 
 
 def _measure(args, console: Console) -> None:
-    import torch
-
-    from flextui.cost.cache import ProfileCache
-    from flextui.cost.choose import DTYPE_NAMES
-    from flextui.cost.compare import compare_with_analytic, reference_device
-    from flextui.cost.localdevice import resolve_device
-    from flextui.cost.profile import profile_tasks
-    from flextui.cost.signatures import Measurement, task_signatures
-    if args.max_devices < 1 or args.repeats < 1 or args.warmup < 0:
-        raise FlextuiError("--max-devices and --repeats must be at least 1, --warmup at least 0")
-    local = resolve_device(args.device)
-    if local.notice:
-        console.print(f"[yellow]{local.notice}[/]", highlight=False)
+    from flextui.cost.profile import prepare_profile
+    if args.repeats < 1 or args.warmup < 0:
+        raise FlextuiError("--repeats must be at least 1, --warmup at least 0")
     graph = load_graph(args)
-    measurement = Measurement(DTYPE_NAMES[args.dtype], not args.inference, local.name,
-                              torch.__version__)
-    signatures = task_signatures(graph, measurement, num_devices=args.max_devices)
-    cache = ProfileCache.open_default(local.name, args.profiles)
-    for notice in cache.notices:
+    run = prepare_profile(graph, args.max_devices, device=args.device, dtype=args.dtype,
+                          training=not args.inference, profiles=args.profiles)
+    for notice in run.notices:
         console.print(f"[yellow]{notice}[/]", highlight=False)
+    local, measurement, signatures, cache = run.local, run.measurement, run.signatures, run.cache
     start, stop = time.monotonic(), threading.Event()
     with _ProgressDisplay(console, len(signatures), quiet=args.json) as shown, \
             stop_on_signals(stop):
-        measured = profile_tasks(signatures, cache, local.device, warmup=args.warmup,
-                                 repeats=args.repeats, on_event=shown.update, stop=stop.is_set)
+        measured = run.run(warmup=args.warmup, repeats=args.repeats, on_event=shown.update,
+                           stop=stop.is_set)
     stopped = stop.is_set()
     took = time.monotonic() - start
-    rows = compare_with_analytic(signatures, cache, reference_device(local.name))
+    rows = run.comparison()
     oom = sum(r.oom for r in rows)
     summary = {"model": graph.meta.get("model", graph.name), "device": local.name,
                "dtype": measurement.dtype, "training": measurement.training,

@@ -11,6 +11,7 @@ import math
 import numbers
 import re
 import time
+import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from functools import cached_property
@@ -105,6 +106,31 @@ def require_fields(data: Any, names: Sequence[str], what: str) -> None:
                               unknown and f"unknown {', '.join(unknown)}") if part))
 
 
+_OP_ATTRS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _op_attrs(op: Op) -> tuple[tuple[str, Any], ...]:
+    """``canonical_attrs(op.attrs)``, computed once per op."""
+    attrs = _OP_ATTRS.get(op)
+    if attrs is None:
+        attrs = _OP_ATTRS[op] = canonical_attrs(op.attrs)
+    return attrs
+
+
+_ATTR_MAPS: dict[int, tuple[tuple, dict[str, Any]]] = {}
+
+
+def _attrs_map(attrs: tuple[tuple[str, Any], ...]) -> dict[str, Any]:
+    """Canonical attributes as the map they encode as, remembered for the very tuple
+    (not an equal one: ``True == 1``, yet they encode apart); shared, do not modify."""
+    found = _ATTR_MAPS.get(id(attrs))
+    if found is None or found[0] is not attrs:
+        if len(_ATTR_MAPS) > 4096:
+            _ATTR_MAPS.clear()
+        found = _ATTR_MAPS[id(attrs)] = (attrs, {name: _thaw(value) for name, value in attrs})
+    return found[1]
+
+
 @dataclass(frozen=True)
 class ProfileKey:
     """What a measured time depends on. Constructing one canonicalises and validates it
@@ -137,22 +163,36 @@ class ProfileKey:
     @classmethod
     def for_task(cls, op: Op, region: Region, dtype: str, training: bool, device_name: str,
                  torch_version: str) -> ProfileKey:
-        """The key of computing block ``region`` of ``op``'s space."""
+        """The key of computing block ``region`` of ``op``'s space. An op's attributes and
+        shapes are well-formed already, so the attributes are canonicalised once per op
+        and the shapes taken as they are (a search's tasks make thousands of keys)."""
         def shape(r: Region) -> tuple[int, ...]:
             return tuple(stop - start for start, stop in r)
-        return cls(op.type, op.attrs, tuple(shape(r) for r in op.input_regions(region)),
-                   tuple(shape(op.param_region(i, region)) for i in range(len(op.params))),
-                   tuple(shape(r) for r in op.output_regions(region)),
-                   dtype, training, device_name, torch_version)
+        if dtype not in DTYPES or not isinstance(training, bool) or not device_name \
+                or not torch_version:
+            return cls(op.type, op.attrs, (), (), (), dtype, training, device_name,
+                       torch_version)  # the checks say what is wrong
+        key = object.__new__(cls)
+        values = (op.type, _op_attrs(op), tuple(shape(r) for r in op.input_regions(region)),
+                  tuple(shape(op.param_region(i, region)) for i in range(len(op.params))),
+                  tuple(shape(r) for r in op.output_regions(region)),
+                  dtype, training, device_name, torch_version)
+        for name, value in zip(_FIELD_NAMES, values):
+            object.__setattr__(key, name, value)
+        return key
 
     @property
     def device_kind(self) -> str:
         return device_kind_slug(self.device_name)
 
     def to_map(self) -> dict[str, Any]:
-        data = {f.name: _thaw(getattr(self, f.name)) for f in fields(self)}
-        data["attrs"] = {name: _thaw(value) for name, value in self.attrs}
-        return data
+        """The key as plain data, fields in declaration order (its canonical encoding)."""
+        return {"op_type": self.op_type, "attrs": _attrs_map(self.attrs),
+                "input_shapes": [list(s) for s in self.input_shapes],
+                "param_shapes": [list(s) for s in self.param_shapes],
+                "output_shapes": [list(s) for s in self.output_shapes],
+                "dtype": self.dtype, "training": self.training,
+                "device_name": self.device_name, "torch_version": self.torch_version}
 
     @cached_property
     def encoded(self) -> bytes:
@@ -235,3 +275,6 @@ def check_pair(key: ProfileKey, entry: ProfileEntry) -> None:
         raise ValueError("backward_s: an inference key has no backward time")
     if key.training and not entry.oom and entry.backward_s is None:
         raise ValueError("backward_s: a training key needs a backward time")
+
+
+_FIELD_NAMES = tuple(f.name for f in fields(ProfileKey))

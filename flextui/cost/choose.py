@@ -19,14 +19,13 @@ from flextui.cost.calibrated import CalibratedCommModel
 from flextui.cost.calibration import SUFFIX as CALIBRATION_SUFFIX
 from flextui.cost.calibration import CommCalibration, read_calibrations
 from flextui.cost.model import CostModel
-from flextui.cost.signatures import Measurement
+from flextui.cost.signatures import DTYPE_NAMES, Measurement
 from flextui.errors import FlextuiError
 from flextui.graph import OpGraph
 from flextui.machine import Cluster
 from flextui.machine.gpus import same_device_kind
 
 COST_MODELS = ("analytic", "profiled")
-DTYPE_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 
 
 @dataclass

@@ -64,26 +64,15 @@ class LiveProfile(BackgroundJob):
     # -- the profiling thread -----------------------------------------------------------
 
     def _work(self) -> None:
-        import torch   # noqa: PLC0415 (the profiler's dependency, loaded off the caller's thread)
-
-        from flextui.cost.cache import ProfileCache
-        from flextui.cost.choose import DTYPE_NAMES
-        from flextui.cost.compare import compare_with_analytic, reference_device
-        from flextui.cost.localdevice import resolve_device
-        from flextui.cost.profile import profile_tasks
-        from flextui.cost.signatures import Measurement, task_signatures
+        from flextui.cost.profile import prepare_profile   # noqa: PLC0415 (imports torch)
         device, dtype, training, profiles, warmup, repeats = self._settings
-        local = resolve_device(device)
-        measurement = Measurement(DTYPE_NAMES[dtype], training, local.name, torch.__version__)
-        signatures = task_signatures(self.graph, measurement, num_devices=self.num_devices)
-        cache = ProfileCache.open_default(local.name, profiles)
+        run = prepare_profile(self.graph, self.num_devices, device=device, dtype=dtype,
+                              training=training, profiles=profiles)
         with self._lock:
-            self._device, self._total, self._state = local.name, len(signatures), "running"
-            self._notices = tuple(([local.notice] if local.notice else []) + cache.notices)
-            self._cache_path = str(cache.path)
-        profile_tasks(signatures, cache, local.device, warmup=warmup, repeats=repeats,
-                      on_event=self._take, stop=self._stop.is_set)
-        self.comparison = compare_with_analytic(signatures, cache, reference_device(local.name))
+            self._device, self._total, self._state = run.local.name, len(run.signatures), "running"
+            self._notices, self._cache_path = tuple(run.notices), str(run.cache.path)
+        run.run(warmup=warmup, repeats=repeats, on_event=self._take, stop=self._stop.is_set)
+        self.comparison = run.comparison()
         self._end("stopped" if self._stop.is_set() else "finished")
 
     def _take(self, event) -> None:

@@ -25,7 +25,12 @@ from dataclasses import dataclass
 import torch
 
 from flextui.cost.cache import ProfileCache, ProfileEntry
-from flextui.cost.signatures import TaskSignature, origin_block
+from flextui.cost.compare import OpTypeComparison, compare_with_analytic, reference_device
+from flextui.cost.localdevice import LocalDevice, resolve_device
+from flextui.cost.signatures import (DTYPE_NAMES, Measurement, TaskSignature, origin_block,
+                                     task_signatures)
+from flextui.errors import FlextuiError
+from flextui.graph import OpGraph
 from flextui.graph.kernels import block_tensors, kernel_for
 
 TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -41,6 +46,47 @@ class ProfileEvent:
     signature: TaskSignature
     entry: ProfileEntry
     cached: bool
+
+
+@dataclass
+class ProfileRun:
+    """What profiling a model needs, resolved: the local device, what is measured, the
+    distinct tasks and the cache they go into (the CLI and the app both start here)."""
+
+    local: LocalDevice
+    measurement: Measurement
+    signatures: list[TaskSignature]
+    cache: ProfileCache
+
+    @property
+    def notices(self) -> list[str]:
+        return ([self.local.notice] if self.local.notice else []) + self.cache.notices
+
+    def run(self, *, warmup: int = 2, repeats: int = 10,
+            on_event: Callable[[ProfileEvent], None] | None = None,
+            stop: Callable[[], bool] | None = None) -> int:
+        return profile_tasks(self.signatures, self.cache, self.local.device, warmup=warmup,
+                             repeats=repeats, on_event=on_event, stop=stop)
+
+    def comparison(self) -> list[OpTypeComparison]:
+        """Measured against analytic times, per op type, for the tasks now cached."""
+        return compare_with_analytic(self.signatures, self.cache, reference_device(self.local.name))
+
+
+def prepare_profile(graph: OpGraph, num_devices: int, *, device: str | None = None,
+                    dtype: str = "fp32", training: bool = True,
+                    profiles: str | None = None) -> ProfileRun:
+    """Resolve ``device`` (None: the first GPU, else the CPU), collect the distinct tasks
+    a search of ``graph`` over up to ``num_devices`` devices may visit, and open the
+    device kind's cache (``profiles``: the user's cache directory if None)."""
+    if num_devices < 1:
+        raise FlextuiError("--max-devices must be at least 1")
+    if dtype not in DTYPE_NAMES:
+        raise FlextuiError(f"--dtype {dtype!r}: choose one of {', '.join(DTYPE_NAMES)}")
+    local = resolve_device(device)
+    measurement = Measurement(DTYPE_NAMES[dtype], training, local.name, torch.__version__)
+    signatures = task_signatures(graph, measurement, num_devices=num_devices)
+    return ProfileRun(local, measurement, signatures, ProfileCache.open_default(local.name, profiles))
 
 
 def profile_tasks(signatures: Sequence[TaskSignature], cache: ProfileCache, device: torch.device,

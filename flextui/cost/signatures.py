@@ -30,6 +30,10 @@ class TaskSignature:
     key: ProfileKey
 
 
+#: the dtypes a profile may be measured in, by their command-line names
+DTYPE_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
 @dataclass(frozen=True)
 class Measurement:
     """What the timed task is measured as: dtype, mode and the device it runs on."""
