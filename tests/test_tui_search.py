@@ -188,17 +188,32 @@ def fixed_clock_playback(path) -> Playback:
     return playback
 
 
-@pytest.mark.parametrize("tab", ["tab-strategy", "tab-map", "tab-frontier"])
-def test_search_screen_snapshot(snap_compare, saved_log, tab):
+def fixed_replay_screen(path) -> SearchScreen:
+    """The Search screen on the saved log played to its end with a fixed clock."""
     graph, cluster = lenet()
-    playback = fixed_clock_playback(saved_log)
+    playback = fixed_clock_playback(path)
     options = SearchOptions.from_dict(playback.log.header.options, "test")
     setup = SearchSetup(graph, cluster, AnalyticCostModel(), options, "lenet on p100-4x4")
+    return SearchScreen(playback, setup, "lenet.ffsearch")
 
+
+@pytest.mark.parametrize("tab", ["tab-strategy", "tab-map", "tab-frontier"])
+def test_search_screen_snapshot(snap_compare, saved_log, tab):
     async def show(pilot):
-        pilot.app.push_screen(SearchScreen(playback, setup, "lenet.ffsearch"))
+        pilot.app.push_screen(fixed_replay_screen(saved_log))
         await pilot.pause()
         pilot.app.screen.query_one("#search-tabs").active = tab
+        await pilot.pause(0.1)
+
+    assert snap_compare(FlextuiApp(), terminal_size=(100, 30), run_before=show)
+
+
+def test_help_screen_snapshot(snap_compare, saved_log):
+    """The key map over a replay: the replay's keys and the app's, nothing live-only."""
+    async def show(pilot):
+        pilot.app.push_screen(fixed_replay_screen(saved_log))
+        await pilot.pause()
+        await pilot.press("question_mark")
         await pilot.pause(0.1)
 
     assert snap_compare(FlextuiApp(), terminal_size=(100, 30), run_before=show)

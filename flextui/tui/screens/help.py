@@ -11,10 +11,12 @@ from textual.widgets import Label, Static
 
 
 def key_rows(screen: Screen) -> list[tuple[str, str, str]]:
-    """(where, keys, what) for every described binding active on ``screen``."""
+    """(where, keys, what) for every described binding active on ``screen``; where is
+    the screen's name ("search", "timeline"...) or "app", on the first row of each."""
     rows, seen = [], set()
     for node in (screen, screen.app):
-        where = "app" if node is screen.app else (screen.title or type(screen).__name__)
+        where = "app" if node is screen.app else \
+            type(screen).__name__.removesuffix("Screen").lower() or "screen"
         for binding in node.BINDINGS:
             b = binding if isinstance(binding, Binding) else Binding(*binding)
             if not b.description or (b.action, b.key) in seen:
@@ -25,6 +27,7 @@ def key_rows(screen: Screen) -> list[tuple[str, str, str]]:
             keys = ", ".join(screen.app.get_key_display(Binding(k.strip(), b.action))
                              for k in b.key.split(","))
             rows.append((where, keys, b.description))
+            where = ""
     return rows
 
 
