@@ -2,10 +2,11 @@
 
 With CUDA: every visible GPU, its memory from torch, its peak FLOP/s and memory bandwidth
 from the table in :mod:`flextui.machine.gpus` (an unknown GPU gets a conservative
-estimate, and the description says so). The GPUs are *assumed* to hang off one PCIe
-switch (``n0.pcie``, PCIe 4 x16 at ~25 GB/s per direction, 1 µs per hop); torch cannot
-tell NVLink/NVSwitch from PCIe, so use a library cluster (``dgx-a100``...) or your own
-TOML file for a box with NVLink.
+estimate, and the description says so). The GPUs hang off one PCIe switch (``n0.pcie``,
+PCIe 4 x16 at ~25 GB/s per direction, 1 µs per hop), plus the NVLink that
+``nvidia-smi topo -m`` shows (torch cannot tell NVLink from PCIe; see
+:mod:`flextui.machine.nvtopo`); without ``nvidia-smi`` the description says NVLink is
+not known, and a library cluster (``dgx-a100``...) or a TOML file describes such a box.
 
 Without CUDA: one CPU device ``n0.cpu0`` of kind ``cpu`` with the machine's physical
 memory and an *estimated* float32 peak of ``cores x 2.5 GHz x 16 FLOP/cycle`` (one 8-wide
@@ -23,6 +24,8 @@ from typing import Any
 
 from flextui.machine.cluster import Cluster, Device, DeviceSpec, Link
 from flextui.machine.gpus import device_kind_name, lookup_gpu
+from flextui.machine.nvtopo import (NVLINK_LANE_BANDWIDTH, NVLINK_LATENCY, Lanes, detect_nvlink,
+                                    is_switched)
 
 __all__ = ["detect_local", "describe_local", "CPU_CLOCK_HZ", "CPU_FLOP_PER_CYCLE"]
 
@@ -91,24 +94,50 @@ def _gpu_cluster(torch: Any) -> Cluster:
                                  peak_flops=figures.peak_flops(),
                                  mem_bandwidth=figures.mem_bandwidth)
     devices = [Device(i, f"n0.gpu{i}", 0, specs[name]) for i, name in enumerate(names)]
-    links: list[Link] = []
-    switches: list[str] = []
-    if count > 1:
-        switches.append("n0.pcie")
-        for d in devices:
-            for src, dst in ((d.name, "n0.pcie"), ("n0.pcie", d.name)):
-                links.append(Link(len(links), f"{src}->{dst}", "pcie", src, dst,
-                                  PCIE_BANDWIDTH, PCIE_LATENCY))
+    lanes = detect_nvlink(count) if count > 1 else None
+    links, switches, how = gpu_links(devices, lanes)
     kinds = ", ".join(f"{names.count(n)} x {specs[n].kind}" for n in specs)
-    description = f"this machine: {kinds}"
-    if count > 1:
-        description += ("; links assumed: every GPU on one PCIe 4 switch at 25 GB/s per "
-                        "direction (NVLink is not detected; use a library cluster or a TOML "
-                        "file for NVLink boxes)")
+    description = f"this machine: {kinds}" + (f"; {how}" if how else "")
     if unknown:
         description += (f"; peak FLOP/s and memory bandwidth of {', '.join(unknown)} are a "
                         f"conservative guess: estimated=True")
     return Cluster("local", devices, links, switches=switches, description=description)
+
+
+def gpu_links(devices: list[Device], lanes: Lanes | None) -> tuple[list[Link], list[str], str]:
+    """The links and switches joining one node's GPUs, and a phrase saying how they were
+    found: every GPU on a PCIe switch, plus NVLink where ``lanes`` (from
+    ``nvidia-smi topo -m``; None if it could not be read) joins GPUs — through one
+    NVSwitch when every pair is joined alike, else pair by pair."""
+    links: list[Link] = []
+    if len(devices) < 2:
+        return links, [], ""
+
+    def join(a: str, b: str, kind: str, bandwidth: float, latency: float) -> None:
+        for src, dst in ((a, b), (b, a)):
+            links.append(Link(len(links), f"{src}->{dst}", kind, src, dst, bandwidth, latency))
+
+    switches = ["n0.pcie"]
+    for d in devices:
+        join(d.name, "n0.pcie", "pcie", PCIE_BANDWIDTH, PCIE_LATENCY)
+    pcie = "every GPU on one PCIe 4 switch at 25 GB/s per direction"
+    if lanes is None:
+        return links, switches, (f"links assumed: {pcie} (nvidia-smi topo -m could not be "
+                                 "read, so NVLink is not known; use a library cluster or a "
+                                 "TOML file for NVLink boxes)")
+    if not lanes:
+        return links, switches, f"links: {pcie} (no NVLink, per nvidia-smi topo -m)"
+    if is_switched(lanes, len(devices)):
+        switches.append("n0.nvswitch")
+        per_gpu = next(iter(lanes.values())) * NVLINK_LANE_BANDWIDTH
+        for d in devices:
+            join(d.name, "n0.nvswitch", "nvswitch", per_gpu, NVLINK_LATENCY)
+        return links, switches, (f"links: an NVSwitch at {per_gpu / 1e9:.0f} GB/s per GPU and "
+                                 f"direction, and {pcie} (nvidia-smi topo -m)")
+    for (i, j), n in sorted(lanes.items()):
+        join(devices[i].name, devices[j].name, "nvlink", n * NVLINK_LANE_BANDWIDTH, NVLINK_LATENCY)
+    return links, switches, (f"links: NVLink between {len(lanes)} GPU pairs at 25 GB/s per "
+                             f"lane and direction, and {pcie} (nvidia-smi topo -m)")
 
 
 def detect_local() -> Cluster:
