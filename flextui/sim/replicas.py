@@ -32,28 +32,38 @@ class ReplicaGroup:
 def replica_groups(blocks: list[ParamBlock]) -> list[ReplicaGroup]:
     """Group the atoms of a parameter by the set of devices that hold them, in a
     deterministic order (by device set)."""
-    rank = len(blocks[0].region)
-    by_region: dict[tuple, tuple[set[int], set[int]]] = {}  # region -> (devices, tasks)
-    for b in blocks:
-        devices, tasks = by_region.setdefault(b.region, (set(), set()))
-        devices.add(b.device)
-        tasks.add(b.task)
+    plan = replica_plan(tuple((b.region, b.device) for b in blocks))
+    return [ReplicaGroup(devices, numel, tuple(sorted({blocks[i].task for i in users})))
+            for devices, numel, users in plan]
+
+
+def replica_plan(blocks: tuple[tuple[tuple[tuple[int, int], ...], int], ...],
+                 ) -> list[tuple[tuple[int, ...], int, tuple[int, ...]]]:
+    """``replica_groups`` on (region, device) pairs: for each group its devices, its
+    elements and the indices of the blocks whose tasks produce its gradients. It depends
+    on the blocks' regions and devices only, so callers may memoise it."""
+    rank = len(blocks[0][0])
+    by_region: dict[tuple, tuple[set[int], set[int]]] = {}  # region -> (devices, blocks)
+    for i, (region, device) in enumerate(blocks):
+        devices, users = by_region.setdefault(region, (set(), set()))
+        devices.add(device)
+        users.add(i)
     regions = list(by_region.items())
     cuts = [sorted({r[d][0] for r, _ in regions} | {r[d][1] for r, _ in regions})
             for d in range(rank)]
     groups: dict[tuple[int, ...], tuple[int, set[int]]] = {}
     for cell in itertools.product(*(list(zip(c, c[1:])) for c in cuts)):
         devices: set[int] = set()
-        tasks: set[int] = set()
+        users: set[int] = set()
         for region, (held_on, by) in regions:
             if all(lo >= r0 and hi <= r1 for (lo, hi), (r0, r1) in zip(cell, region)):
                 devices |= held_on
-                tasks |= by
+                users |= by
         if not devices:
             continue
         key = tuple(sorted(devices))
-        numel, group_tasks = groups.get(key, (0, set()))
-        group_tasks |= tasks
-        groups[key] = (numel + math.prod(hi - lo for lo, hi in cell), group_tasks)
-    return [ReplicaGroup(devices, numel, tuple(sorted(tasks)))
-            for devices, (numel, tasks) in sorted(groups.items())]
+        numel, group_users = groups.get(key, (0, set()))
+        group_users |= users
+        groups[key] = (numel + math.prod(hi - lo for lo, hi in cell), group_users)
+    return [(devices, numel, tuple(sorted(users)))
+            for devices, (numel, users) in sorted(groups.items())]

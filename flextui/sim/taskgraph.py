@@ -36,7 +36,7 @@ from flextui.errors import ClusterError
 from flextui.graph import Op, OpGraph, intersect, region_volume
 from flextui.graph.tensor import dtype_bytes
 from flextui.machine import Cluster
-from flextui.sim.replicas import ParamBlock, replica_groups
+from flextui.sim.replicas import ReplicaGroup, replica_plan
 from flextui.sim.taskstore import new_store
 from flextui.strategy import ParallelConfig, Strategy
 
@@ -47,6 +47,10 @@ class TaskKind(enum.IntEnum):
     TRANSFER = 2
     SYNC = 3
     UPDATE = 4
+
+
+#: entries a plan memo keeps before it starts over (bounds memory on long searches)
+PLAN_MEMO_LIMIT = 200_000
 
 
 def update_s(nbytes: float, device) -> float:
@@ -87,6 +91,8 @@ class TaskGraph:
         self.param_users: dict[str, list[tuple[Op, int]]] = {}
         self.param_order = {name: i for i, name in enumerate(graph.parameters)}
         self._param_region_memo: dict[tuple, tuple] = {}
+        self._edge_plan_memo: dict[tuple, tuple] = {}
+        self._replica_plan_memo: dict[tuple, list] = {}
         for op in graph.ops:
             for i, p in enumerate(op.params):
                 self.param_users.setdefault(p.name, []).append((op, i))
@@ -151,27 +157,43 @@ class TaskGraph:
         tasks: list[int] = []
         self.edge_tasks[(producer.index, consumer.index)] = tasks
         pconf, cconf = self.configs[producer.index], self.configs[consumer.index]
+        backward = self.training and producer.type != "input"
+        pfwd, cfwd = self.forward[producer.index], self.forward[consumer.index]
+        pbwd, cbwd = self.backward[producer.index], self.backward[consumer.index]
+        for slot, k, m, nbytes in self._edge_plan(producer, consumer, pconf, cconf):
+            src, dst = pconf.devices[m], cconf.devices[k]
+            self._connect(pfwd[m], cfwd[k], src, dst, nbytes, (0, consumer.index, 0, k, slot, m),
+                          tasks)
+            if backward:
+                self._connect(cbwd[k], pbwd[m], dst, src, nbytes,
+                              (1, -producer.index, 0, m, consumer.index, slot, k), tasks)
+
+    def _edge_plan(self, producer: Op, consumer: Op, pconf: ParallelConfig,
+                   cconf: ParallelConfig) -> tuple[tuple[int, int, int, int], ...]:
+        """(input slot, consumer task, producer task, bytes) for every overlap of a block
+        ``consumer`` reads with a block ``producer`` writes, in the order the tasks are
+        built. A function of the two configs alone, so it is memoised: a search proposes
+        the same configs again and again."""
+        memo_key = (producer.index, consumer.index, pconf, cconf)
+        plan = self._edge_plan_memo.get(memo_key)
+        if plan is not None:
+            return plan
         out_regions = [producer.output_regions(r) for r in pconf.regions(producer)]
         in_regions = [consumer.input_regions(r) for r in cconf.regions(consumer)]
-        backward = self.training and producer.type != "input"
+        found = []
         for slot, tensor in enumerate(consumer.inputs):
             if tensor.producer is not producer:
                 continue
             width = dtype_bytes(tensor.dtype)
             for k, needs in enumerate(in_regions):
-                needed = needs[slot]
                 for m, outs in enumerate(out_regions):
-                    overlap = intersect(needed, outs[tensor.index])
-                    if overlap is None:
-                        continue
-                    nbytes = region_volume(overlap) * width
-                    src, dst = pconf.devices[m], cconf.devices[k]
-                    self._connect(self.forward[producer.index][m], self.forward[consumer.index][k],
-                                  src, dst, nbytes, (0, consumer.index, 0, k, slot, m), tasks)
-                    if backward:
-                        self._connect(self.backward[consumer.index][k],
-                                      self.backward[producer.index][m], dst, src, nbytes,
-                                      (1, -producer.index, 0, m, consumer.index, slot, k), tasks)
+                    overlap = intersect(needs[slot], outs[tensor.index])
+                    if overlap is not None:
+                        found.append((slot, k, m, region_volume(overlap) * width))
+        if len(self._edge_plan_memo) >= PLAN_MEMO_LIMIT:
+            self._edge_plan_memo.clear()
+        plan = self._edge_plan_memo[memo_key] = tuple(found)
+        return plan
 
     def _route(self, src: int, dst: int, why: str):
         try:
@@ -202,19 +224,17 @@ class TaskGraph:
         replica group's gradients, then update each device's shard."""
         users = self.param_users[name]
         param = users[0][0].params[users[0][1]]
-        blocks = []
-        for op, i in users:
-            config = self.configs[op.index]
-            backward = self.backward[op.index]
-            for k, region in enumerate(self._param_regions(op, i, config)):
-                blocks.append(ParamBlock(region, config.devices[k],
-                                         backward[k] if self.training else -1))
+        configs = tuple(self.configs[op.index] for op, _ in users)
+        producers = [task for (op, _), config in zip(users, configs)
+                     for task in (self.backward[op.index] if self.training
+                                  else [-1] * config.num_tasks)]
         tasks: list[int] = []
         self.param_tasks[name] = tasks
         order, width = self.param_order[name], dtype_bytes(param.dtype)
         shard_bytes: dict[int, int] = {}
         ready_on: dict[int, list[int]] = {}
-        groups = replica_groups(blocks)
+        groups = [ReplicaGroup(devices, numel, tuple(sorted({producers[i] for i in blocks})))
+                  for devices, numel, blocks in self._replica_plan(name, users, configs)]
         for group in groups:
             for d in group.devices:
                 shard_bytes[d] = shard_bytes.get(d, 0) + group.numel * width
@@ -245,6 +265,21 @@ class TaskGraph:
             for t in dict.fromkeys(ready_on[d]):
                 self._link(t, update)
             tasks.append(update)
+
+    def _replica_plan(self, name: str, users: list[tuple[Op, int]],
+                      configs: tuple[ParallelConfig, ...]) -> list:
+        """``replica_plan`` of parameter ``name`` under its users' ``configs`` (memoised:
+        a parameter shared by many ops is regrouped whenever one of them changes)."""
+        memo_key = (name, configs)
+        plan = self._replica_plan_memo.get(memo_key)
+        if plan is None:
+            blocks = tuple((region, config.devices[k])
+                           for (op, i), config in zip(users, configs)
+                           for k, region in enumerate(self._param_regions(op, i, config)))
+            if len(self._replica_plan_memo) >= PLAN_MEMO_LIMIT:
+                self._replica_plan_memo.clear()
+            plan = self._replica_plan_memo[memo_key] = replica_plan(blocks)
+        return plan
 
     def _param_regions(self, op: Op, i: int, config: ParallelConfig) -> tuple:
         """The shard of ``op``'s parameter ``i`` each task of ``config`` uses (memoised:
