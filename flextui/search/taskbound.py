@@ -20,9 +20,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from flextui.graph import intersect, region_volume
-from flextui.graph.tensor import dtype_bytes
 from flextui.search.schedbound import cannot_finish_before, one_resource, raise_bounds, topological
+from flextui.sim.taskgraph import block_overlaps
 
 if TYPE_CHECKING:
     from flextui.search.bound import BoundTables
@@ -159,24 +158,14 @@ class TaskBound:
         t = self.t
         producer, consumer = t.ops[p], t.ops[v]
         pc, cc = t.configs[p][cp], t.configs[v][cv]
-        outs = [producer.output_regions(r) for r in pc.regions(producer)]
-        ins = [consumer.input_regions(r) for r in cc.regions(consumer)]
         out = []
-        for slot, tensor in enumerate(consumer.inputs):
-            if tensor.producer is not producer:
-                continue
-            for k, needs in enumerate(ins):
-                for m, made in enumerate(outs):
-                    overlap = intersect(needs[slot], made[tensor.index])
-                    if overlap is None:
-                        continue
-                    src, dst = pc.devices[m], cc.devices[k]
-                    nbytes = region_volume(overlap) * dtype_bytes(tensor.dtype)
-                    f = self._hops(src, dst, nbytes)
-                    b = self._hops(dst, src, nbytes) if t.has_bwd[p] else ()
-                    if f is None or b is None:
-                        return None
-                    out.append((m, k, f, b))
+        for _, k, m, nbytes in block_overlaps(producer, consumer, pc, cc):
+            src, dst = pc.devices[m], cc.devices[k]
+            f = self._hops(src, dst, nbytes)
+            b = self._hops(dst, src, nbytes) if t.has_bwd[p] else ()
+            if f is None or b is None:
+                return None
+            out.append((m, k, f, b))
         return out
 
     def _hops(self, src: int, dst: int, nbytes: int) -> tuple | None:

@@ -53,6 +53,26 @@ class TaskKind(enum.IntEnum):
 PLAN_MEMO_LIMIT = 200_000
 
 
+def block_overlaps(producer: Op, consumer: Op, pconf: ParallelConfig, cconf: ParallelConfig,
+                   ) -> tuple[tuple[int, int, int, int], ...]:
+    """(input slot, consumer task, producer task, bytes) for every overlap of a block
+    ``consumer`` reads (under ``cconf``) with a block ``producer`` writes (under
+    ``pconf``), in slot, consumer-task, producer-task order."""
+    out_regions = [producer.output_regions(r) for r in pconf.regions(producer)]
+    in_regions = [consumer.input_regions(r) for r in cconf.regions(consumer)]
+    found = []
+    for slot, tensor in enumerate(consumer.inputs):
+        if tensor.producer is not producer:
+            continue
+        width = dtype_bytes(tensor.dtype)
+        for k, needs in enumerate(in_regions):
+            for m, outs in enumerate(out_regions):
+                overlap = intersect(needs[slot], outs[tensor.index])
+                if overlap is not None:
+                    found.append((slot, k, m, region_volume(overlap) * width))
+    return tuple(found)
+
+
 def update_s(nbytes: float, device) -> float:
     """Optimizer step (SGD with momentum): read weight, gradient and momentum, write
     weight and momentum — five passes over the shard at memory bandwidth."""
@@ -170,29 +190,15 @@ class TaskGraph:
 
     def _edge_plan(self, producer: Op, consumer: Op, pconf: ParallelConfig,
                    cconf: ParallelConfig) -> tuple[tuple[int, int, int, int], ...]:
-        """(input slot, consumer task, producer task, bytes) for every overlap of a block
-        ``consumer`` reads with a block ``producer`` writes, in the order the tasks are
-        built. A function of the two configs alone, so it is memoised: a search proposes
-        the same configs again and again."""
+        """``block_overlaps`` of the two configs, memoised: a search proposes the same
+        configs again and again."""
         memo_key = (producer.index, consumer.index, pconf, cconf)
         plan = self._edge_plan_memo.get(memo_key)
-        if plan is not None:
-            return plan
-        out_regions = [producer.output_regions(r) for r in pconf.regions(producer)]
-        in_regions = [consumer.input_regions(r) for r in cconf.regions(consumer)]
-        found = []
-        for slot, tensor in enumerate(consumer.inputs):
-            if tensor.producer is not producer:
-                continue
-            width = dtype_bytes(tensor.dtype)
-            for k, needs in enumerate(in_regions):
-                for m, outs in enumerate(out_regions):
-                    overlap = intersect(needs[slot], outs[tensor.index])
-                    if overlap is not None:
-                        found.append((slot, k, m, region_volume(overlap) * width))
-        if len(self._edge_plan_memo) >= PLAN_MEMO_LIMIT:
-            self._edge_plan_memo.clear()
-        plan = self._edge_plan_memo[memo_key] = tuple(found)
+        if plan is None:
+            if len(self._edge_plan_memo) >= PLAN_MEMO_LIMIT:
+                self._edge_plan_memo.clear()
+            plan = self._edge_plan_memo[memo_key] = block_overlaps(producer, consumer, pconf,
+                                                                   cconf)
         return plan
 
     def _route(self, src: int, dst: int, why: str):
