@@ -34,13 +34,15 @@ Times = tuple[float, float]
 
 
 class ProfiledCostModel:
-    def __init__(self, measurement: Measurement, times: dict[bytes, Times], base: CostModel) -> None:
+    def __init__(self, measurement: Measurement, times: dict[bytes, Times], base: CostModel,
+                 wanted: int | None = None) -> None:
         self.measurement, self.base = measurement, base
         self.times = times              # encoded profile key -> (forward_s, backward_s)
         self._memo: dict[tuple[int, tuple[int, ...], str], OpCost] = {}
         self._fallbacks: set[tuple[int, tuple[int, ...]]] = set()
         self._kinds: dict[str, bool] = {}
-        self.wanted = len(times)   # tasks a search may visit (from_cache: measured or not)
+        #: the tasks a search may visit, measured or not (as many as measured if unknown)
+        self.wanted = len(times) if wanted is None else wanted
 
     @classmethod
     def from_cache(cls, graph: OpGraph, num_devices: int, cache: ProfileCache,
@@ -53,9 +55,7 @@ class ProfiledCostModel:
             entry = cache.get(signature.key)
             if entry is not None and not entry.oom:
                 times[signature.key.encoded] = (entry.forward_s, entry.backward_s or 0.0)
-        model = cls(measurement, times, base)
-        model.wanted = len(signatures)
-        return model
+        return cls(measurement, times, base, wanted=len(signatures))
 
     # -- CostModel -------------------------------------------------------------------
 
