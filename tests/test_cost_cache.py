@@ -6,7 +6,6 @@ import multiprocessing
 import random
 import sys
 import zlib
-from pathlib import Path
 
 import msgpack
 import pytest

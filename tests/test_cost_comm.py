@@ -10,7 +10,7 @@ import pytest
 import torch.multiprocessing as mp
 from conftest import cluster, model
 
-from flextui.cost import AnalyticCostModel, OpCost, cost_model_from_identity
+from flextui.cost import AnalyticCostModel, cost_model_from_identity
 from flextui.cost import comm
 from flextui.cost.calibrated import CalibratedCommModel
 from flextui.cost.calibration import (CommCalibration, calibration_path, fit_latency_bandwidth,

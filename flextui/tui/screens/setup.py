@@ -123,7 +123,7 @@ class SetupScreen(Screen):
         self.loaded: dict[str, Loaded] = {}
         self.pending: dict[str, tuple[Worker, tuple[str, ...]]] = {}
         self.timers: dict[str, Timer] = {}
-        self.start_wanted: type[StartSearch] | None = None   # what to start once loaded
+        self.start_wanted: type[SetupScreen.StartSearch] | None = None   # what to start once loaded
         self.invalid_option: str | None = None
         self.last_cluster_name = ""
 
@@ -321,7 +321,7 @@ class SetupScreen(Screen):
         self._summary().show("options", "Search", options)
         return options
 
-    def action_start(self, wanted: type[StartSearch] | None = None) -> None:
+    def action_start(self, wanted: type[SetupScreen.StartSearch] | None = None) -> None:
         """Start the search (or what ``wanted`` asks for) once the model and cluster are
         loaded and the form is valid."""
         self.start_wanted = wanted or self.StartSearch
