@@ -50,3 +50,21 @@ async def wait_for(pilot, condition, timeout=60.0):
         if time.monotonic() > deadline:
             raise AssertionError("timed out waiting in the app")
         await pilot.pause(0.05)
+
+
+def assert_multi_op_steps_replay(path, graph, where, cost_model, count: int = 10) -> None:
+    """The first ``count`` accepted steps of chain 0 in the log at ``path`` that set more
+    than one op: the log rebuilds each one's strategy with every change it made, and that
+    strategy simulates to the logged cost exactly."""
+    from flextui.search import read_search_log
+    from flextui.sim import Simulator
+
+    log = read_search_log(path)
+    moved = [e for e in log.steps_of(0) if e.accepted and e.others]
+    assert moved
+    simulator = Simulator(graph, where, cost_model)
+    for e in moved[:count]:
+        strategy = log.strategy_at(0, e.iteration)
+        for op, config in e.changes:
+            assert strategy[graph.ops[op].name] == config
+        assert simulator.simulate(strategy).cost == e.proposed

@@ -6,10 +6,10 @@ import random
 
 import pytest
 
-from conftest import model
+from conftest import assert_multi_op_steps_replay, model
 from flextui.cost import AnalyticCostModel
 from flextui.machine import load_named_cluster
-from flextui.search import SearchOptions, read_search_log, run_search
+from flextui.search import SearchOptions, run_search
 from flextui.search.propagate import adopted_config, propagation
 from flextui.sim import Simulator
 from flextui.strategy import ParallelConfig, Strategy, data_parallel, random_strategy
@@ -89,13 +89,4 @@ def test_propagated_steps_replay_from_the_log(tmp_path):
     run_search(g, where, AnalyticCostModel(),
                SearchOptions(iterations=300, seed=2, converge=False, propagation=0.5),
                log_path=path)
-    log = read_search_log(path)
-    steps = log.steps_of(0)
-    moved = [e for e in steps if e.accepted and e.propagated]
-    assert moved
-    simulator = Simulator(g, where, AnalyticCostModel())
-    for e in moved[:10]:
-        strategy = log.strategy_at(0, e.iteration)
-        for op, config in e.changes:
-            assert strategy[g.ops[op].name] == config
-        assert simulator.simulate(strategy).cost == e.proposed
+    assert_multi_op_steps_replay(path, g, where, AnalyticCostModel())

@@ -1,7 +1,8 @@
 """What a search reports: one ``StepEvent`` per MCMC proposal.
 
-A proposal either gives one op a new config, or (a propagation move) copies one op's
-config to a walk of its neighbours; ``changes`` lists what it set either way.
+A proposal gives one op a new config (and, in a tied move, the same config to the ops
+sharing its weights), or (a propagation move) copies one op's config to a walk of its
+neighbours; ``changes`` lists what it set either way.
 
 Costs are simulated iteration times in seconds (plus any memory penalty); ``memory``
 is the largest per-device memory (bytes) of the proposed strategy, which is what the
@@ -28,13 +29,14 @@ class StepEvent:
     best: float         # cost of the chain's best strategy after this step (s)
     accepted: bool
     memory: int         # peak per-device memory of the proposed strategy (bytes)
-    propagated: tuple[tuple[int, ParallelConfig], ...] = ()  # neighbours given ``op``'s
-                        # config by a propagation move: (op index, config), in walk order
+    others: tuple[tuple[int, ParallelConfig], ...] = ()  # the other ops the move set,
+                        # (op index, config): a propagation walk's neighbours in walk
+                        # order, or a tied move's weight-sharing twins in graph order
 
     @property
     def changes(self) -> tuple[tuple[int, ParallelConfig], ...]:
         """Every (op index, config) the proposal set, in the order it set them."""
-        return ((self.op, self.config),) + self.propagated
+        return ((self.op, self.config),) + self.others
 
 
 @dataclass(frozen=True, slots=True)

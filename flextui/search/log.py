@@ -146,8 +146,8 @@ class SearchLogWriter:
         record = [TAG_STEP, int(event.chain), int(event.iteration), float(event.elapsed), op,
                   self._enc.config(op, event.config), float(event.proposed), current, best,
                   bool(event.accepted), int(event.memory)]
-        if event.propagated:
-            record.append([[int(o), self._enc.config(o, c)] for o, c in event.propagated])
+        if event.others:
+            record.append([[int(o), self._enc.config(o, c)] for o, c in event.others])
         self._add(record)
 
     def restart(self, chain: int, iteration: int) -> None:
@@ -426,11 +426,11 @@ def _record(log: SearchLog, dec: Decoder, num_ops: int, hist: dict, rec: Any) ->
         _, chain, it, elapsed, op, cfg, proposed, current, best, accepted, memory = rec[:11]
         chain = as_int(chain, "step chain")
         op = _op_index(op, num_ops, "step op")
-        propagated = []
-        for k, pair in enumerate(as_list(rec[11], "step propagated") if len(rec) == 12 else ()):
-            o, c = as_list(pair, f"step propagated change {k}", 2)
-            o = _op_index(o, num_ops, f"step propagated change {k} op")
-            propagated.append((o, dec.config(o, c, f"step propagated change {k} config")))
+        others = []
+        for k, pair in enumerate(as_list(rec[11], "step others") if len(rec) == 12 else ()):
+            o, c = as_list(pair, f"step others change {k}", 2)
+            o = _op_index(o, num_ops, f"step others change {k} op")
+            others.append((o, dec.config(o, c, f"step others change {k} config")))
         proposed = as_float(proposed, "step proposed cost")
         current = proposed if current is None else as_float(current, "step current cost")
         best = current if best is None else as_float(best, "step best cost")
@@ -439,7 +439,7 @@ def _record(log: SearchLog, dec: Decoder, num_ops: int, hist: dict, rec: Any) ->
         event = StepEvent(chain, as_int(it, "step iteration", 1),
                           as_float(elapsed, "step elapsed", True), op,
                           dec.config(op, cfg, "step config"), proposed, current, best, accepted,
-                          as_int(memory, "step memory"), tuple(propagated))
+                          as_int(memory, "step memory"), tuple(others))
         log.steps.append(event)
         h = hist.setdefault(chain, [])
         _supersede(h, event.iteration, inclusive=True)

@@ -20,7 +20,7 @@ Records (record 0 is always the header)::
     [0, {"version", "flextui", "created", "graph", "graph_hash", "cluster",
          "cluster_hash", "cost_model", "seed", "options"}]               header
     [1, chain, iteration, elapsed, op, config, proposed, current, best,
-        accepted, memory(, propagated)]                                  step
+        accepted, memory(, others)]                                      step
     [2, chain, iteration]                                                restart
     [3, chain, iteration, elapsed, current, current_cost, best, best_cost,
         [rng_version, [rng ints...], gauss], frontier]                   checkpoint
@@ -31,8 +31,9 @@ Records (record 0 is always the header)::
     strategy  = [name, [config per op, in graph.ops order]]
     frontier  = [[time_s, memory_bytes, strategy], ...]
 
-``propagated`` (format v2), present only after a propagation move, lists the other ops
-it set as ``[[op, config], ...]``. In a step record ``current`` is nil when it equals ``proposed`` and ``best`` is nil when it
+``others`` (format v2), present only after a move that set more than one op (a
+propagation or tied move), lists the other ops it set as ``[[op, config], ...]``.
+In a step record ``current`` is nil when it equals ``proposed`` and ``best`` is nil when it
 equals ``current`` (the common cases); a step takes about 50-70 bytes with its frame.
 
 Resumed searches: a chain's records are replayed in file order; a record whose iteration
@@ -60,7 +61,7 @@ from flextui.graph.builder import graph_from_dict
 from flextui.machine import Cluster
 from flextui.strategy import ParallelConfig, Strategy
 
-FORMAT_VERSION = 2  # v2: step records may carry propagated changes
+FORMAT_VERSION = 2  # v2: step records may set other ops than the picked one
 MAGIC = b"FFSEARCH\n"
 REASONS = ("iterations", "time", "converged", "interrupted")
 
@@ -308,6 +309,7 @@ def decode_header(path: Path, data: Any) -> SearchHeader:
         raise BadRecord("header options must be a mapping with string keys")
     if version < 2:  # v1 searches made one-op proposals only
         options = {"propagation": 0.0, **options}
+    options = {"tied": 0.0, **options}  # searches logged before tied moves made none
     return SearchHeader(graph=graph, cluster=cluster,
                         cost_model=as_str(h["cost_model"], "header cost_model"),
                         seed=as_int(h["seed"], "header seed", None), options=options,

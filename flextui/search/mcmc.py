@@ -4,8 +4,10 @@ delta simulator.
 A step picks an op uniformly among those with more than one valid config and either
 gives it a random valid config (``random_config``) or, with probability
 ``options.propagation``, copies its config along a walk of its neighbours (a
-propagation move, ``propagate``); it simulates the result incrementally and accepts it
-with probability min(1, exp(beta * (cost(S) - cost(S*)))), costs in ms.
+propagation move, ``propagate``). A random config goes, with probability
+``options.tied``, to the op's weight-sharing twins as well (a tied move, ``tied``).
+It simulates the result incrementally and accepts it with probability
+min(1, exp(beta * (cost(S) - cost(S*)))), costs in ms.
 Everything random comes from the chain's own ``random.Random``, drawn in a fixed
 order, so a chain is a deterministic function of its seed and inputs.
 """
@@ -18,13 +20,14 @@ import time
 from dataclasses import dataclass
 
 from flextui.cost.model import CostModel
-from flextui.graph import OpGraph
+from flextui.graph import Op, OpGraph
 from flextui.machine import Cluster
 from flextui.search.events import RestartEvent, StepEvent
 from flextui.search.frontier import Frontier
 from flextui.search.log import Checkpoint, FrontierPoint
 from flextui.search.options import SearchOptions
 from flextui.search.propagate import propagation
+from flextui.search.tied import tied_groups
 from flextui.sim import DeltaSimulator
 from flextui.strategy import ParallelConfig, Strategy, count_configs, random_config
 
@@ -72,6 +75,7 @@ class Chain:
         self.best, self.best_cost = initial, self.current_cost
         self.beta = options.beta if options.beta is not None else default_beta(self.current_cost)
         self.ops = [op for op in graph.ops if count_configs(op, self.num_devices) > 1]
+        self.twins = tied_groups(graph)
         self.iteration = self.accepted = 0
         self.improved_iteration, self.improved_elapsed = 0, 0.0
         self.frontier = Frontier()
@@ -109,15 +113,10 @@ class Chain:
             raise RuntimeError("no op has more than one valid config on this cluster")
         op = rng.choice(self.ops)
         base = self.sim.strategy
-        propagated: tuple[tuple[int, ParallelConfig], ...] = ()
-        if self.options.propagation and rng.random() < self.options.propagation:
-            config = base[op.name]
-            walk = propagation(self.graph, op, base, rng, CONTINUE_CHANCE)
-            propagated = tuple((o.index, c) for o, c in walk)
-            changes = [(o.name, c) for o, c in walk]
-        else:
-            config = random_config(op, self.num_devices, rng)
-            changes = [] if config == base[op.name] else [(op.name, config)]
+        config, others = self._propose(op, base, rng)
+        changes = [(o.name, c) for o, c in others]
+        if config != base[op.name]:
+            changes.insert(0, (op.name, config))
         draw = rng.random()
         if not changes:  # no change: the same strategy, the same cost
             proposed, memory, accepted = self.current_cost, self._peak_memory(), True
@@ -136,7 +135,20 @@ class Chain:
             if proposed <= self.best_cost:
                 self.best, self.best_cost = self.sim.strategy, proposed
         return StepEvent(self.index, self.iteration, self.elapsed, op.index, config, proposed,
-                         self.current_cost, self.best_cost, accepted, memory, propagated)
+                         self.current_cost, self.best_cost, accepted, memory,
+                         tuple((o.index, c) for o, c in others))
+
+    def _propose(self, op: Op, base: Strategy, rng: random.Random
+                 ) -> tuple[ParallelConfig, list[tuple[Op, ParallelConfig]]]:
+        """The picked op's config after the move, and the other ops it sets (each with
+        a config different from the one it has in ``base``)."""
+        if self.options.propagation and rng.random() < self.options.propagation:
+            return base[op.name], propagation(self.graph, op, base, rng, CONTINUE_CHANCE)
+        config = random_config(op, self.num_devices, rng)
+        twins = self.twins.get(op.index, ())
+        if twins and self.options.tied and rng.random() < self.options.tied:
+            return config, [(t, config) for t in twins if base[t.name] != config]
+        return config, []
 
     def _accepts(self, proposed: float, draw: float) -> bool:
         if proposed <= self.current_cost:

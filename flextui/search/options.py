@@ -56,6 +56,11 @@ class SearchOptions:
     copied along a walk of its neighbours, so a run of ops can move to a new
     partitioning in one step instead of climbing through the transfers each one-op
     step would add at the run's edges. 0 gives the paper's one-op proposals only.
+
+    ``tied``: the chance that a random config given to an op that shares its weights
+    with others (the steps of an unrolled RNN layer) goes to all of them at once (a
+    tied move, ``flextui.search.tied``): their gradients are synchronised together, so
+    only moving the whole layer changes what its sync costs. 0 turns tied moves off.
     """
 
     iterations: int | None = None
@@ -66,6 +71,7 @@ class SearchOptions:
     init: str = "auto"
     restart_every: int | None = None
     propagation: float = 0.25
+    tied: float = 0.5
     converge: bool = True
     min_steps: int = 1000
     training: bool = True
