@@ -69,38 +69,30 @@ class DeltaSimulator:
             resolved.append((op, config))
         tg, times = self.tg, self.times
         saved = (times.copy(), self.makespan)
-        done = []
-        for op, config in resolved:
-            change = tg.replace_op(op, config)
-            self._account(change, +1)
-            done.append(change)
-        made = {t for c in done for t in c.added}
-        added = {t for t in made if tg.store.alive(t)}
-        # the earliest ready time of a task the proposal took away (tasks made and taken
-        # away again within it were never scheduled) or of a task it added
-        t0 = min((times.ready[t] for c in done for t in c.removed if t not in made),
-                 default=float("inf"))
+        change = tg.replace_ops(resolved)
+        self._account(change, +1)
+        added = set(change.added)
+        # the earliest ready time of a task the proposal took away or added
+        t0 = min((times.ready[t] for t in change.removed), default=float("inf"))
         for t in added:  # a lower bound on when each new task can be ready
             preds = tg.store.preds(t)
             known = [times.end[p] for p in preds if p not in added]
             if known or not preds:
                 t0 = min(t0, max(known, default=0.0))
         self.makespan = reschedule(tg, times, t0, added)
-        self._pending = (done, saved)
+        self._pending = (change, saved)
         return self.cost
 
     def accept(self) -> None:
-        done, _ = self._take()
-        for change in done:
-            self.tg.commit(change)
+        change, _ = self._take()
+        self.tg.commit(change)
         self.strategy = self.strategy.replace_all(
-            {change.op.name: self.tg.configs[change.op.index] for change in done})
+            {self.graph.ops[i].name: self.tg.configs[i] for i in change.ops})
 
     def reject(self) -> None:
-        done, (times, makespan) = self._take()
-        for change in reversed(done):
-            self._account(change, -1)
-            self.tg.rollback(change)
+        change, (times, makespan) = self._take()
+        self._account(change, -1)
+        self.tg.rollback(change)
         self.times, self.makespan = times, makespan
 
     def timeline(self) -> Timeline:

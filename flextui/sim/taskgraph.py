@@ -19,15 +19,15 @@ deterministic: forward before backward before syncs before updates; within forwa
 by op topological index, transfers into a task before the task, then by task index;
 within backward, by reverse topological index likewise.
 
-``replace_op`` swaps one op's config, rebuilding only that op's tasks, the transfers on
-its edges and the gradient syncs and updates of its parameters; delta simulation uses
-it.
+``replace_ops`` swaps some ops' configs, rebuilding only those ops' tasks, the transfers
+on their edges and the gradient syncs and updates of their parameters; delta simulation
+uses it.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from flextui.cost.model import CostModel
@@ -100,7 +100,7 @@ class TaskGraph:
         self.keeps: list[int] = []        # device that keeps the task's bytes as an
                                           # activation (forward outputs, the last hop of
                                           # an input received), or -1
-        self._added: list[int] | None = None  # ids made while replace_op runs
+        self._added: list[int] | None = None  # ids made while replace_ops runs
         # ownership, so one op's tasks can be replaced
         self.configs: dict[int, ParallelConfig] = {}
         self.forward: dict[int, list[int]] = {}
@@ -297,29 +297,33 @@ class TaskGraph:
             self._param_region_memo[key] = regions
         return regions
 
-    # -- changing one op -------------------------------------------------------------
+    # -- changing ops ----------------------------------------------------------------
 
-    def replace_op(self, op: Op, config: ParallelConfig) -> Change:
-        """Give ``op`` a new config: detach the tasks it invalidates (its own, the
-        transfers on its edges, the syncs and updates of its parameters) and build new
-        ones. ``commit`` frees the detached tasks; ``rollback`` restores them exactly."""
-        neighbours = [(p, op) for p in self.graph.predecessors(op)] + \
-                     [(op, c) for c in self.graph.successors(op)]
-        params = list(dict.fromkeys(p.name for p in op.params))
-        change = Change(op, self.configs[op.index], self.forward[op.index],
-                        self.backward[op.index],
-                        {(a.index, b.index): self.edge_tasks[(a.index, b.index)]
-                         for a, b in neighbours},
+    def replace_ops(self, changes: Sequence[tuple[Op, ParallelConfig]]) -> Change:
+        """Give each listed op its new config (a later entry for the same op wins):
+        detach the tasks the change invalidates (the ops' own, the transfers on their
+        edges, the syncs and updates of their parameters) and build new ones, each
+        edge and parameter once however many of its ops change. ``commit`` frees the
+        detached tasks; ``rollback`` restores them exactly."""
+        new = {op.index: (op, config) for op, config in changes}
+        ops = [op for op, _ in new.values()]
+        edges = list(dict.fromkeys(
+            [(p.index, op.index) for op in ops for p in self.graph.predecessors(op)] +
+            [(op.index, c.index) for op in ops for c in self.graph.successors(op)]))
+        params = list(dict.fromkeys(p.name for op in ops for p in op.params))
+        change = Change({i: (self.configs[i], self.forward[i], self.backward[i]) for i in new},
+                        {e: self.edge_tasks[e] for e in edges},
                         {name: self.param_tasks[name] for name in params},
                         {name: self.param_shards[name] for name in params})
-        change.removed = change.forward + change.backward + \
+        change.removed = [t for _, fwd, bwd in change.ops.values() for t in fwd + bwd] + \
             [t for ts in change.edges.values() for t in ts] + \
             [t for ts in change.param_tasks.values() for t in ts]
         self.store.detach(change.removed)
         self._added = []
-        self._add_op_tasks(op, config)
-        for a, b in neighbours:
-            self._add_edge(a, b)
+        for op, config in new.values():
+            self._add_op_tasks(op, config)
+        for a, b in edges:
+            self._add_edge(self.graph.ops[a], self.graph.ops[b])
         for name in params:
             self._add_param_tasks(name)
         change.added, self._added = self._added, None
@@ -332,9 +336,8 @@ class TaskGraph:
         for t in change.added:
             self.store.remove(t)
         self.store.attach(change.removed)
-        op = change.op.index
-        self.configs[op], self.forward[op], self.backward[op] = \
-            change.config, change.forward, change.backward
+        for i, (config, forward, backward) in change.ops.items():
+            self.configs[i], self.forward[i], self.backward[i] = config, forward, backward
         self.edge_tasks.update(change.edges)
         self.param_tasks.update(change.param_tasks)
         self.param_shards.update(change.param_shards)
@@ -342,12 +345,10 @@ class TaskGraph:
 
 @dataclass
 class Change:
-    """What ``TaskGraph.replace_op`` changed, enough to undo it."""
+    """What ``TaskGraph.replace_ops`` changed, enough to undo it."""
 
-    op: Op
-    config: ParallelConfig
-    forward: list[int]
-    backward: list[int]
+    ops: dict[int, tuple[ParallelConfig, list[int], list[int]]]  # op index -> its old
+                                                                 # config, forward, backward
     edges: dict[tuple[int, int], list[int]]
     param_tasks: dict[str, list[int]]
     param_shards: dict[str, dict[int, int]]
