@@ -3,14 +3,18 @@
 Part 1, for the paper's six models on its P100 cluster at 4 and 16 GPUs (p100-4x4 with
 1 and 4 nodes): the simulated iteration time of data parallelism, of the expert
 strategy and of the best strategy the search found within the budget (one chain, seed
-0, starting from the faster of the two), the speedup over the better baseline, and the
-wall time the search took to reach 99% of its final improvement.
+0, starting from the faster of the two), the speedup over the better baseline, the
+compute-work lower bound on any strategy's time (``search.workbound``: a best close to
+it leaves little to find), and the wall time the search took to reach 99% of its final
+improvement. The batch is the model's default (the paper's per-GPU batch on 1 GPU), or
+with ``--weak-scaling`` that much per GPU, as in the paper's experiments.
 
 Part 2, for LeNet and RNNLM-2 on 4 GPUs: the true optimum (exhaustive search) against
 what MCMC found, and the wall time MCMC took to first reach the optimum; when the
 exhaustive search runs out of time, the best it knows and its proven lower bound.
 
     python benchmarks/search_quality.py [--budget 60s] [--models nmt] [--devices 16]
+                                        [--weak-scaling]
                                         [--skip-exhaustive | --only-exhaustive]
 """
 
@@ -20,11 +24,12 @@ import argparse
 import time
 
 from flextui.cost import AnalyticCostModel
-from flextui.graph.library import load_model
+from flextui.graph.library import load_model, model_info
 from flextui.machine import load_named_cluster
 from flextui.search import SearchOptions, parse_budget, run_search
 from flextui.search.exhaustive import exhaustive_search
 from flextui.search.summary import baseline_costs
+from flextui.search.workbound import work_lower_bound
 
 PAPER_MODELS = ["alexnet", "inception_v3", "resnet101", "rnntc", "rnnlm", "nmt"]
 
@@ -46,21 +51,24 @@ def search(graph, cluster, options: SearchOptions):
     return result, events
 
 
-def quality(models: list[str], devices: list[int], budget: str) -> None:
+def quality(models: list[str], devices: list[int], budget: str, weak: bool) -> None:
     iterations, seconds = parse_budget(budget)
     options = SearchOptions(iterations=iterations, time_limit=seconds, converge=False)
-    print(f"{'model':<14}{'GPUs':>5}{'DP (ms)':>10}{'expert':>10}{'best':>10}{'speedup':>9}"
-          f"{'steps':>8}{'t99 (s)':>9}")
+    print(f"{'model':<14}{'GPUs':>5}{'batch':>6}{'DP (ms)':>10}{'expert':>10}{'best':>10}"
+          f"{'speedup':>9}{'bound':>9}{'steps':>8}{'t99 (s)':>9}")
     for name in models:
-        graph = load_model(name)
         for n in devices:
+            graph = load_model(name, batch_size=model_info(name).defaults["batch_size"] * n) \
+                if weak else load_model(name)
             cluster = p100(n)
             base = baseline_costs(graph, cluster, AnalyticCostModel(), options)
+            bound = work_lower_bound(graph, cluster, AnalyticCostModel())
             result, events = search(graph, cluster, options)
             better = min(base.values())
             t99 = time_to_fraction(events, result.initial_cost, result.best_cost, 0.99)
-            print(f"{name:<14}{n:>5}{base['data-parallel'] * 1e3:>10.2f}{base['expert'] * 1e3:>10.2f}"
-                  f"{result.best_cost * 1e3:>10.2f}{better / result.best_cost:>8.2f}x"
+            print(f"{name:<14}{n:>5}{graph.batch_size:>6}{base['data-parallel'] * 1e3:>10.2f}"
+                  f"{base['expert'] * 1e3:>10.2f}{result.best_cost * 1e3:>10.2f}"
+                  f"{better / result.best_cost:>8.2f}x{bound * 1e3:>9.2f}"
                   f"{result.iterations:>8}{t99:>9.1f}", flush=True)
 
 
@@ -90,13 +98,16 @@ def main() -> None:
     parser.add_argument("--models", nargs="+", default=PAPER_MODELS)
     parser.add_argument("--devices", type=int, nargs="+", default=[4, 16])
     parser.add_argument("--budget", default="60s", help="per search (default 60s)")
+    parser.add_argument("--weak-scaling", action="store_true",
+                        help="part 1 with the model's batch size per GPU, as in the paper "
+                             "(64 per GPU, 256 for AlexNet); default: the model's batch in all")
     parser.add_argument("--optimum-budget", default="10s", help="MCMC budget in part 2")
     parser.add_argument("--exhaustive-limit", type=float, default=600.0)
     parser.add_argument("--skip-exhaustive", action="store_true")
     parser.add_argument("--only-exhaustive", action="store_true")
     args = parser.parse_args()
     if not args.only_exhaustive:
-        quality(args.models, args.devices, args.budget)
+        quality(args.models, args.devices, args.budget, args.weak_scaling)
     if not args.skip_exhaustive:
         optimum(["lenet", "rnnlm2"], args.exhaustive_limit, args.optimum_budget)
 
