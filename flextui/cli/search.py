@@ -19,7 +19,7 @@ from flextui.cli.common import (DEFAULT_CLUSTER, DEFAULT_MODEL, cluster_arg, cos
                                 model_args, stop_on_signals)
 from flextui.errors import FlextuiError
 from flextui.search.files import default_export_path, default_log_path
-from flextui.search.options import DEFAULT_BUDGET
+from flextui.search.options import BETA_SCALE, DEFAULT_BUDGET
 
 PROGRESS_S = 1.0  # how often the plain (piped) progress prints a line
 
@@ -40,8 +40,8 @@ def add_parser(sub) -> None:
     p.add_argument("--init", default="auto", metavar="NAME|FILE",
                    help="start from auto (default: the faster of data-parallel and expert), "
                    "data-parallel, expert, model-parallel, random, or a strategy .json file")
-    p.add_argument("--beta", type=float, help="inverse temperature per ms (default: 20 / "
-                   "initial cost in ms, see the README)")
+    p.add_argument("--beta", type=float, help="inverse temperature per ms (default: "
+                   f"{BETA_SCALE} / initial cost in ms, see the README)")
     p.add_argument("--restart-every", type=int, metavar="N",
                    help="every N iterations, go back to the chain's best strategy")
     p.add_argument("--no-early-stop", action="store_true",

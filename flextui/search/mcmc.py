@@ -25,7 +25,7 @@ from flextui.machine import Cluster
 from flextui.search.events import RestartEvent, StepEvent
 from flextui.search.frontier import Frontier
 from flextui.search.log import Checkpoint, FrontierPoint
-from flextui.search.options import SearchOptions
+from flextui.search.options import BETA_SCALE, SearchOptions
 from flextui.search.propagate import propagation
 from flextui.search.tied import tied_groups
 from flextui.sim import DeltaSimulator
@@ -39,10 +39,10 @@ def chain_seed(seed: int, chain: int) -> str:
 
 
 def default_beta(initial_cost_s: float) -> float:
-    """20 / (initial cost in ms): see ``SearchOptions``."""
+    """``BETA_SCALE`` / (initial cost in ms): see ``SearchOptions``."""
     if not math.isfinite(initial_cost_s) or initial_cost_s <= 0:
         return 1.0
-    return 20.0 / (initial_cost_s * 1e3)
+    return BETA_SCALE / (initial_cost_s * 1e3)
 
 
 CONTINUE_CHANCE = 0.75  # a propagation walk goes on to a further neighbour this often

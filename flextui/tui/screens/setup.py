@@ -32,8 +32,8 @@ from flextui.graph.summary import graph_summary
 from flextui.machine import Cluster, cluster_names
 from flextui.machine.library import LOCAL
 from flextui.machine.summary import cluster_summary
-from flextui.search.options import (DEFAULT_BUDGET, MEMORY_POLICIES, FieldError, SearchOptions,
-                                    search_options)
+from flextui.search.options import (BETA_SCALE, DEFAULT_BUDGET, MEMORY_POLICIES, FieldError,
+                                    SearchOptions, search_options)
 from flextui.search.setup import (FIRST_CLUSTER, FIRST_CLUSTER_NODES, FIRST_MODEL, FirstChoice,
                                   first_choice, load_cluster_choice, load_model_choice)
 from flextui.tui.widgets.summary import SetupSummary
@@ -189,7 +189,7 @@ class SetupScreen(Screen):
         return [
             self._row("budget", Input(DEFAULT_BUDGET, placeholder="30s, 2m or 5000 steps",
                                       compact=True, id="budget")),
-            self._row("β", Input(placeholder="auto (20 / initial ms)", compact=True, id="beta")),
+            self._row("β", Input(placeholder=f"auto ({BETA_SCALE} / initial ms)", compact=True, id="beta")),
             self._row("workers", Input("1", restrict=DIGITS, compact=True, id="workers")),
             self._row("seed", Input("0", restrict=r"-?[0-9]*", compact=True, id="seed")),
             self._row("memory", Select([(MEMORY_LABELS[p], p) for p in MEMORY_POLICIES],
