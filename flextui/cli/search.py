@@ -205,7 +205,9 @@ def _report(result, graph, cluster, cost_model, options, log_path, export, args,
         f"{summary['best_s'] * 1e3:.3f} ms per iteration after {summary['iterations']:,} "
         f"steps in {summary['elapsed_s']:.1f} s ({summary['reason']}); data parallel "
         f"{summary['data_parallel_s'] * 1e3:.3f} ms ({summary['speedup_over_data_parallel']:.2f}x), "
-        f"expert {summary['expert_s'] * 1e3:.3f} ms; acceptance {summary['acceptance_rate']:.0%}")
+        f"expert {summary['expert_s'] * 1e3:.3f} ms; acceptance {summary['acceptance_rate']:.0%}; "
+        f"no strategy is faster than {summary['lower_bound_s'] * 1e3:.3f} ms (its compute "
+        "spread evenly over the devices)")
     if note:
         console.print(f"[yellow]{note}[/]")
     if log_path:

@@ -11,6 +11,7 @@ from flextui.machine import Cluster
 from flextui.search.log import SearchLog
 from flextui.search.options import SearchOptions
 from flextui.search.runner import SearchResult
+from flextui.search.workbound import work_lower_bound
 from flextui.sim import Simulator
 from flextui.strategy import builtin_strategy
 
@@ -46,6 +47,7 @@ def search_summary(result: SearchResult, graph: OpGraph, cluster: Cluster,
         "data_parallel_s": dp, "expert_s": expert,
         "speedup_over_data_parallel": dp / result.best_cost,
         "speedup_over_expert": expert / result.best_cost,
+        "lower_bound_s": work_lower_bound(graph, cluster, cost_model, options.training),
         "iterations": result.iterations, "acceptance_rate": result.acceptance_rate,
         "elapsed_s": result.elapsed, "reason": result.reason, "best_chain": result.best_chain,
         "chains": [{"chain": c.chain, "iterations": c.iterations, "accepted": c.accepted,
