@@ -32,8 +32,8 @@ Records (record 0 is always the header)::
     frontier  = [[time_s, memory_bytes, strategy], ...]
 
 ``others`` (format v2), present only after a move that set more than one op (a
-propagation or tied move), lists the other ops it set as ``[[op, config], ...]``.
-In a step record ``current`` is nil when it equals ``proposed`` and ``best`` is nil when it
+propagation or tied move), lists the other ops it set as ``[[op, config], ...]``. In a
+step record ``current`` is nil when it equals ``proposed`` and ``best`` is nil when it
 equals ``current`` (the common cases); a step takes about 50-70 bytes with its frame.
 
 Resumed searches: a chain's records are replayed in file order; a record whose iteration

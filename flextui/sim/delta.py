@@ -1,12 +1,13 @@
-"""Delta simulation (paper section 5.3): change one op's config (or a few ops', for the
-search's propagation moves), re-simulate only what the change can affect, and keep or
-undo it.
+"""Delta simulation (paper section 5.3): change one op's config (or several ops', for
+the search's propagation and tied moves), re-simulate only what the change can affect,
+and keep or undo it.
 
 ``propose`` swaps the op's tasks in the task graph (its own tasks, the transfers on its
 edges, the syncs and updates of its parameters) and re-simulates from ``t0``, the
 earliest time any removed or added task is ready: everything ready before ``t0`` is
 provably unchanged (see ``schedule.reschedule``). ``propose_many`` does the same for
-several ops at once, with one re-simulation. The resulting times are identical to
+several ops at once (``TaskGraph.replace_ops``: each edge and shared parameter rebuilt
+once), with one re-simulation. The resulting times are identical to
 a full simulation of the new strategy, which a property test checks task by task.
 ``reject`` restores the detached tasks and the saved times; ``accept`` frees them.
 """
