@@ -64,6 +64,10 @@ def test_show_strategy_exports_and_reimports(capsys, tmp_path):
     (["show", "--model", "alexnet", "-o", "oops"], "write KEY=VALUE"),
     (["show", "-m", "lenet", "-s", "expert", "-c", "nowhere"], "nowhere"),
     (["show", "-m", "lenet", "-s", "best-ever"], "unknown strategy 'best-ever'"),
+    (["show", "-m", "lenet", "-s", "nosuch.json"], "strategy file nosuch.json does not exist"),
+    (["simulate", "-m", "lenet", "-s", "runs/best"], "strategy file runs/best does not exist"),
+    (["search", "-m", "lenet", "--init", "nosuch.json", "--no-log"],
+     "strategy file nosuch.json does not exist"),
     (["show", "-m", "lenet", "--export", "x.json"], "give --strategy too"),
 ])
 def test_bad_input_exits_2_with_one_message(capsys, argv, message):

@@ -43,15 +43,18 @@ def si(value: float, unit: str = "") -> str:
 
 
 def load_strategy(name: str, graph, cluster):
-    """A built-in strategy by name, or a strategy file, checked against graph and cluster."""
+    """A built-in strategy by name, or a strategy file, checked against graph and cluster.
+    A name that is not built in is a file when it exists or looks like a path (a
+    ``.json`` suffix or a directory part), so a missing file is reported as missing."""
     from pathlib import Path
 
     from flextui.strategy import BUILTIN_STRATEGIES, builtin_strategy, load_strategy
-    if name in BUILTIN_STRATEGIES or not Path(name).exists():
-        strategy = builtin_strategy(name, graph, cluster)
-        strategy.check(graph, cluster.num_devices)
-        return strategy
-    return load_strategy(Path(name), graph, cluster)
+    path = Path(name)
+    if name not in BUILTIN_STRATEGIES and (path.exists() or path.suffix or len(path.parts) > 1):
+        return load_strategy(path, graph, cluster)
+    strategy = builtin_strategy(name, graph, cluster)
+    strategy.check(graph, cluster.num_devices)
+    return strategy
 
 
 def model_args(p: argparse.ArgumentParser, default: str | None = DEFAULT_MODEL) -> None:
