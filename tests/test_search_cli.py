@@ -127,12 +127,14 @@ def _wait_for_steps(path, n=20, timeout=30):
 
 
 @pytest.mark.slow
-def test_sigint_ends_cleanly_and_exports(tmp_path):
+@pytest.mark.parametrize("signum, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_ends_cleanly_exports_and_exits_with_the_signals_status(tmp_path, signum,
+                                                                          status):
     proc = _start(tmp_path, "60s")
     _wait_for_steps(tmp_path / "run.ffsearch")
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(signum)
     out, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0, err
+    assert proc.returncode == status, err
     log = read_search_log(tmp_path / "run.ffsearch")
     assert log.final is not None and log.final.reason == "interrupted"
     assert (tmp_path / "run.best.json").exists() and "best strategy" in out

@@ -18,6 +18,8 @@ from flextui.cli.inspect import cmd_clusters, cmd_models, cmd_show
 from flextui.cli.simulate import cmd_simulate
 from flextui.errors import FlextuiError
 
+INTERRUPTED = 130  # the exit status of a command stopped by Ctrl-C (128 + SIGINT)
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -92,10 +94,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         handler = open_app
     try:
-        handler(args, Console())
+        return handler(args, Console()) or 0
     except FlextuiError as exc:
         print(f"flextui: error: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         return 0
-    return 0
+    except KeyboardInterrupt:   # a second Ctrl-C, while the work was saving what it had
+        print("flextui: interrupted", file=sys.stderr)
+        return INTERRUPTED

@@ -72,17 +72,35 @@ def cluster_arg(p: argparse.ArgumentParser, default: str | None = DEFAULT_CLUSTE
                    help=f"library cluster name, a .toml file, or 'local' (default {DEFAULT_CLUSTER})")
 
 
+class StopSignal:
+    """The signal that stopped a command's work, if one did (see :func:`stop_on_signals`)."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+
+    @property
+    def exit_status(self) -> int:
+        """The shell's convention for a command ended by a signal: 128 + its number
+        (130 for Ctrl-C, 143 for SIGTERM); 0 when no signal stopped the work."""
+        return 128 + self.signum if self.signum is not None else 0
+
+
 @contextlib.contextmanager
 def stop_on_signals(stop: threading.Event):
     """The first SIGINT/SIGTERM sets ``stop`` (the work in flight ends cleanly and saves
-    what it has); a second SIGINT interrupts."""
+    what it has); a second SIGINT interrupts. Yields a :class:`StopSignal` whose
+    ``exit_status`` the command returns once it has saved and reported its work."""
+    caught = StopSignal()
+
     def handler(signum, frame):
         if stop.is_set() and signum == signal.SIGINT:
             raise KeyboardInterrupt
+        if caught.signum is None:
+            caught.signum = signum
         stop.set()
     previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        yield
+        yield caught
     finally:
         for s, h in previous.items():
             signal.signal(s, h)

@@ -1,7 +1,8 @@
 """``flextui search``: run the MCMC search, log it, export the best strategy.
 
 Ctrl-C (SIGINT) or SIGTERM ends the search cleanly: the chains stop after their
-current step, the log gets its final record, and the best strategy so far is exported.
+current step, the log gets its final record, and the best strategy so far is exported;
+the exit status is then 130 (143 for SIGTERM), as for any command a signal ended.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ def add_parser(sub) -> None:
     p.set_defaults(handler=cmd_search)
 
 
-def cmd_search(args: argparse.Namespace, console: Console) -> None:
+def cmd_search(args: argparse.Namespace, console: Console) -> int:
     from flextui.search.log import read_search_log
     from flextui.sim.taskstore import backend
     if backend() == "Python":
@@ -76,9 +77,13 @@ def cmd_search(args: argparse.Namespace, console: Console) -> None:
     log_path = None if (args.no_log or resume) else _log_path(args, graph, cluster)
     export = Path(args.export_strategy) if args.export_strategy else \
         default_export_path(resume.path if resume else log_path, graph, cluster)
-    result = _run(graph, cluster, cost_model, options, initial, log_path, resume, args, console)
+    stop = threading.Event()
+    with stop_on_signals(stop) as caught:
+        result = _run(graph, cluster, cost_model, options, initial, log_path, resume, args,
+                      console, stop)
     _report(result, graph, cluster, cost_model, options, log_path or (resume and resume.path),
             export, args, console)
+    return caught.exit_status
 
 
 def _inputs(args, resume):
@@ -146,14 +151,11 @@ def _log_path(args, graph, cluster) -> Path:
     return path
 
 
-def _run(graph, cluster, cost_model, options, initial, log_path, resume, args, console):
+def _run(graph, cluster, cost_model, options, initial, log_path, resume, args, console, stop):
     from flextui.search import run_search
-    stop = threading.Event()
     progress = _Progress(console, options, quiet=args.json)
-    with stop_on_signals(stop):
-        return run_search(graph, cluster, cost_model, options, initial=initial,
-                          log_path=log_path, resume=resume, on_events=progress.update,
-                          stop=stop)
+    return run_search(graph, cluster, cost_model, options, initial=initial, log_path=log_path,
+                      resume=resume, on_events=progress.update, stop=stop)
 
 
 class _Progress:
