@@ -8,7 +8,7 @@ import threading
 import time
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
 from flextui.cli.common import emit_json, load_graph, model_args, stop_on_signals
@@ -46,52 +46,91 @@ def add_parser(sub) -> None:
     p.set_defaults(handler=cmd_profile)
 
 
-def cmd_profile(args: argparse.Namespace, console: Console) -> None:
+def cmd_profile(args: argparse.Namespace, console: Console) -> int | None:
     if args.merge:
         return _merge(args, console)
     if args.show:
         return _show(args, console)
     if args.comm:
         return _comm(args, console)
-    _measure(args, console)
+    return _measure(args, console)
 
 
-def _measure(args, console: Console) -> None:
+def _measure(args, console: Console) -> int:
+    from flextui.cost.localdevice import resolve_device
     from flextui.cost.profile import prepare_profile
     if args.repeats < 1 or args.warmup < 0:
         raise FlextuiError("--repeats must be at least 1, --warmup at least 0")
+    local = resolve_device(args.device)       # a device that is not there: say so first
     graph = load_graph(args)
-    run = prepare_profile(graph, args.max_devices, device=args.device, dtype=args.dtype,
+    run = prepare_profile(graph, args.max_devices, device=local, dtype=args.dtype,
                           training=not args.inference, profiles=args.profiles)
     for notice in run.notices:
         console.print(f"[yellow]{notice}[/]", highlight=False)
-    local, measurement, signatures, cache = run.local, run.measurement, run.signatures, run.cache
+    clock = run.clock(warmup=args.warmup, repeats=args.repeats)
+    if not args.json:
+        _announce(args, console, graph, run, clock.total_s)
     start, stop = time.monotonic(), threading.Event()
-    with _ProgressDisplay(console, len(signatures), quiet=args.json) as shown, \
-            stop_on_signals(stop):
+    with _ProgressDisplay(console, clock, quiet=args.json) as shown, \
+            stop_on_signals(stop) as caught:
         measured = run.run(warmup=args.warmup, repeats=args.repeats, on_event=shown.update,
                            stop=stop.is_set)
-    stopped = stop.is_set()
     took = time.monotonic() - start
     rows = run.comparison()
     oom = sum(r.oom for r in rows)
+    total = len(run.signatures)
+    not_measured = total - measured - shown.hits
     summary = {"model": graph.meta.get("model", graph.name), "device": local.name,
-               "dtype": measurement.dtype, "training": measurement.training,
-               "tasks": len(signatures), "measured": measured,
-               "cached": len(signatures) - measured if not stopped else None,
-               "out_of_memory": oom, "elapsed_s": took, "interrupted": bool(stopped),
-               "cache": str(cache.path), "op_types": [_row_json(r) for r in rows]}
+               "dtype": run.measurement.dtype, "training": run.measurement.training,
+               "tasks": total, "measured": measured, "cached": shown.hits,
+               "not_measured": not_measured, "out_of_memory": oom, "elapsed_s": took,
+               "interrupted": stop.is_set(), "cache": str(run.cache.path),
+               "op_types": [_row_json(r) for r in rows]}
     if args.json:
         emit_json(summary)
-        return
-    verb = "interrupted after" if stopped else "done:"
-    console.print(f"{summary['model']} on {local.name}: {verb} {len(signatures):,} distinct tasks "
-                  f"for up to {args.max_devices} devices, {measured:,} measured now in {took:.1f} s, "
-                  f"the rest from the cache{f', {oom} out of memory' if oom else ''}",
-                  highlight=False)
+        return caught.exit_status
+    head = "interrupted" if stop.is_set() else "done"
+    console.print(f"{summary['model']} on {local.name}, {head}: {total:,} distinct tasks for up "
+                  f"to {args.max_devices} devices; {measured:,} measured now in {took:.1f} s, "
+                  f"{shown.hits:,} found in the cache"
+                  f"{f', {oom} out of memory' if oom else ''}", highlight=False)
+    if not_measured:
+        console.print(f"[yellow]{not_measured:,} tasks not measured yet: run the same command "
+                      "again to measure them (what is cached is kept)[/]", highlight=False)
     console.print(_comparison_table(rows))
-    console.print(f"cache: {cache.path}  (use it: flextui search --cost profiled ...)",
+    console.print(f"cache: {run.cache.path}  (use it: flextui search --cost profiled ...)",
                   highlight=False)
+    return caught.exit_status
+
+
+def _announce(args, console: Console, graph, run, estimate_s: float) -> None:
+    """What is about to be measured and for how long; when it is long, how to shorten it."""
+    from flextui.cost.estimate import LONG_PROFILE_S, duration
+    todo = sum(e > 0 for e in run.estimates(warmup=args.warmup, repeats=args.repeats))
+    if not todo:
+        console.print(f"all {len(run.signatures):,} tasks are in the cache", highlight=False)
+        return
+    console.print(f"measuring {todo:,} of {len(run.signatures):,} tasks on {run.local.name}: "
+                  f"{duration(estimate_s)} (estimated; Ctrl-C stops and keeps what was "
+                  "measured)", highlight=False)
+    if estimate_s < LONG_PROFILE_S:
+        return
+    fewer = max(1, args.max_devices // 4)
+    hint = ""
+    if fewer < args.max_devices:
+        smaller = _estimate_over(args, graph, run, fewer)
+        hint = f"--max-devices {fewer} ({duration(smaller)}), "
+    console.print(f"[yellow]that is long: shorten it with {hint}a smaller batch (-b), or "
+                  "profile on a GPU[/]", highlight=False)
+
+
+def _estimate_over(args, graph, run, num_devices: int) -> float:
+    """The estimate of the same profile over ``num_devices`` devices."""
+    from flextui.cost.profile import ProfileRun
+    from flextui.cost.signatures import task_signatures
+    signatures = task_signatures(graph, run.measurement, num_devices=num_devices)
+    other = ProfileRun(run.local, run.measurement, signatures, run.cache)
+    return other.clock(warmup=args.warmup, repeats=args.repeats).total_s
 
 
 def _show(args, console: Console) -> None:
@@ -236,18 +275,20 @@ def _ratio(value: float | None) -> str:
 
 
 class _ProgressDisplay:
-    """A rich progress bar on a terminal; piped, a plain line a second."""
+    """A rich progress bar on a terminal; piped, a plain line a second. Both show the
+    time left as ``clock`` (:class:`~flextui.cost.estimate.ProfileClock`) reckons it."""
 
-    def __init__(self, console: Console, total: int, quiet: bool) -> None:
-        self.console, self.total, self.quiet = console, total, quiet
+    def __init__(self, console: Console, clock, quiet: bool) -> None:
+        self.console, self.clock, self.quiet = console, clock, quiet
+        self.total = clock.tasks
         self.hits = self.oom = 0
-        self.shown = 0.0
+        self.started = self.shown = time.monotonic()
         self.bar = None
         if console.is_terminal and not quiet:
             self.bar = Progress(TextColumn("profiling"), BarColumn(), MofNCompleteColumn(),
-                                TextColumn("{task.fields[note]}"), TimeRemainingColumn(),
-                                console=console, transient=True)
-            self.task = self.bar.add_task("profile", total=total, note="")
+                                TextColumn("{task.fields[note]}"), console=console,
+                                transient=True)
+            self.task = self.bar.add_task("profile", total=self.total, note="")
 
     def __enter__(self) -> _ProgressDisplay:
         if self.bar is not None:
@@ -259,13 +300,16 @@ class _ProgressDisplay:
             self.bar.stop()
 
     def update(self, event) -> None:
+        from flextui.cost.estimate import duration
+        now = time.monotonic()
+        self.clock.task_done(event.done - 1, now - self.started)
         self.hits += event.cached
         self.oom += event.entry.oom
-        note = f"{self.hits:,} cached · {event.signature.op.type}"
+        left = f"{duration(self.clock.remaining_s)} left" if event.done < self.total else ""
+        note = f"{self.hits:,} cached · {event.signature.op.type} · {left}".rstrip(" ·")
         if self.bar is not None:
             self.bar.update(self.task, completed=event.done, note=note)
             return
-        now = time.monotonic()
         if not self.quiet and (now - self.shown >= PROGRESS_S or event.done == self.total):
             self.shown = now
             self.console.print(f"{event.done:,}/{self.total:,} tasks  {note}", highlight=False)

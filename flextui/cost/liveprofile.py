@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass
 
 from flextui.cost.compare import OpTypeComparison
+from flextui.cost.estimate import ProfileClock
 from flextui.graph import OpGraph
 from flextui.jobs import BackgroundJob
 
@@ -28,6 +29,7 @@ class ProfileView:
     notices: tuple[str, ...]
     message: str | None = None  # why it failed
     cache_path: str | None = None
+    remaining_s: float | None = None  # the time left, estimated (``cost.estimate``)
 
     @property
     def progress(self) -> float:
@@ -46,6 +48,8 @@ class LiveProfile(BackgroundJob):
         self._device, self._message = "", None
         self._done = self._total = self._measured = self._cached = self._oom = 0
         self._current, self._notices, self._cache_path = "", (), None
+        self._clock: ProfileClock | None = None      # set, with when measuring began,
+        self._measuring_since = 0.0                  # once the tasks are known
         self._started = time.monotonic()
         self._ended: float | None = None
         self.comparison: list[OpTypeComparison] = []
@@ -57,9 +61,11 @@ class LiveProfile(BackgroundJob):
     def view(self) -> ProfileView:
         with self._lock:
             elapsed = (self._ended or time.monotonic()) - self._started
+            remaining = self._clock.remaining_s if self._clock and not self.done else None
             return ProfileView(self._state, self._device, self._done, self._total,
                                self._measured, self._cached, self._oom, elapsed,
-                               self._current, self._notices, self._message, self._cache_path)
+                               self._current, self._notices, self._message, self._cache_path,
+                               remaining)
 
     # -- the profiling thread -----------------------------------------------------------
 
@@ -68,15 +74,18 @@ class LiveProfile(BackgroundJob):
         device, dtype, training, profiles, warmup, repeats = self._settings
         run = prepare_profile(self.graph, self.num_devices, device=device, dtype=dtype,
                               training=training, profiles=profiles)
+        clock = run.clock(warmup=warmup, repeats=repeats)
         with self._lock:
             self._device, self._total, self._state = run.local.name, len(run.signatures), "running"
             self._notices, self._cache_path = tuple(run.notices), str(run.cache.path)
+            self._clock, self._measuring_since = clock, time.monotonic()
         run.run(warmup=warmup, repeats=repeats, on_event=self._take, stop=self._stop.is_set)
         self.comparison = run.comparison()
         self._end("stopped" if self._stop.is_set() else "finished")
 
     def _take(self, event) -> None:
         with self._lock:
+            self._clock.task_done(event.done - 1, time.monotonic() - self._measuring_since)
             self._done = event.done
             self._cached += event.cached
             self._measured += not event.cached

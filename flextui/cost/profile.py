@@ -26,6 +26,7 @@ import torch
 
 from flextui.cost.cache import ProfileCache, ProfileEntry
 from flextui.cost.compare import OpTypeComparison, compare_with_analytic, reference_device
+from flextui.cost.estimate import ProfileClock, task_estimates
 from flextui.cost.localdevice import LocalDevice, resolve_device
 from flextui.cost.signatures import (DTYPE_NAMES, Measurement, TaskSignature, origin_block,
                                      task_signatures)
@@ -68,22 +69,32 @@ class ProfileRun:
         return profile_tasks(self.signatures, self.cache, self.local.device, warmup=warmup,
                              repeats=repeats, on_event=on_event, stop=stop)
 
+    def estimates(self, *, warmup: int = 2, repeats: int = 10) -> list[float]:
+        """Seconds each task will take to measure, 0 for those cached (``cost.estimate``)."""
+        return task_estimates(self.signatures, self.cache, reference_device(self.local.name),
+                              warmup=warmup, repeats=repeats, training=self.measurement.training)
+
+    def clock(self, *, warmup: int = 2, repeats: int = 10) -> ProfileClock:
+        """A clock for the time this run will take, before and while it runs."""
+        return ProfileClock(self.estimates(warmup=warmup, repeats=repeats))
+
     def comparison(self) -> list[OpTypeComparison]:
         """Measured against analytic times, per op type, for the tasks now cached."""
         return compare_with_analytic(self.signatures, self.cache, reference_device(self.local.name))
 
 
-def prepare_profile(graph: OpGraph, num_devices: int, *, device: str | None = None,
-                    dtype: str = "fp32", training: bool = True,
-                    profiles: str | None = None) -> ProfileRun:
-    """Resolve ``device`` (None: the first GPU, else the CPU), collect the distinct tasks
-    a search of ``graph`` over up to ``num_devices`` devices may visit, and open the
-    device kind's cache (``profiles``: the user's cache directory if None)."""
+def prepare_profile(graph: OpGraph, num_devices: int, *,
+                    device: str | LocalDevice | None = None, dtype: str = "fp32",
+                    training: bool = True, profiles: str | None = None) -> ProfileRun:
+    """Resolve ``device`` (None: the first GPU, else the CPU; a caller that resolved it
+    already passes the LocalDevice), collect the distinct tasks a search of ``graph``
+    over up to ``num_devices`` devices may visit, and open the device kind's cache
+    (``profiles``: the user's cache directory if None)."""
     if num_devices < 1:
         raise FlextuiError("--max-devices must be at least 1")
     if dtype not in DTYPE_NAMES:
         raise FlextuiError(f"--dtype {dtype!r}: choose one of {', '.join(DTYPE_NAMES)}")
-    local = resolve_device(device)
+    local = device if isinstance(device, LocalDevice) else resolve_device(device)
     measurement = Measurement(DTYPE_NAMES[dtype], training, local.name, torch.__version__)
     signatures = task_signatures(graph, measurement, num_devices=num_devices)
     return ProfileRun(local, measurement, signatures, ProfileCache.open_default(local.name, profiles))

@@ -12,6 +12,7 @@ from textual.containers import Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, ProgressBar, Static
 
+from flextui.cost.estimate import duration
 from flextui.cost.liveprofile import LiveProfile, ProfileView
 from flextui.tui.widgets.stats import STATE_STYLES
 
@@ -24,7 +25,8 @@ def profile_table(view: ProfileView) -> Table:
     grid.add_column(overflow="fold")
     grid.add_row("state", Text(view.state, style=STATE_STYLES.get(view.state, "")))
     grid.add_row("device", view.device or "…")
-    grid.add_row("tasks", f"{view.done:,} of {view.total:,}  ({view.elapsed:,.1f} s)")
+    left = f", {duration(view.remaining_s)} left" if view.remaining_s is not None else ""
+    grid.add_row("tasks", f"{view.done:,} of {view.total:,}  ({view.elapsed:,.1f} s{left})")
     grid.add_row("measured", f"{view.measured:,} now, {view.cached:,} from the cache"
                  + (f", {view.oom:,} out of memory" if view.oom else ""))
     grid.add_row("task", view.current or "—")
