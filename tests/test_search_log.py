@@ -11,7 +11,9 @@ import msgpack
 import pytest
 
 from conftest import cluster, model
+from flextui.cost import AnalyticCostModel
 from flextui.errors import FlextuiError, SearchLogError
+from flextui.search import SearchOptions, runner
 from flextui.search.events import StepEvent
 from flextui.search.log import (FORMAT_VERSION, MAGIC, Checkpoint, FinalRecord, FrontierPoint,
                                 SearchHeader, SearchLog, SearchLogWriter, read_search_log)
@@ -344,6 +346,75 @@ def test_zero_filled_tail_reads_as_truncated(tmp_path):
     path.write_bytes(file_bytes(path) + b"\0" * 4096)
     log = read_search_log(path)
     assert log.truncated and log.complete_bytes == size and log.final == t["final"]
+
+
+def real_log(path, iterations=400):
+    """A real search's log (LeNet on 16 P100s), several 4 KiB pages long."""
+    runner.run_search(model("lenet"), cluster("p100-4x4"), AnalyticCostModel(),
+                      SearchOptions(iterations=iterations, seed=5, converge=False),
+                      log_path=path)
+    return read_search_log(path)
+
+
+def test_zero_filled_tail_at_any_page_boundary_keeps_every_record_before_it(tmp_path):
+    """What a node losing power leaves: the file cut at a page (or any 512-byte block)
+    boundary and filled with zeros to its old length. Every record wholly before the
+    zeros is read and resumable; the torn one is cut off by a resume."""
+    path = tmp_path / "real.ffsearch"
+    whole = real_log(path)
+    data = file_bytes(path)
+    size = len(data)
+    ends = whole.record_offsets[1:] + [whole.complete_bytes]   # where each record ends
+    assert size > 6 * 4096
+    damaged = tmp_path / "damaged.ffsearch"
+    for cut in range(512, size, 512):
+        damaged.write_bytes(data[:cut] + bytes(size - cut))
+        kept = [end for end in ends if end <= cut]
+        if not kept:                          # the header itself is damaged
+            with pytest.raises(SearchLogError, match="header is truncated"):
+                read_search_log(damaged)
+            continue
+        log = read_search_log(damaged)
+        assert log.truncated and log.complete_bytes == kept[-1], cut
+        assert log.record_offsets == whole.record_offsets[:len(kept)], cut
+        assert log.steps == whole.steps[:len(log.steps)] and log.final is None
+        if cut % 4096 == 0:
+            with SearchLogWriter.resume(log):
+                assert damaged.stat().st_size == kept[-1]     # the damage is cut off
+            again = read_search_log(damaged)
+            assert not again.truncated and again.steps == log.steps
+
+
+def test_zero_tail_resumes_with_the_search(tmp_path):
+    """``flextui search --resume`` on a log with a zero-filled tail: the search goes on
+    from the records before the damage and the log ends whole."""
+    path = tmp_path / "real.ffsearch"
+    whole = real_log(path)
+    data = file_bytes(path)
+    cut = 4096 * (len(data) // 4096)
+    path.write_bytes(data[:cut] + bytes(len(data) - cut))
+    log = read_search_log(path)
+    assert log.truncated
+    options = SearchOptions.from_dict(log.header.options, "log")
+    result = runner.run_search(log.header.graph, log.header.cluster, AnalyticCostModel(),
+                               options, resume=log)
+    done = read_search_log(path)
+    assert not done.truncated and done.final is not None
+    assert result.iterations == 400 == whole.final.iterations
+
+
+def test_damage_before_a_zero_tail_is_still_reported(tmp_path):
+    path = tmp_path / "real.ffsearch"
+    whole = real_log(path)
+    data = bytearray(file_bytes(path))
+    cut = 4096 * (len(data) // 4096)
+    data[cut:] = bytes(len(data) - cut)
+    victim = whole.record_offsets[len(whole.record_offsets) // 2]
+    assert victim + 20 < cut
+    data[victim + 12] ^= 0x04                 # a flipped bit in a record's body, mid-file
+    path.write_bytes(bytes(data))
+    with pytest.raises(SearchLogError, match=rf"at byte {victim} is corrupt"):
+        read_search_log(path)
 
 
 # -- resume -----------------------------------------------------------------------------

@@ -1,14 +1,12 @@
 """Search logs (``.ffsearch``): written as a search runs (``SearchLogWriter``), read
 back for replay and resume (``read_search_log`` -> ``SearchLog``). The format is in
-``logformat``.
+``logformat``; scanning the frames of the file in ``logfile``.
 """
 
 from __future__ import annotations
 
-import binascii
 import os
 import time
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
@@ -17,10 +15,9 @@ import msgpack
 
 from flextui.errors import SearchLogError
 from flextui.search.events import StepEvent
+from flextui.search.logfile import scan_frames
 from flextui.search.logformat import (
     FORMAT_VERSION,
-    FRAME,
-    HEAD_CRC_INIT,
     MAGIC,
     REASONS,
     TAG_CHECKPOINT,
@@ -342,8 +339,9 @@ def _iteration_of(kind: str, obj: Any) -> int:
 
 
 def read_search_log(path: str | Path) -> SearchLog:
-    """Read and validate a ``.ffsearch`` file. A torn last record (a killed search) is
-    reported with ``truncated=True``; anything else wrong raises SearchLogError."""
+    """Read and validate a ``.ffsearch`` file. A torn last record (a killed search) or a
+    zero-filled tail (a machine that lost power) is reported with ``truncated=True``,
+    every complete record before it read; anything else wrong raises SearchLogError."""
     path = Path(path)
     try:
         with open(path, "rb") as f:
@@ -354,39 +352,18 @@ def read_search_log(path: str | Path) -> SearchLog:
         why = " (it is empty)" if not data else ""
         raise SearchLogError(f"{path} is not a flextui search log{why}")
 
+    frames = scan_frames(data, len(MAGIC), path)
     records: list[tuple[int, Any]] = []       # (offset, unpacked body)
-    pos, size = len(MAGIC), len(data)
-    truncated = False
-    while pos < size:
-        n = len(records)
-        if size - pos < FRAME.size:
-            truncated = True
-            break
-        length, body_crc, head_crc = FRAME.unpack_from(data, pos)
-        if binascii.crc_hqx(data[pos:pos + 8], HEAD_CRC_INIT) != head_crc:
-            if not data[pos:].strip(b"\0"):   # zero-filled tail (a crash before data hit disk)
-                truncated = True
-                break
-            raise SearchLogError(f"{path}: record {n} at byte {pos} is corrupt (bad frame "
-                                 f"checksum); the file is damaged")
-        end = pos + FRAME.size + length
-        if end > size:
-            truncated = True
-            break
-        body = data[pos + FRAME.size:end]
-        if zlib.crc32(body) != body_crc:
-            raise SearchLogError(f"{path}: record {n} at byte {pos} is corrupt (checksum "
-                                 f"mismatch); the file is damaged")
+    for n, (pos, body) in enumerate(frames.bodies):
         try:
             records.append((pos, msgpack.unpackb(body, raw=False, strict_map_key=False)))
         except Exception as exc:  # noqa: BLE001 (any msgpack decoding failure)
             raise SearchLogError(f"{path}: record {n} at byte {pos} is malformed "
                                  f"({type(exc).__name__}: {exc})") from None
-        pos = end
+    truncated, complete, size = frames.truncated, frames.end, len(data)
     if not records:
         raise SearchLogError(f"{path}: the search log's header is "
                              f"{'truncated' if truncated else 'missing'}; the file cannot be read")
-    complete = pos
 
     try:
         header = decode_header(path, records[0][1])

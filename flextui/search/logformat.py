@@ -11,9 +11,9 @@ Layout. The file starts with the magic line ``b"FFSEARCH\\n"``, then a sequence 
 ``body_crc`` is the CRC-32 of ``body``; ``head_crc`` is a CRC-16 (CCITT) of the 8 bytes
 before it, so a damaged length is caught as corruption instead of passing for a file cut
 short. Every record is checked on its own. A frame cut off by the end of the file (the
-search was killed mid-write) is not an error: the reader returns the complete records and
-says where they end, and :meth:`SearchLogWriter.resume` cuts the torn tail off before
-appending.
+search was killed mid-write), or damaged only by a zero-filled tail (see ``logfile``), is
+not an error: the reader returns the complete records and says where they end, and
+:meth:`SearchLogWriter.resume` cuts the torn tail off before appending.
 
 Records (record 0 is always the header)::
 
