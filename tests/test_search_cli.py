@@ -168,3 +168,79 @@ def test_search_says_when_the_c_core_is_not_in_use(capsys, tmp_path, monkeypatch
     code, _, err = run(capsys, "search", "-m", "lenet", "--budget", "20", "--no-log",
                        "--export-strategy", str(tmp_path / "b.json"))
     assert code == 0 and "C core" not in err
+
+
+# -- one writer per log ------------------------------------------------------------------
+
+
+def _wait_for_lock(path, pid, timeout=60):
+    """Until the process ``pid`` says it holds the log at ``path``."""
+    pid_file = path.with_name(path.name + ".lock")
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pid_file.exists() and pid_file.read_text().strip() == str(pid):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"process {pid} did not lock {path} in time")
+
+
+def _stop(proc):
+    """End a search started by the test (by its PID), and check it is gone."""
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.poll() is not None and "Traceback" not in err
+    return out, err
+
+
+def _assert_refused(capsys, argv, path, pid):
+    code, _, err = run(capsys, *argv)
+    assert code == 2 and f"{path} is being written by another search (process {pid})" in err
+    assert "Traceback" not in err
+
+
+@pytest.mark.slow
+def test_a_log_being_written_is_refused_to_a_second_search_and_to_the_app(capsys, tmp_path,
+                                                                          monkeypatch):
+    from flextui.cost import AnalyticCostModel
+    from flextui.search import SearchOptions
+    from flextui.search.live import LiveSearch
+    monkeypatch.chdir(tmp_path)
+    log = tmp_path / "run.ffsearch"
+    proc = _start(tmp_path, "60s")
+    try:
+        _wait_for_steps(log)
+        _wait_for_lock(log, proc.pid)
+        before = read_search_log(log)
+        _assert_refused(capsys, ["search", "-m", "lenet", "--budget", "20", "--out", str(log)],
+                        log, proc.pid)
+        _assert_refused(capsys, ["search", "--resume", str(log)], log, proc.pid)
+        h = before.header       # the app writes its log through the same writer
+        live = LiveSearch(h.graph, h.cluster, AnalyticCostModel(), SearchOptions(iterations=20),
+                          log_path=log, processes=False)
+        live.start()
+        assert live.join(60)
+        view = live.view()
+        assert view.state == "failed" and f"(process {proc.pid})" in view.message
+    finally:
+        _stop(proc)
+    done = read_search_log(log)
+    assert done.final is not None and not done.truncated
+    assert done.steps[:len(before.steps)] == before.steps and not log.with_name(
+        "run.ffsearch.lock").exists()
+
+    # two resumes of one unfinished log
+    other = tmp_path / "other.ffsearch"
+    other.write_bytes(log.read_bytes()[:done.record_offsets[-1]])
+    unfinished = read_search_log(other)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "flextui", "search", "--resume", str(other),
+                             "--budget", "60s"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for_lock(other, proc.pid)
+        _assert_refused(capsys, ["search", "--resume", str(other)], other, proc.pid)
+    finally:
+        _stop(proc)
+    resumed = read_search_log(other)
+    assert resumed.final is not None and not resumed.truncated
+    assert resumed.steps[:len(unfinished.steps)] == unfinished.steps

@@ -1,9 +1,12 @@
 """The .ffsearch search log: round trips, replay, incremental writes, damage, resume."""
 
+import contextlib
 import hashlib
 import json
 import math
 import random
+import subprocess
+import sys
 import time
 import zlib
 
@@ -417,6 +420,118 @@ def test_damage_before_a_zero_tail_is_still_reported(tmp_path):
         read_search_log(path)
 
 
+# -- one writer at a time ----------------------------------------------------------------
+
+#: a writer in another process: creates (``new``) or resumes (``resume``) the log, says
+#: "locked", waits for a line on stdin, adds a restart record and closes
+WRITER = """
+import sys
+from flextui.graph.library import load_model
+from flextui.machine import load_named_cluster
+from flextui.search.log import SearchHeader, SearchLogWriter, read_search_log
+from flextui.errors import SearchLogError
+path, mode = sys.argv[1], sys.argv[2]
+sys.stdin.readline()
+try:
+    if mode == "new":
+        header = SearchHeader(load_model("lenet"), load_named_cluster("p100-4x4"),
+                              "analytic:v1", 7, {})
+        writer = SearchLogWriter(path, header, flush_interval=0)
+    else:
+        writer = SearchLogWriter.resume(read_search_log(path), flush_interval=0)
+except SearchLogError as exc:
+    print("refused:", exc, flush=True)
+    sys.exit(0)
+print("locked", flush=True)
+sys.stdin.readline()
+writer.restart(0, 99)
+writer.close()
+"""
+
+
+def start_writer(path, mode):
+    return subprocess.Popen([sys.executable, "-c", WRITER, str(path), mode],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+
+def go(proc):
+    with contextlib.suppress(BrokenPipeError):     # a refused writer may be gone already
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+
+
+def finish(procs):
+    """Let every writer close; none is left running."""
+    for proc in procs:
+        if proc.poll() is None:
+            go(proc)
+    for proc in procs:
+        proc.communicate(timeout=60)
+        assert proc.returncode == 0
+    assert all(proc.poll() is not None for proc in procs)
+
+
+@pytest.mark.parametrize("mode", ["new", "resume"])
+def test_a_log_being_written_is_refused_to_a_second_writer(tmp_path, mode):
+    path = tmp_path / "a.ffsearch"
+    if mode == "resume":
+        w, t = run_search(path, iterations=10, close=False)
+        w.close()
+    child = start_writer(path, mode)
+    try:
+        go(child)
+        assert child.stdout.readline() == "locked\n"
+        before = file_bytes(path)
+        holder = rf"{path} is being written by another search \(process {child.pid}\)"
+        with pytest.raises(SearchLogError, match=holder + "; write the new log elsewhere"):
+            SearchLogWriter(path, header())
+        with pytest.raises(SearchLogError, match=holder + "; wait for it to end"):
+            SearchLogWriter.resume(read_search_log(path))
+        assert file_bytes(path) == before     # the refused writers touched nothing
+    finally:
+        finish([child])
+    log = read_search_log(path)               # intact, with the child's last record
+    assert not log.truncated and log.restarts[-1] == (0, 99)
+    if mode == "resume":
+        assert log.steps == t["steps"]
+    assert not (tmp_path / "a.ffsearch.lock").exists()
+    with SearchLogWriter.resume(log) as w:    # the lock ended with its writer
+        w.restart(0, 100)
+
+
+def test_a_killed_writer_never_blocks(tmp_path):
+    path = tmp_path / "a.ffsearch"
+    child = start_writer(path, "new")
+    go(child)
+    assert child.stdout.readline() == "locked\n"
+    child.kill()
+    child.communicate(timeout=60)
+    assert (tmp_path / "a.ffsearch.lock").exists()   # a stale PID file, which cannot block
+    with SearchLogWriter.resume(read_search_log(path)) as w:
+        w.restart(0, 1)
+    assert read_search_log(path).restarts == [(0, 1)]
+    with pytest.raises(SearchLogError, match="exists; a search log is never overwritten: "
+                                             "continue it with flextui search --resume"):
+        SearchLogWriter(path, header())
+
+
+def test_writers_racing_to_create_one_log_leave_one_intact_log(tmp_path):
+    path = tmp_path / "a.ffsearch"
+    children = [start_writer(path, "new") for _ in range(4)]
+    try:
+        for child in children:
+            go(child)
+        said = [child.stdout.readline() for child in children]
+        assert said.count("locked\n") == 1, said
+        for line in said:
+            assert line == "locked\n" or (f"refused: {path}" in line and (
+                "is being written by another search" in line or "exists" in line))
+    finally:
+        finish(children)
+    log = read_search_log(path)
+    assert not log.truncated and log.restarts == [(0, 99)]
+
+
 # -- resume -----------------------------------------------------------------------------
 
 
@@ -428,9 +543,10 @@ def test_resume_after_a_torn_tail(tmp_path):
     complete = path.stat().st_size
     # the search is killed in the middle of writing a step record
     extra = StepEvent(0, 21, 0.5, 0, t["expected"][0][20][g.ops[0].name], 1.0, 1.0, 1.0, False, 0)
-    w._file.write(frame(msgpack.packb([1, 0, 21, 0.5, 0, [[1] * len(g.ops[0].space), 0],
-                                        1.0, None, None, False, 0]))[:-3])
-    w._file.flush()
+    with open(path, "ab") as f:
+        f.write(frame(msgpack.packb([1, 0, 21, 0.5, 0, [[1] * len(g.ops[0].space), 0],
+                                     1.0, None, None, False, 0]))[:-3])
+    w._file.close()                 # the killed search's lock went with it
     log = read_search_log(path)
     assert log.truncated and log.complete_bytes == complete
     with SearchLogWriter.resume(log, flush_interval=0) as w2:

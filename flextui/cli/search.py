@@ -142,13 +142,9 @@ def _check_same(args, header) -> None:
 
 
 def _log_path(args, graph, cluster) -> Path:
-    if not args.out:
-        return default_log_path(graph, cluster)
-    path = Path(args.out)
-    if path.exists():
-        raise FlextuiError(f"{path} exists; continue it with --resume {path}, or choose "
-                           "another --out")
-    return path
+    """--out, else a new name here; the writer creates it exclusively (an existing log,
+    or one another search is writing, is refused there with what to do)."""
+    return Path(args.out) if args.out else default_log_path(graph, cluster)
 
 
 def _run(graph, cluster, cost_model, options, initial, log_path, resume, args, console, stop):

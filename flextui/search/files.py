@@ -15,8 +15,14 @@ def run_name(graph: OpGraph, cluster: Cluster) -> str:
 
 
 def default_log_path(graph: OpGraph, cluster: Cluster, directory: Path = Path()) -> Path:
-    """A new log name in ``directory``, stamped with the local time."""
-    return directory / f"{run_name(graph, cluster)}-{time.strftime('%Y%m%d-%H%M%S')}.ffsearch"
+    """A new log name in ``directory``, stamped with the local time (and numbered when
+    a log of that name exists already: logs are created exclusively, never reused)."""
+    stem = f"{run_name(graph, cluster)}-{time.strftime('%Y%m%d-%H%M%S')}"
+    path, n = directory / f"{stem}.ffsearch", 1
+    while path.exists():
+        n += 1
+        path = directory / f"{stem}-{n}.ffsearch"
+    return path
 
 
 def default_export_path(log_path: str | Path | None, graph: OpGraph, cluster: Cluster) -> Path:

@@ -1,11 +1,10 @@
 """Search logs (``.ffsearch``): written as a search runs (``SearchLogWriter``), read
 back for replay and resume (``read_search_log`` -> ``SearchLog``). The format is in
-``logformat``; scanning the frames of the file in ``logfile``.
+``logformat``; locking, appending and scanning the frames of the file in ``logfile``.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +14,7 @@ import msgpack
 
 from flextui.errors import SearchLogError
 from flextui.search.events import StepEvent
-from flextui.search.logfile import scan_frames
+from flextui.search.logfile import LogFile, scan_frames
 from flextui.search.logformat import (
     FORMAT_VERSION,
     MAGIC,
@@ -50,10 +49,11 @@ __all__ = ["FORMAT_VERSION", "MAGIC", "REASONS", "Checkpoint", "FinalRecord", "F
 class SearchLogWriter:
     """Appends records to a ``.ffsearch`` file. Records are buffered; :meth:`flush` writes
     them out, and adding a record flushes by itself once ``flush_interval`` seconds have
-    passed since the last flush, so a killed search loses at most that much."""
+    passed since the last flush, so a killed search loses at most that much. The file is
+    locked against other writers while the writer is open (``logfile`` has the rules)."""
 
     def __init__(self, path: str | Path, header: SearchHeader, flush_interval: float = 1.0,
-                 *, _file: Any = None) -> None:
+                 *, _file: LogFile | None = None) -> None:
         if flush_interval < 0:
             raise ValueError("flush_interval must be >= 0")
         self.path = Path(path)
@@ -63,17 +63,13 @@ class SearchLogWriter:
         self._buffer: list[bytes] = []
         self._closed = False
         self._last_flush = time.monotonic()
-        if _file is not None:             # resume(): the file is open and positioned
+        if _file is not None:             # resume(): the file is open, locked and cut
             self._file = _file
             return
         if not header.created:
             header.created = now_iso()
         body = self._pack(self._header_body(header))
-        try:
-            self._file = open(self.path, "wb")  # noqa: SIM115 (kept open while writing)
-        except OSError as exc:
-            raise SearchLogError(f"cannot write search log {self.path}: "
-                                 f"{exc.strerror or exc}") from None
+        self._file = LogFile.create(self.path)
         self._buffer.append(MAGIC + frame(body))
         try:
             self.flush()
@@ -85,12 +81,9 @@ class SearchLogWriter:
     def resume(cls, log: SearchLog, flush_interval: float = 1.0) -> SearchLogWriter:
         """Reopen ``log.path`` to append to it; a torn last record is cut off first."""
         path = Path(log.path)
+        f = LogFile.reopen(path)
         try:
-            f = open(path, "r+b")  # noqa: SIM115 (handed to the writer)
-        except OSError as exc:
-            raise SearchLogError(f"cannot reopen search log {path}: {exc.strerror or exc}") from None
-        try:
-            size = os.fstat(f.fileno()).st_size
+            size = f.size
             expected = log._size if log._size is not None else (
                 size if log.truncated else log.complete_bytes)
             if size != expected or size < log.complete_bytes:
@@ -98,7 +91,6 @@ class SearchLogWriter:
                                      f"expected {expected}); read it again before resuming")
             if size > log.complete_bytes:
                 f.truncate(log.complete_bytes)
-            f.seek(log.complete_bytes)
         except OSError as exc:
             f.close()
             raise SearchLogError(f"cannot resume search log {path}: {exc.strerror or exc}") from None
@@ -170,14 +162,9 @@ class SearchLogWriter:
 
     def flush(self) -> None:
         if self._buffer:
-            data = b"".join(self._buffer)
+            records = list(self._buffer)
             self._buffer.clear()
-            try:
-                self._file.write(data)
-                self._file.flush()
-            except OSError as exc:
-                raise SearchLogError(f"cannot write search log {self.path}: "
-                                     f"{exc.strerror or exc}") from None
+            self._file.append(records)
         self._last_flush = time.monotonic()
 
     def close(self) -> None:
