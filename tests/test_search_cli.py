@@ -1,5 +1,6 @@
 """`flextui search` and `flextui replay`: results, exports, signals, resume, bad input."""
 
+import errno
 import json
 import os
 import signal
@@ -244,3 +245,70 @@ def test_a_log_being_written_is_refused_to_a_second_search_and_to_the_app(capsys
     resumed = read_search_log(other)
     assert resumed.final is not None and not resumed.truncated
     assert resumed.steps[:len(unfinished.steps)] == unfinished.steps
+
+
+# -- a full disk -------------------------------------------------------------------------
+
+
+def _search_with_file_limit(tmp_path, *argv):
+    """``flextui search`` with files limited to 20 KiB (``ulimit -f 20``): the log's
+    writes fail with EFBIG part way (Python ignores SIGXFSZ, so nothing kills it)."""
+    import resource
+
+    def limit_files():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (20 * 1024, 20 * 1024))
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    return subprocess.run([sys.executable, "-m", "flextui", "search", "-m", "lenet", "--budget",
+                           "5000", "--no-early-stop", "--out", "run.ffsearch", *argv],
+                          cwd=tmp_path, env=env, preexec_fn=limit_files, capture_output=True,
+                          text=True, timeout=300)
+
+
+def _assert_stopped_cleanly(err, log, shown):
+    assert "Traceback" not in err
+    assert err.splitlines()[-1].startswith(f"flextui: error: cannot write search log {shown}: ")
+    kept = read_search_log(log)
+    assert not kept.truncated and kept.final is None and kept.steps   # whole records only
+    return kept
+
+
+def test_a_file_size_limit_ends_the_search_with_the_best_exported(tmp_path):
+    done = _search_with_file_limit(tmp_path)
+    assert done.returncode == 2
+    _assert_stopped_cleanly(done.stderr, tmp_path / "run.ffsearch", "run.ffsearch")
+    assert "File too large" in done.stderr and "the search stopped after" in done.stderr
+    assert "is exported to run.best.json" in done.stderr
+    assert "flextui search --resume run.ffsearch" in done.stderr
+    exported = json.loads((tmp_path / "run.best.json").read_text())
+    assert exported["name"] == "searched (seed 0)" and exported["ops"]
+
+
+def test_a_full_disk_that_refuses_the_export_says_where_the_best_is(tmp_path):
+    done = _search_with_file_limit(tmp_path, "--export-strategy", "no/such/dir/best.json")
+    assert done.returncode == 2
+    _assert_stopped_cleanly(done.stderr, tmp_path / "run.ffsearch", "run.ffsearch")
+    assert "could not be exported either" in done.stderr
+    assert "flextui replay run.ffsearch --export-strategy best.json" in done.stderr
+
+
+def test_no_space_left_ends_the_search_the_same_way(capsys, tmp_path, monkeypatch):
+    """ENOSPC, part way through a write: the log keeps its whole records."""
+    real_write, room = os.write, {"left": 30_000}
+
+    def full_disk(fd, data):
+        if not os.readlink(f"/proc/self/fd/{fd}").endswith(".ffsearch"):
+            return real_write(fd, data)
+        if room["left"] <= 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        n = real_write(fd, bytes(data[:room["left"]]))
+        room["left"] -= n
+        return n
+    monkeypatch.setattr(os, "write", full_disk)
+    log, best = tmp_path / "run.ffsearch", tmp_path / "best.json"
+    code, _, err = run(capsys, "search", "-m", "lenet", "--budget", "5000", "--no-early-stop",
+                       "--out", str(log), "--export-strategy", str(best))
+    monkeypatch.undo()
+    assert code == 2 and "No space left on device" in err
+    kept = _assert_stopped_cleanly(err, log, log)
+    assert log.stat().st_size == kept.complete_bytes < 30_000
+    assert json.loads(best.read_text())["name"] == "searched (seed 0)"

@@ -8,6 +8,7 @@ the exit status is then 130 (143 for SIGTERM), as for any command a signal ended
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 import threading
 import time
@@ -67,6 +68,7 @@ def add_parser(sub) -> None:
 
 def cmd_search(args: argparse.Namespace, console: Console) -> int:
     from flextui.search.log import read_search_log
+    from flextui.search.runner import SearchLogFailed
     from flextui.sim.taskstore import backend
     if backend() == "Python":
         print("flextui: note: the simulator's C core is not in use (flextui was installed "
@@ -78,9 +80,13 @@ def cmd_search(args: argparse.Namespace, console: Console) -> int:
     export = Path(args.export_strategy) if args.export_strategy else \
         default_export_path(resume.path if resume else log_path, graph, cluster)
     stop = threading.Event()
-    with stop_on_signals(stop) as caught:
-        result = _run(graph, cluster, cost_model, options, initial, log_path, resume, args,
-                      console, stop)
+    try:
+        with stop_on_signals(stop) as caught:
+            result = _run(graph, cluster, cost_model, options, initial, log_path, resume, args,
+                          console, stop)
+    except SearchLogFailed as failed:
+        raise _log_failure(failed, graph, cluster, options, export,
+                           log_path or resume.path) from None
     _report(result, graph, cluster, cost_model, options, log_path or (resume and resume.path),
             export, args, console)
     return caught.exit_status
@@ -180,17 +186,45 @@ class _Progress:
             self.console.print(line, highlight=False, soft_wrap=True)
 
 
-def _report(result, graph, cluster, cost_model, options, log_path, export, args, console):
-    from flextui.search.summary import search_summary
-    from flextui.strategy import Strategy, save_strategy
-    chosen, note = result.best, None
+def _chosen(result, options) -> tuple:
+    """The strategy to export (the fastest within --memory-budget, when there is one) and
+    a note when none simulated fits it."""
     if options.memory_budget:
         point = result.fastest_within(options.memory_budget)
         if point is None:
-            note = "no strategy simulated fits the memory budget; exported the fastest found"
-        else:
-            chosen = point.strategy
-    save_strategy(export, Strategy(chosen, name=f"searched (seed {options.seed})"), graph, cluster)
+            return result.best, ("no strategy simulated fits the memory budget; exported the "
+                                 "fastest found")
+        return point.strategy, None
+    return result.best, None
+
+
+def _export(result, graph, cluster, options, export):
+    """Write the chosen strategy to ``export``; the note about it."""
+    from flextui.strategy import Strategy, save_strategy
+    chosen, note = _chosen(result, options)
+    chosen = Strategy(chosen, name=f"searched (seed {options.seed})")
+    save_strategy(export, chosen, graph, cluster)
+    return note
+
+
+def _log_failure(failed, graph, cluster, options, export, log_path) -> FlextuiError:
+    """The log could not be written: export the best so far if the disk lets us; the one
+    message that says what was kept where."""
+    best = f"The best strategy so far ({failed.result.best_cost * 1e3:.3f} ms)"
+    log = shlex.quote(str(log_path))
+    try:
+        _export(failed.result, graph, cluster, options, export)
+    except FlextuiError as exc:
+        return FlextuiError(f"{failed}. {best} could not be exported either ({exc}); free "
+                            "some space, then export the best the log kept with: flextui "
+                            f"replay {log} --export-strategy best.json")
+    return FlextuiError(f"{failed}. {best} is exported to {export}; free some space, then "
+                        f"continue the search with: flextui search --resume {log}")
+
+
+def _report(result, graph, cluster, cost_model, options, log_path, export, args, console):
+    from flextui.search.summary import search_summary
+    note = _export(result, graph, cluster, options, export)
     summary = search_summary(result, graph, cluster, cost_model, options)
     summary.update(log=str(log_path) if log_path else None, strategy=str(export), note=note)
     if args.json:

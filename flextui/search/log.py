@@ -74,7 +74,7 @@ class SearchLogWriter:
         try:
             self.flush()
         except BaseException:
-            self._file.close()
+            self._file.close(remove=True)     # ours, and not even a header in it
             raise
 
     @classmethod
@@ -161,6 +161,8 @@ class SearchLogWriter:
     # -- file --
 
     def flush(self) -> None:
+        """Write the buffered records. If the disk refuses them (full, or a size limit),
+        LogWriteError says so and the file keeps the whole records it has."""
         if self._buffer:
             records = list(self._buffer)
             self._buffer.clear()

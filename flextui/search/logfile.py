@@ -1,5 +1,5 @@
-"""The search log as a file: one writer at a time, and scanning the framed records back
-(damage told apart from a tail cut short).
+"""The search log as a file: one writer at a time, appends that leave whole records, and
+scanning the framed records back (damage told apart from a tail cut short).
 
 Locking rule. A process writing a log (a new search or a resumed one) holds an exclusive
 advisory lock (``flock``) on the log for as long as its writer is open; the kernel drops
@@ -8,6 +8,9 @@ holds the lock, the writer's PID is in ``FILE.ffsearch.lock`` (removed when the 
 closes; one left by a killed writer is only ever read to name a holder, never trusted to
 block). A new log is created exclusively (``O_CREAT | O_EXCL``): an existing file is never
 truncated. Reading a log takes no lock (a reader sees complete records and a torn tail).
+
+Appending. A failed write (a full disk, a file size limit) cuts the file back to the last
+whole record it holds before it reports, so the log stays readable.
 
 Damage. A record whose checksum fails is damage, unless the file from a 512-byte boundary
 inside that record to its end is all zeros: that is what a machine losing power leaves (the
@@ -35,6 +38,10 @@ LOCK_SUFFIX = ".lock"
 #: (the smallest block a disk writes; pages and filesystem blocks are multiples of it)
 SECTOR = 512
 LOCK_TRIES, LOCK_RETRY_S = 10, 0.02
+
+
+class LogWriteError(SearchLogError):
+    """The disk refused a write to a search log (full, or over a file size limit)."""
 
 
 class LogFile:
@@ -96,25 +103,34 @@ class LogFile:
         self.size = size
 
     def append(self, records: list[bytes]) -> None:
-        """Write ``records`` (whole frames) at the end."""
+        """Write ``records`` (whole frames) at the end. If the disk refuses them, the file
+        is cut back to the last whole record written and LogWriteError says why."""
         data = b"".join(records)
         written = 0
         try:
             while written < len(data):
                 written += os.write(self._fd, data[written:])
         except OSError as exc:
-            raise SearchLogError(f"cannot write search log {self.path}: "
-                                 f"{exc.strerror or exc}") from None
-        finally:
-            self.size += written
+            kept = 0
+            for record in records:          # the records that reached the file whole
+                if kept + len(record) > written:
+                    break
+                kept += len(record)
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, self.size + kept)
+            self.size += kept
+            raise LogWriteError(f"cannot write search log {self.path}: "
+                                f"{exc.strerror or exc}") from None
+        self.size += written
 
-    def close(self) -> None:
-        """Remove the PID file and release the lock."""
+    def close(self, remove: bool = False) -> None:
+        """Remove the PID file (and with ``remove`` the log) and release the lock."""
         if self._closed:
             return
         self._closed = True
-        with contextlib.suppress(OSError):
-            self._pid_file.unlink()
+        for path in (self._pid_file, self.path) if remove else (self._pid_file,):
+            with contextlib.suppress(OSError):
+                path.unlink()
         os.close(self._fd)              # closing the file releases the lock
 
 

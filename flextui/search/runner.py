@@ -23,7 +23,7 @@ from pathlib import Path
 
 from flextui.cost import cost_model_from_identity
 from flextui.cost.model import CostModel
-from flextui.errors import FlextuiError
+from flextui.errors import FlextuiError, SearchLogError
 from flextui.graph import OpGraph, graph_from_dict
 from flextui.machine import Cluster
 from flextui.search.events import RestartEvent, StepEvent
@@ -36,6 +36,7 @@ from flextui.search.log import (
     SearchLog,
     SearchLogWriter,
 )
+from flextui.search.logfile import LogWriteError
 from flextui.search.mcmc import Chain, chain_seed
 from flextui.search.options import SearchOptions
 from flextui.sim import Simulator
@@ -47,6 +48,17 @@ REASONS = ("interrupted", "time", "iterations", "converged")  # the final reason
 
 EventSink = Callable[[list[StepEvent]], None]
 ResetSink = Callable[[Checkpoint | RestartEvent], None]
+
+
+class SearchLogFailed(SearchLogError):
+    """The search log could not be written (a full disk, a file size limit), so the
+    search stopped there. ``result`` is what it found; the log keeps every whole record
+    written before the failure (it has no final record, so it can be resumed)."""
+
+    def __init__(self, error: LogWriteError, result: SearchResult) -> None:
+        super().__init__(f"{error}; the search stopped after {result.iterations:,} steps "
+                         "(the log keeps every record written before)")
+        self.result = result
 
 
 @dataclass
@@ -215,12 +227,13 @@ class _Collector:
     the merged frontier and each chain's last checkpoint, passes steps to ``on_events``."""
 
     def __init__(self, writer: SearchLogWriter | None, on_events: EventSink | None,
-                 on_reset: ResetSink | None, frontier: Frontier) -> None:
-        self.writer, self.frontier = writer, frontier
+                 on_reset: ResetSink | None, frontier: Frontier, stop: threading.Event) -> None:
+        self.writer, self.frontier, self.stop = writer, frontier, stop
         self.on_events, self.on_reset = on_events, on_reset
         self.last: dict[int, Checkpoint] = {}
         self.accepted: dict[int, int] = {}
         self.initial_cost: dict[int, float] = {}
+        self.log_error: LogWriteError | None = None
 
     def take(self, items: list) -> None:
         steps = []
@@ -228,12 +241,10 @@ class _Collector:
             if isinstance(item, StepEvent):
                 steps.append(item)
                 self.accepted[item.chain] = self.accepted.get(item.chain, 0) + item.accepted
-                if self.writer:
-                    self.writer.step(item)
+                self.log(SearchLogWriter.step, item)
             elif isinstance(item, RestartEvent):
                 steps = self._reset(steps, item)
-                if self.writer:
-                    self.writer.restart(item.chain, item.iteration)
+                self.log(SearchLogWriter.restart, item.chain, item.iteration)
             else:
                 checkpoint, points = item
                 steps = self._reset(steps, checkpoint)
@@ -241,8 +252,19 @@ class _Collector:
                 for p in points:
                     self.frontier.add(p.time, p.memory, p.strategy)
                 if self.writer:
-                    self.writer.checkpoint(checkpoint, self.frontier_points())
+                    self.log(SearchLogWriter.checkpoint, checkpoint, self.frontier_points())
         self._hand_on(steps)
+
+    def log(self, write: Callable[..., None], *record) -> None:
+        """Add a record to the log. When the disk refuses it, the log keeps what it has,
+        is written no more, and the search is stopped (its result is still returned)."""
+        if self.writer is None:
+            return
+        try:
+            write(self.writer, *record)
+        except LogWriteError as exc:
+            self.log_error, self.writer = exc, None
+            self.stop.set()
 
     def _reset(self, steps: list[StepEvent], item: Checkpoint | RestartEvent) -> list[StepEvent]:
         """Hand ``item`` to ``on_reset`` after the steps before it; the steps left."""
@@ -297,7 +319,7 @@ def run_search(graph: OpGraph, cluster: Cluster, cost_model: CostModel,
     elif log_path is not None:
         header = SearchHeader(graph, cluster, cost_model.identity, options.seed, options.to_dict())
         writer = SearchLogWriter(log_path, header)
-    collector = _Collector(writer, on_events, on_reset, frontier)
+    collector = _Collector(writer, on_events, on_reset, frontier, stop)
     if resume is not None:
         for step in resume.steps:
             collector.accepted[step.chain] = collector.accepted.get(step.chain, 0) + step.accepted
@@ -311,13 +333,14 @@ def run_search(graph: OpGraph, cluster: Cluster, cost_model: CostModel,
             reasons = _run_workers(starts, graph, sim_cluster, cost_model, options, stop,
                                    pause, collector)
         result = _result(collector, reasons, time.monotonic() - started)
-        if writer:
-            writer.final(FinalRecord(result.reason, result.iterations, result.elapsed,
-                                     result.best_cost, result.best, result.best_chain,
-                                     result.frontier))
+        collector.log(SearchLogWriter.final, FinalRecord(
+            result.reason, result.iterations, result.elapsed, result.best_cost, result.best,
+            result.best_chain, result.frontier))
     finally:
         if writer:
             writer.close()
+    if collector.log_error is not None:
+        raise SearchLogFailed(collector.log_error, result)
     return result
 
 
