@@ -312,3 +312,34 @@ def test_no_space_left_ends_the_search_the_same_way(capsys, tmp_path, monkeypatc
     kept = _assert_stopped_cleanly(err, log, log)
     assert log.stat().st_size == kept.complete_bytes < 30_000
     assert json.loads(best.read_text())["name"] == "searched (seed 0)"
+
+
+# -- what a search log may not do ---------------------------------------------------------
+
+
+def test_a_log_never_makes_flextui_run_a_model_file(capsys, tmp_path, monkeypatch):
+    """A log's header names a model .py file (hand-made; hashes recomputed): resuming it
+    with -b must not import that file, and no hint offers its path as a command."""
+    from flextui.cost import AnalyticCostModel
+    from flextui.graph import graph_from_dict
+    from flextui.graph.library import load_model
+    from flextui.machine import load_named_cluster
+    from flextui.search import SearchOptions, run_search
+    monkeypatch.setenv("COLUMNS", "1000")
+    marker = tmp_path / "ran"
+    evil = tmp_path / "evil.py"
+    evil.write_text(f"import pathlib\npathlib.Path({str(marker)!r}).write_text('ran')\n")
+    data = load_model("lenet").to_dict()
+    graph = graph_from_dict({**data, "meta": {**data["meta"], "model": str(evil)}})
+    log = tmp_path / "run.ffsearch"
+    run_search(graph, load_named_cluster("p100-4x4"), AnalyticCostModel(),
+               SearchOptions(iterations=30, seed=1), log_path=log)
+    log.write_bytes(log.read_bytes()[:read_search_log(log).record_offsets[-1]])  # unfinished
+
+    code, _, err = run(capsys, "search", "--resume", str(log), "-b", "64")
+    assert code == 2 and "is not a built-in one" in err and "--model" in err
+    assert not marker.exists()
+    code, out, _ = run(capsys, "search", "--resume", str(log))
+    assert code == 0 and not marker.exists()
+    hint = out[out.index("flextui simulate"):]
+    assert str(evil) not in hint and "-m MODEL.py" in hint

@@ -111,8 +111,9 @@ def _inputs(args, resume):
         if resume.final is not None:
             raise FlextuiError(f"{resume.path}: this search already finished "
                                f"({resume.final.reason}); start a new one with "
-                               f"--init and the strategy `flextui replay {resume.path} "
-                               "--export-strategy best.json` writes")
+                               "--init and the strategy `flextui replay "
+                               f"{shlex.quote(str(resume.path))} --export-strategy best.json` "
+                               "writes")
         _check_same(args, header)
         options = SearchOptions.from_dict(header.options, f"{resume.path} header")
         if args.budget:
@@ -130,10 +131,19 @@ def _inputs(args, resume):
 
 
 def _check_same(args, header) -> None:
-    """A resumed log must be resumed against the model and cluster it was started on."""
+    """A resumed log must be resumed against the model and cluster it was started on.
+    With -b/-o and no --model, the log's model is rebuilt to compare only when it is a
+    built-in one: a log is data, and never makes flextui import a model file it names."""
+    from flextui.graph.library import model_names
     from flextui.machine import load_named_cluster
     if args.model or args.option or args.batch_size:
-        args.model = args.model or header.graph.meta.get("model", header.graph.name)
+        logged = header.graph.meta.get("model", header.graph.name)
+        if not args.model and logged not in model_names():
+            raise FlextuiError(f"this search's model {logged!r:.80} is not a built-in one; "
+                               "to check -b/-o against it, name its file with --model (a log "
+                               "never makes flextui run a model file), or resume without "
+                               "-b/-o to use the log's own copy")
+        args.model = args.model or logged
         graph = load_graph(args)
         if graph.fingerprint != header.graph.fingerprint:
             raise FlextuiError(f"--model {args.model} is not the model this search ran on "
@@ -243,6 +253,22 @@ def _report(result, graph, cluster, cost_model, options, log_path, export, args,
     if note:
         console.print(f"[yellow]{note}[/]")
     if log_path:
-        console.print(f"log: {log_path}  (flextui replay {log_path} --headless)")
-    console.print(f"best strategy: {export}  (flextui simulate -m {summary['model']} "
-                  f"-c {cluster.name} --strategy {export})")
+        console.print(f"log: {log_path}  (flextui replay {shlex.quote(str(log_path))} "
+                      "--headless)")
+    console.print(f"best strategy: {export}  ({_simulate_hint(args, graph, cluster, export)})")
+
+
+def _simulate_hint(args, graph, cluster, export) -> str:
+    """The command that simulates the exported strategy. A model or cluster read from a
+    log is named only when it is a built-in one (a log's text is never offered as a
+    command); what the user typed is repeated, quoted."""
+    from flextui.graph.library import model_names
+    from flextui.machine import cluster_names
+    if args.resume:
+        logged = graph.meta.get("model", graph.name)
+        model = logged if logged in model_names() else "MODEL.py"
+        where = cluster.name if cluster.name in cluster_names() else "CLUSTER.toml"
+    else:
+        model, where = args.model, args.cluster or DEFAULT_CLUSTER
+    return " ".join(["flextui simulate -m", shlex.quote(model), "-c", shlex.quote(where),
+                     "--strategy", shlex.quote(str(export))])
