@@ -343,3 +343,24 @@ def test_a_log_never_makes_flextui_run_a_model_file(capsys, tmp_path, monkeypatc
     assert code == 0 and not marker.exists()
     hint = out[out.index("flextui simulate"):]
     assert str(evil) not in hint and "-m MODEL.py" in hint
+
+
+# -- what the output says ------------------------------------------------------------------
+
+
+def test_exported_strategies_are_named_for_what_they_are(capsys, tmp_path):
+    log, best, again, step = (tmp_path / n for n in ("run.ffsearch", "best.json", "again.json",
+                                                     "step.json"))
+    assert run(capsys, "search", "-m", "lenet", "--budget", "200", "--seed", "4", "--out",
+               str(log), "--export-strategy", str(best))[0] == 0
+    assert json.loads(best.read_text())["name"] == "searched (seed 4)"
+    assert run(capsys, "replay", str(log), "--export-strategy", str(again))[0] == 0
+    assert json.loads(again.read_text())["name"] == "searched (seed 4)"
+    code, out, _ = run(capsys, "replay", str(log), "--step", "50", "--export-strategy", str(step))
+    assert code == 0 and json.loads(step.read_text())["name"] == "searched (seed 4, step 50)"
+    code, sim, _ = run(capsys, "simulate", "-m", "lenet", "--strategy", str(step), "--json")
+    cost = json.loads(sim)["cost_s"]
+    assert code == 0 and json.loads(sim)["strategy"] == "searched (seed 4, step 50)"
+    assert f"strategy after step 50 of chain 0: {cost * 1e3:.3f} ms" in " ".join(out.split())
+    code, out, _ = run(capsys, "replay", str(log), "--step", "50", "--json")
+    assert code == 0 and json.loads(out)["step"] == {"chain": 0, "iteration": 50, "cost_s": cost}

@@ -47,26 +47,33 @@ def cmd_replay(args: argparse.Namespace, console: Console) -> None:
 def _replay_headless(args: argparse.Namespace, console: Console) -> None:
     from flextui.cost import cost_model_from_identity
     from flextui.search.log import read_search_log
+    from flextui.search.files import searched_strategy_name
     from flextui.search.options import SearchOptions
     from flextui.search.summary import log_summary, search_simulator
     from flextui.sim.trace import write_trace
-    from flextui.strategy import save_strategy
+    from flextui.strategy import Strategy, save_strategy
     log = read_search_log(args.log)
     header = log.header
     cost_model = cost_model_from_identity(header.cost_model)
     summary = log_summary(log, cost_model)
-    strategy = summary.pop("best")
+    strategy = Strategy(summary.pop("best"), name=searched_strategy_name(header.seed))
     if args.step is not None:
-        strategy = log.strategy_at(args.chain or 0, args.step)
+        chain = args.chain or 0
+        strategy = log.strategy_at(chain, args.step)
+        if args.step > 0:   # step 0 is the chain's initial strategy, named for what it is
+            strategy = Strategy(strategy, searched_strategy_name(header.seed, chain, args.step))
     elif args.chain is not None:
         raise FlextuiError("--chain goes with --step")
     if args.export_strategy:
         save_strategy(args.export_strategy, strategy, header.graph, header.cluster)
-    if args.trace:
+    if args.trace or args.step is not None:
         options = SearchOptions.from_dict(header.options, str(log.path))
         timeline = search_simulator(header.graph, header.cluster, cost_model,
                                     options).simulate(strategy)
-        write_trace(args.trace, timeline)
+        if args.trace:
+            write_trace(args.trace, timeline)
+        if args.step is not None:
+            summary["step"] = {"chain": chain, "iteration": args.step, "cost_s": timeline.cost}
     if args.json:
         emit_json(summary)
         return
@@ -95,7 +102,12 @@ def _print(summary, strategy, header, console: Console) -> None:
         table.add_row(f"{row['elapsed_s']:.2f} s", str(row["chain"]), f"{row['iteration']:,}",
                       f"{row['best_s'] * 1e3:.3f} ms")
     console.print(table)
-    table = Table(title="best strategy (ops not split over the sample dim only)")
+    step = summary.get("step")
+    if step is not None:
+        console.print(f"strategy after step {step['iteration']:,} of chain {step['chain']}: "
+                      f"{step['cost_s'] * 1e3:.3f} ms ({strategy.name})")
+    table = Table(title=f"{'this' if step else 'best'} strategy (ops not split over the sample "
+                  "dim only)")
     for col in ("op", "degrees", "devices"):
         table.add_column(col)
     for op in header.graph.ops:

@@ -210,9 +210,10 @@ def _chosen(result, options) -> tuple:
 
 def _export(result, graph, cluster, options, export):
     """Write the chosen strategy to ``export``; the note about it."""
+    from flextui.search.files import searched_strategy_name
     from flextui.strategy import Strategy, save_strategy
     chosen, note = _chosen(result, options)
-    chosen = Strategy(chosen, name=f"searched (seed {options.seed})")
+    chosen = Strategy(chosen, name=searched_strategy_name(options.seed))
     save_strategy(export, chosen, graph, cluster)
     return note
 

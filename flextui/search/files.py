@@ -1,5 +1,6 @@
-"""Where a search's files go by default: the log and the exported best strategy, named
-after the model and cluster (shared by ``flextui search`` and the app)."""
+"""Where a search's files go by default and what they are called: the log and the
+exported strategy, named after the model and cluster (shared by ``flextui search``,
+``flextui replay`` and the app)."""
 
 from __future__ import annotations
 
@@ -31,3 +32,12 @@ def default_export_path(log_path: str | Path | None, graph: OpGraph, cluster: Cl
     if log_path is not None:
         return Path(log_path).with_suffix(".best.json")
     return Path(f"{run_name(graph, cluster)}.best.json")
+
+
+def searched_strategy_name(seed: int, chain: int | None = None, step: int | None = None) -> str:
+    """The name of a strategy a search found, as exported: what it is ("searched (seed 3)",
+    or "searched (seed 3, chain 1, step 200)" for a chain's strategy after a given step),
+    never the name of the strategy the chain started from."""
+    where = "".join(f", {what} {n}" for what, n in (("chain", chain or None), ("step", step))
+                    if n is not None)
+    return f"searched (seed {seed}{where})"

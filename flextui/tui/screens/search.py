@@ -19,7 +19,7 @@ from flextui.cost.model import CostModel
 from flextui.errors import FlextuiError
 from flextui.graph import OpGraph
 from flextui.machine import Cluster
-from flextui.search.files import default_export_path
+from flextui.search.files import default_export_path, searched_strategy_name
 from flextui.search.live import LiveSearch
 from flextui.search.options import SearchOptions
 from flextui.search.playback import Playback
@@ -190,7 +190,7 @@ class SearchScreen(Screen):
             return
         setup = self.setup
         path = default_export_path(self.log_path, setup.graph, setup.cluster)
-        strategy = Strategy(self.view.best, name=f"searched (seed {setup.options.seed})")
+        strategy = Strategy(self.view.best, name=searched_strategy_name(setup.options.seed))
         try:
             save_strategy(path, strategy, setup.graph, setup.cluster)
         except (OSError, FlextuiError) as exc:
