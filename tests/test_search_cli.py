@@ -53,11 +53,21 @@ def test_memory_budget_picks_the_fastest_that_fits(capsys, tmp_path):
                        str(tmp_path / "b.json"), "--json")
     data = json.loads(out)
     assert code == 0
-    fitting = [p for p in data["frontier"] if p["memory_bytes"] <= 1.9 * 2**20]
+    budget = data["memory_budget_bytes"]
+    assert budget == int(1.9 * 2**20)
+    fitting = [p for p in data["frontier"] if p["memory_bytes"] <= budget]
     if fitting:
         assert data["note"] is None
+        assert data["strategy_memory_bytes"] <= budget
+        assert data["strategy_s"] == min(p["time_s"] for p in fitting)
     else:
         assert "fits the memory budget" in data["note"]
+    code, out, _ = run(capsys, "search", "-m", "lenet", "--budget", "200", "--no-log",
+                       "--memory-budget", "1.9MiB", "--export-strategy",
+                       str(tmp_path / "b.json"))
+    used = data["strategy_memory_bytes"] / 2**20
+    assert code == 0 and f"needs {used:.1f} MiB on its fullest device, within the 1.9 MiB " \
+        "budget" in " ".join(out.split())
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -209,13 +209,13 @@ def _chosen(result, options) -> tuple:
 
 
 def _export(result, graph, cluster, options, export):
-    """Write the chosen strategy to ``export``; the note about it."""
+    """Write the chosen strategy to ``export``; it and the note about it."""
     from flextui.search.files import searched_strategy_name
     from flextui.strategy import Strategy, save_strategy
     chosen, note = _chosen(result, options)
     chosen = Strategy(chosen, name=searched_strategy_name(options.seed))
     save_strategy(export, chosen, graph, cluster)
-    return note
+    return chosen, note
 
 
 def _log_failure(failed, graph, cluster, options, export, log_path) -> FlextuiError:
@@ -234,10 +234,12 @@ def _log_failure(failed, graph, cluster, options, export, log_path) -> FlextuiEr
 
 
 def _report(result, graph, cluster, cost_model, options, log_path, export, args, console):
-    from flextui.search.summary import search_summary
-    note = _export(result, graph, cluster, options, export)
+    from flextui.search.summary import search_summary, strategy_figures
+    from flextui.sim.gantt import format_bytes
+    chosen, note = _export(result, graph, cluster, options, export)
     summary = search_summary(result, graph, cluster, cost_model, options)
-    summary.update(log=str(log_path) if log_path else None, strategy=str(export), note=note)
+    summary.update(log=str(log_path) if log_path else None, strategy=str(export), note=note,
+                   **strategy_figures(chosen, graph, cluster, cost_model, options))
     if args.json:
         emit_json(summary)
         return
@@ -251,6 +253,12 @@ def _report(result, graph, cluster, cost_model, options, log_path, export, args,
         f"expert {summary['expert_s'] * 1e3:.3f} ms; acceptance {summary['acceptance_rate']:.0%}; "
         f"no strategy is faster than {summary['lower_bound_s'] * 1e3:.3f} ms (its compute "
         "spread evenly over the devices)")
+    if options.memory_budget:
+        budget, used = summary["memory_budget_bytes"], summary["strategy_memory_bytes"]
+        console.print(f"memory: the exported strategy ({summary['strategy_s'] * 1e3:.3f} ms) "
+                      f"needs {format_bytes(used)} on its fullest device, "
+                      f"{'within' if used <= budget else 'over'} the {format_bytes(budget)} "
+                      "budget")
     if note:
         console.print(f"[yellow]{note}[/]")
     if log_path:

@@ -13,7 +13,7 @@ from flextui.search.options import SearchOptions
 from flextui.search.runner import SearchResult
 from flextui.search.workbound import work_lower_bound
 from flextui.sim import Simulator
-from flextui.strategy import builtin_strategy
+from flextui.strategy import Strategy, builtin_strategy
 
 
 def search_simulator(graph: OpGraph, cluster: Cluster, cost_model: CostModel,
@@ -55,6 +55,16 @@ def search_summary(result: SearchResult, graph: OpGraph, cluster: Cluster,
                    for c in result.chains],
         "frontier": _frontier(result.frontier),
     }
+
+
+def strategy_figures(strategy: Strategy, graph: OpGraph, cluster: Cluster,
+                     cost_model: CostModel, options: SearchOptions) -> dict[str, Any]:
+    """A strategy as the search sees it: its simulated cost, the memory of its fullest
+    device and the search's memory budget (None without one), to compare the two."""
+    timeline = search_simulator(graph, cluster, cost_model, options).simulate(strategy)
+    return {"strategy_s": timeline.cost,
+            "strategy_memory_bytes": max(d.memory.total for d in timeline.devices),
+            "memory_budget_bytes": options.memory_budget}
 
 
 def best_over_time(log: SearchLog) -> list[dict[str, float]]:
