@@ -374,3 +374,16 @@ def test_exported_strategies_are_named_for_what_they_are(capsys, tmp_path):
     assert f"strategy after step 50 of chain 0: {cost * 1e3:.3f} ms" in " ".join(out.split())
     code, out, _ = run(capsys, "replay", str(log), "--step", "50", "--json")
     assert code == 0 and json.loads(out)["step"] == {"chain": 0, "iteration": 50, "cost_s": cost}
+
+
+def test_a_resumed_search_counts_the_time_it_ran_before(capsys, tmp_path):
+    log, torn = tmp_path / "run.ffsearch", tmp_path / "torn.ffsearch"
+    assert run(capsys, "search", "-m", "lenet", "--budget", "600", "--no-early-stop", "--out",
+               str(log), "--json")[0] == 0
+    torn.write_bytes(log.read_bytes()[:read_search_log(log).record_offsets[-1]])
+    unfinished = read_search_log(torn)
+    ran = max(e.elapsed for e in unfinished.steps)
+    code, out, _ = run(capsys, "search", "--resume", str(torn), "--json")
+    data = json.loads(out)
+    assert code == 0 and data["iterations"] == 600
+    assert data["elapsed_s"] >= ran and read_search_log(torn).final.elapsed == data["elapsed_s"]

@@ -286,6 +286,15 @@ class SearchLog:
             return cp.current
         return Strategy(current, cp.current.name)
 
+    @property
+    def elapsed(self) -> float:
+        """How long the logged search ran (seconds): its final record's time, else the
+        latest time any chain recorded."""
+        if self.final is not None:
+            return self.final.elapsed
+        return max([e.elapsed for e in self.steps] + [cp.elapsed for cp in self.checkpoints],
+                   default=0.0)
+
     def best_strategy(self) -> tuple[Strategy, float]:
         """The best strategy and its cost: from the final record, else the best of what
         the checkpoints and accepted steps recorded."""

@@ -323,7 +323,8 @@ def run_search(graph: OpGraph, cluster: Cluster, cost_model: CostModel,
     if resume is not None:
         for step in resume.steps:
             collector.accepted[step.chain] = collector.accepted.get(step.chain, 0) + step.accepted
-    started = time.monotonic()
+    # a resumed search's time counts what the log already ran
+    started = time.monotonic() - (resume.elapsed if resume is not None else 0.0)
     try:
         starts = chain_starts(options, graph, sim_cluster, cost_model, initial, resume)
         if options.chains == 1 and not processes:

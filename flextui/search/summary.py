@@ -97,7 +97,7 @@ def log_summary(log: SearchLog, cost_model: CostModel) -> dict[str, Any]:
         "reason": final.reason if final else None, "truncated": log.truncated,
         "iterations": len(steps),
         "acceptance_rate": sum(e.accepted for e in steps) / max(1, len(steps)),
-        "elapsed_s": final.elapsed if final else max((e.elapsed for e in steps), default=0.0),
+        "elapsed_s": log.elapsed,
         "best_s": best_cost, "data_parallel_s": baselines["data-parallel"],
         "expert_s": baselines["expert"],
         "speedup_over_data_parallel": baselines["data-parallel"] / best_cost,
