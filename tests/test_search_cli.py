@@ -387,3 +387,16 @@ def test_a_resumed_search_counts_the_time_it_ran_before(capsys, tmp_path):
     data = json.loads(out)
     assert code == 0 and data["iterations"] == 600
     assert data["elapsed_s"] >= ran and read_search_log(torn).final.elapsed == data["elapsed_s"]
+
+
+def test_a_search_with_no_arguments_says_what_it_runs(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("flextui.cli.search.DEFAULT_BUDGET", "20")
+    code, _, err = run(capsys, "search")
+    assert code == 0 and ("flextui: searching alexnet on p100-4x4, budget 20 (model, cluster, "
+                          "budget by default; choose with --model, --cluster, --budget)") in err
+    code, _, err = run(capsys, "search", "-m", "lenet", "-c", "p100-4x4", "--budget", "20",
+                       "--no-log", "--export-strategy", "b.json")
+    assert code == 0 and "searching" not in err
+    code, _, err = run(capsys, "search", "--init", "nosuch.json")   # bad input: one line
+    assert code == 2 and err.count("\n") == 1 and "searching" not in err

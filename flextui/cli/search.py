@@ -75,6 +75,7 @@ def cmd_search(args: argparse.Namespace, console: Console) -> int:
               "without a C compiler, or FLEXTUI_PURE_PYTHON is set), so the search runs "
               "several times slower; install gcc and reinstall flextui", file=sys.stderr)
     resume = read_search_log(args.resume) if args.resume else None
+    notice = None if resume else _defaults_notice(args)
     graph, cluster, cost_model, options, initial = _inputs(args, resume)
     log_path = None if (args.no_log or resume) else _log_path(args, graph, cluster)
     export = Path(args.export_strategy) if args.export_strategy else \
@@ -83,7 +84,7 @@ def cmd_search(args: argparse.Namespace, console: Console) -> int:
     try:
         with stop_on_signals(stop) as caught:
             result = _run(graph, cluster, cost_model, options, initial, log_path, resume, args,
-                          console, stop)
+                          console, stop, notice)
     except SearchLogFailed as failed:
         raise _log_failure(failed, graph, cluster, options, export,
                            log_path or resume.path) from None
@@ -130,6 +131,17 @@ def _inputs(args, resume):
     return graph, cluster, cost_model, given, initial
 
 
+def _defaults_notice(args) -> str | None:
+    """A line saying what a new search runs on that the user did not choose, if anything."""
+    defaulted = [what for what, given in (("model", args.model), ("cluster", args.cluster),
+                                          ("budget", args.budget)) if not given]
+    if not defaulted:
+        return None
+    return (f"flextui: searching {args.model or DEFAULT_MODEL} on "
+            f"{args.cluster or DEFAULT_CLUSTER}, budget {args.budget or DEFAULT_BUDGET} "
+            f"({', '.join(defaulted)} by default; choose with --model, --cluster, --budget)")
+
+
 def _check_same(args, header) -> None:
     """A resumed log must be resumed against the model and cluster it was started on.
     With -b/-o and no --model, the log's model is rebuilt to compare only when it is a
@@ -163,22 +175,29 @@ def _log_path(args, graph, cluster) -> Path:
     return Path(args.out) if args.out else default_log_path(graph, cluster)
 
 
-def _run(graph, cluster, cost_model, options, initial, log_path, resume, args, console, stop):
+def _run(graph, cluster, cost_model, options, initial, log_path, resume, args, console, stop,
+         notice=None):
     from flextui.search import run_search
-    progress = _Progress(console, options, quiet=args.json)
+    progress = _Progress(console, options, quiet=args.json, notice=notice)
     return run_search(graph, cluster, cost_model, options, initial=initial, log_path=log_path,
                       resume=resume, on_events=progress.update, stop=stop)
 
 
 class _Progress:
-    """A line of progress per second: to a terminal, rewritten in place; piped, appended."""
+    """A line of progress per second: to a terminal, rewritten in place; piped, appended.
+    A ``notice`` goes to stderr with the first steps: once the search runs, so bad input
+    still ends in its one line."""
 
-    def __init__(self, console: Console, options, quiet: bool) -> None:
-        self.console, self.options, self.quiet = console, options, quiet
+    def __init__(self, console: Console, options, quiet: bool,
+                 notice: str | None = None) -> None:
+        self.console, self.options, self.quiet, self.notice = console, options, quiet, notice
         self.latest: dict[int, object] = {}
         self.shown = 0.0
 
     def update(self, events) -> None:
+        if self.notice:
+            print(self.notice, file=sys.stderr)
+            self.notice = None
         for e in events:
             self.latest[e.chain] = e
         now = time.monotonic()
