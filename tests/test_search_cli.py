@@ -400,3 +400,24 @@ def test_a_search_with_no_arguments_says_what_it_runs(capsys, tmp_path, monkeypa
     assert code == 0 and "searching" not in err
     code, _, err = run(capsys, "search", "--init", "nosuch.json")   # bad input: one line
     assert code == 2 and err.count("\n") == 1 and "searching" not in err
+
+
+def test_the_progress_line_rewritten_in_place_leaves_no_stale_characters():
+    import io
+
+    from rich.console import Console
+
+    from flextui.cli.search import _Progress
+    from flextui.search import SearchOptions
+    from flextui.search.events import StepEvent
+    from flextui.strategy import ParallelConfig
+    screen = io.StringIO()
+    progress = _Progress(Console(file=screen, force_terminal=True, width=200), SearchOptions(),
+                         quiet=False)
+    config = ParallelConfig((1,), (0,))
+    for iteration, elapsed, best in ((100_000, 1.0, 123.456), (10, 10.0, 0.001)):
+        progress.shown = float("-inf")
+        progress.update([StepEvent(0, iteration, elapsed, 0, config, best, best, best, True, 0)])
+    first, second = screen.getvalue().split("\r")[:2]
+    assert "13 steps/ss" not in second and len(second) >= len(first)
+    assert second.rstrip().endswith("1 steps/s")

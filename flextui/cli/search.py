@@ -193,6 +193,7 @@ class _Progress:
         self.console, self.options, self.quiet, self.notice = console, options, quiet, notice
         self.latest: dict[int, object] = {}
         self.shown = 0.0
+        self.width = 0      # of the longest line shown in place, which a shorter one covers
 
     def update(self, events) -> None:
         if self.notice:
@@ -210,7 +211,9 @@ class _Progress:
         line = (f"{elapsed:6.1f}s  {iterations:>8,} steps  best {best * 1e3:.3f} ms  "
                 f"{iterations / max(elapsed, 1e-9):,.0f} steps/s")
         if self.console.is_terminal:
-            self.console.print(line, end="\r", highlight=False, soft_wrap=True)
+            self.width = max(self.width, len(line))
+            self.console.print(line.ljust(self.width), end="\r", highlight=False,
+                               soft_wrap=True)
         else:
             self.console.print(line, highlight=False, soft_wrap=True)
 
