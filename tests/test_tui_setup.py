@@ -108,6 +108,7 @@ async def test_changing_model_batch_size_and_cluster_updates_the_summary():
     ("batch-size", "0", "model", "batch size must be at least 1"),
     ("budget", "soon", "options", "give a number of iterations"),
     ("workers", "0", "options", "workers must be at least 1"),
+    ("nodes", "100000", "cluster", "over flextui's limit of 65,536"),
     ("cluster-path", "nowhere.toml", "cluster", "no such cluster file"),
     ("model-path", "nowhere/model.py", "model", "does not exist")])
 async def test_bad_values_show_inline_and_do_not_start(name, value, part_name, text):

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from flextui.errors import ClusterError
+from flextui.limits import DEVICES, LINKS, NAME_CHARS, TEXT_CHARS
 from flextui.machine.routes import Router
 
 __all__ = ["DTYPES", "DeviceSpec", "Device", "Link", "Cluster"]
@@ -46,24 +47,27 @@ class DeviceSpec:
 
     def __post_init__(self) -> None:
         if not isinstance(self.kind, str) or not self.kind:
-            raise ClusterError(f"device kind must be a non-empty name, found {self.kind!r}")
+            raise ClusterError(f"device kind must be a non-empty name, found {self.kind!r:.60}")
+        if NAME_CHARS.problem(len(self.kind)):
+            raise ClusterError(f"device kind {self.kind[:40]!r}...: "
+                               f"{NAME_CHARS.problem(len(self.kind))}")
         if not (isinstance(self.memory_bytes, int) and not isinstance(self.memory_bytes, bool)
                 and self.memory_bytes > 0):
             raise ClusterError(f"device kind {self.kind!r}: memory must be a positive whole "
-                               f"number of bytes, found {self.memory_bytes!r}")
+                               f"number of bytes, found {self.memory_bytes!r:.60}")
         if not isinstance(self.peak_flops, dict) or "float32" not in self.peak_flops:
             raise ClusterError(f"device kind {self.kind!r}: peak_flops must give at least "
-                               f"float32, found {self.peak_flops!r}")
+                               f"float32, found {self.peak_flops!r:.60}")
         for dtype, rate in self.peak_flops.items():
             if dtype not in DTYPES:
                 raise ClusterError(f"device kind {self.kind!r}: peak_flops has unknown dtype "
-                                   f"{dtype!r}; use {', '.join(DTYPES)}")
+                                   f"{dtype!r:.60}; use {', '.join(DTYPES)}")
             if not _positive(rate):
                 raise ClusterError(f"device kind {self.kind!r}: peak_flops.{dtype} must be "
-                                   f"positive, found {rate!r}")
+                                   f"positive, found {rate!r:.60}")
         if not _positive(self.mem_bandwidth):
             raise ClusterError(f"device kind {self.kind!r}: mem_bandwidth must be positive, "
-                               f"found {self.mem_bandwidth!r}")
+                               f"found {self.mem_bandwidth!r:.60}")
         # Own copy (never alias the caller's dict), floats, canonical dtype order.
         flops = {d: float(self.peak_flops[d]) for d in DTYPES if d in self.peak_flops}
         object.__setattr__(self, "peak_flops", flops)
@@ -137,7 +141,13 @@ class Cluster:
 
     def _validate(self) -> None:
         if not isinstance(self.name, str) or not self.name:
-            raise ClusterError(f"a cluster needs a non-empty name, found {self.name!r}")
+            raise ClusterError(f"a cluster needs a non-empty name, found {self.name!r:.60}")
+        if NAME_CHARS.problem(len(self.name)):
+            raise ClusterError(f"cluster name {self.name[:40]!r}...: "
+                               f"{NAME_CHARS.problem(len(self.name))}")
+        if not isinstance(self.description, str) or TEXT_CHARS.problem(len(self.description)):
+            self._fail(f"description: expected a string of at most {TEXT_CHARS.value:,} "
+                       "characters")
         if not self.devices:
             self._fail("has no compute devices; declare at least one")
         names: set[str] = set()
@@ -150,7 +160,8 @@ class Cluster:
                            f"ids must be 0..n-1 in order")
             self._check_name(d.name, names, "device")
             if not (isinstance(d.node, int) and not isinstance(d.node, bool) and d.node >= 0):
-                self._fail(f"device {d.name!r}: node must be a whole number >= 0, found {d.node!r}")
+                self._fail(f"device {d.name!r}: node must be a whole number >= 0, "
+                           f"found {d.node!r:.60}")
             known = kinds.setdefault(d.spec.kind, d.spec)
             if known != d.spec:
                 self._fail(f"device {d.name!r}: two different specs share the kind "
@@ -165,30 +176,37 @@ class Cluster:
             if link.id != i:
                 self._fail(f"link {link.name!r} has id {link.id} but is number {i} in the list; "
                            f"ids must be 0..m-1 in order")
+            if not isinstance(link.name, str) or len(link.name) > 2 * NAME_CHARS.value + 2:
+                self._fail(f"links[{i}]: a link's name is its ends' names joined by '->', "
+                           f"found {link.name!r:.60}")
             if link.name in link_names:
                 self._fail(f"two links are named {link.name!r}")
             link_names.add(link.name)
             for end in (link.src, link.dst):
                 if end not in names:
-                    self._fail(f"link {link.name!r} ends at {end!r}, which is neither a device "
-                               f"nor a switch")
+                    self._fail(f"link {link.name!r} ends at {end!r:.60}, which is neither a "
+                               f"device nor a switch")
             if link.src == link.dst:
                 self._fail(f"link {link.name!r} connects {link.src!r} to itself")
             if (link.src, link.dst) in pairs:
                 self._fail(f"two links go from {link.src!r} to {link.dst!r}; declare one link "
                            f"with their combined bandwidth")
             pairs.add((link.src, link.dst))
-            if not isinstance(link.kind, str) or not link.kind:
-                self._fail(f"link {link.name!r}: kind must be a non-empty name")
+            if not isinstance(link.kind, str) or not link.kind \
+                    or NAME_CHARS.problem(len(link.kind)):
+                self._fail(f"link {link.name!r}: kind must be a non-empty name of at most "
+                           f"{NAME_CHARS.value} characters")
             if not _positive(link.bandwidth):
                 self._fail(f"link {link.name!r}: bandwidth must be positive, "
-                           f"found {link.bandwidth!r}")
+                           f"found {link.bandwidth!r:.60}")
             if not (_is_number(link.latency) and math.isfinite(link.latency) and link.latency >= 0):
-                self._fail(f"link {link.name!r}: latency must be >= 0, found {link.latency!r}")
+                self._fail(f"link {link.name!r}: latency must be >= 0, found {link.latency!r:.60}")
 
     def _check_name(self, name: object, names: set[str], what: str) -> None:
-        if not isinstance(name, str) or not name or "->" in name or name != name.strip():
-            self._fail(f"{what} name {name!r} is not valid (non-empty, no spaces around, no '->')")
+        if not isinstance(name, str) or not name or "->" in name or name != name.strip() \
+                or NAME_CHARS.problem(len(name)):
+            self._fail(f"{what} name {name!r:.60} is not valid (non-empty, at most "
+                       f"{NAME_CHARS.value} characters, no spaces around, no '->')")
         if name in names:
             self._fail(f"the name {name!r} is used twice (device and switch names must be unique)")
         names.add(name)
@@ -325,6 +343,9 @@ class Cluster:
     def _from_dict(cls, d: Any) -> "Cluster":
         if not isinstance(d, dict):
             raise ClusterError(f"cluster data must be a mapping, found {type(d).__name__}")
+        for limit, key in ((DEVICES, "devices"), (LINKS, "links")):
+            if isinstance(d.get(key), list) and limit.problem(len(d[key])):
+                raise ClusterError(f"cluster data: {key}: {limit.problem(len(d[key]))}")
         specs: dict[str, DeviceSpec] = {}
         for kind, s in d["device_kinds"].items():
             flops = s["peak_flops"]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from flextui.limits import DEVICES, LINKS
 from flextui.machine.fields import what
 from flextui.machine.layout import Layout
 
@@ -12,7 +13,16 @@ DEVICE_KEYS = ("name", "kind", "node")
 
 
 def build_explicit(data: dict, layout: Layout) -> None:
-    """Lay out the devices, switches and links of ``data`` (which has [[devices]])."""
+    """Lay out the devices, switches and links of ``data`` (which has [[devices]]),
+    counted against flextui's limits first."""
+    f = layout.fields
+    devices, links = data["devices"], data.get("links", [])
+    if isinstance(devices, list):
+        f.within(DEVICES, len(devices), "devices")
+    if isinstance(links, list):
+        directed = sum(1 if isinstance(t, dict) and t.get("duplex") is False else 2
+                       for t in links)
+        f.within(LINKS, directed, "links")
     names: dict[str, str] = {}      # device or switch name -> the field that declared it
     _devices(data["devices"], layout, names)
     _switches(data.get("switches", []), layout, names)

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import difflib
 import re
+import reprlib
 from typing import Any, Callable, NoReturn
 
 from flextui.errors import ClusterError
+from flextui.limits import NAME_CHARS, Limit, integer_problem
 from flextui.machine.units import parse_bandwidth, parse_duration
 
 __all__ = ["Fields", "what"]
@@ -16,13 +18,20 @@ __all__ = ["Fields", "what"]
 LINK_KEYS = ("a", "b", "kind", "bandwidth", "latency", "duplex")
 
 _NAME = re.compile(r"^[^\s]+$")
+_SHORT = reprlib.Repr()
+_SHORT.maxstring = _SHORT.maxlong = _SHORT.maxother = 60
 
 
 def what(value: object) -> str:
-    """``value`` as an error message shows it: its repr and its TOML type."""
+    """``value`` as an error message shows it: its repr (cut at 60 characters, so a huge
+    value cannot flood the message) and its TOML type."""
     names = {str: "a string", bool: "a boolean", int: "an integer", float: "a number",
              dict: "a table", list: "an array"}
-    return f"{value!r} ({names.get(type(value), type(value).__name__)})"
+    try:
+        shown = _SHORT.repr(value)
+    except ValueError:  # an integer of thousands of digits has no repr
+        shown = "a number too large to show"
+    return f"{shown} ({names.get(type(value), type(value).__name__)})"
 
 
 class Fields:
@@ -45,11 +54,12 @@ class Fields:
         """Refuse keys not in ``allowed`` (usually typos), suggesting the closest one."""
         for key in table:
             if key not in allowed:
-                path = f"{field}.{key}" if field else key
-                close = difflib.get_close_matches(str(key), allowed, n=1)
+                shown = str(key)[:60]
+                path = f"{field}.{shown}" if field else shown
+                close = difflib.get_close_matches(shown, allowed, n=1)
                 hint = f"did you mean {close[0]!r}? " if close else ""
                 where = f"[{field}]" if field else "the top level"
-                self.fail(path, f"unknown key {key!r}; {hint}{where} takes "
+                self.fail(path, f"unknown key {shown!r}; {hint}{where} takes "
                                 f"{', '.join(allowed)}")
 
     def required(self, table: dict, key: str, field: str, example: str) -> Any:
@@ -58,9 +68,17 @@ class Fields:
             self.fail(path, f"missing required field {path!r}; add e.g. {example}")
         return table[key]
 
+    def within(self, limit: Limit, found: int, field: str, counted: str = "") -> None:
+        """Refuse ``found`` over one of flextui's limits; ``counted`` says what was counted."""
+        problem = limit.problem(found)
+        if problem is not None:
+            self.fail(field, counted + problem)
+
     def string(self, value: object, field: str) -> str:
+        """A non-empty string no longer than a name may be."""
         if not isinstance(value, str) or not value.strip():
             self.fail(field, f"expected a non-empty string, found {what(value)}")
+        self.within(NAME_CHARS, len(value), field)
         return value
 
     def name(self, value: object, field: str) -> str:
@@ -70,6 +88,8 @@ class Fields:
         return value
 
     def integer(self, value: object, field: str, minimum: int) -> int:
+        if isinstance(value, int) and not isinstance(value, bool) and integer_problem(value):
+            self.fail(field, integer_problem(value))
         if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
             self.fail(field, f"expected a whole number >= {minimum}, found {what(value)}; "
                              f"write e.g. {field.rsplit('.', 1)[-1]} = {max(minimum, 4)}")
@@ -88,7 +108,9 @@ class Fields:
         except ValueError as e:
             self.fail(field, str(e))
         if positive and result <= 0:
-            self.fail(field, f"{value!r} must be greater than zero")
+            self.fail(field, f"{value!r:.60} must be greater than zero")
+        if isinstance(result, int) and integer_problem(result):
+            self.fail(field, integer_problem(result))
         return result
 
     def array_of_tables(self, value: object, field: str) -> list[dict]:

@@ -84,6 +84,7 @@ import tomllib
 from pathlib import Path
 
 from flextui.errors import ClusterError
+from flextui.limits import TEXT_CHARS, nesting_problem, parsing
 from flextui.machine.cluster import DTYPES, Cluster, DeviceSpec
 from flextui.machine.explicit import build_explicit
 from flextui.machine.fields import Fields, what
@@ -112,10 +113,11 @@ def load_cluster(path: str | Path) -> Cluster:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise ClusterError(f"{p}: not a UTF-8 text file; a cluster file is TOML text") from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        raise ClusterError(f"{p}: TOML syntax error: {e}") from None
+    with parsing(str(p)):
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as e:
+            raise ClusterError(f"{p}: TOML syntax error: {e}") from None
     return parse_cluster(data, str(p))
 
 
@@ -124,12 +126,16 @@ def parse_cluster(data: dict, source: str = "<cluster>") -> Cluster:
     f = Fields(source)
     if not isinstance(data, dict):
         f.fail("", f"a cluster description must be a table, found {what(data)}")
+    nesting = nesting_problem(data)
+    if nesting is not None:
+        f.fail("", nesting)
     f.check_keys(data, TOP_KEYS, "")
     default_name = Path(source).stem if source and not source.startswith("<") else "cluster"
     name = f.string(data.get("name", default_name), "name")
     description = data.get("description", "")
     if not isinstance(description, str):
         f.fail("description", f"expected a string, found {what(description)}")
+    f.within(TEXT_CHARS, len(description), "description")
     specs = _device_kinds(f, f.required(data, "device_kinds", "",
                                         '[device_kinds.P100] with memory, peak_flops and '
                                         'mem_bandwidth'))
@@ -161,7 +167,7 @@ def _device_kinds(f: Fields, value: object) -> dict[str, DeviceSpec]:
                                "memory, peak_flops and mem_bandwidth")
     specs: dict[str, DeviceSpec] = {}
     for kind, spec in kinds.items():
-        field = f"device_kinds.{kind}"
+        field = f"device_kinds.{f.string(kind, 'device_kinds')}"
         spec = f.table(spec, field)
         f.check_keys(spec, KIND_KEYS, field)
         memory = f.quantity(parse_bytes, f.required(spec, "memory", field, 'memory = "16GiB"'),

@@ -18,6 +18,8 @@ from __future__ import annotations
 import math
 import re
 
+from flextui.limits import integer_problem
+
 __all__ = ["parse_bytes", "parse_bandwidth", "parse_duration", "parse_flops"]
 
 _NUMBER = r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
@@ -30,20 +32,25 @@ _BINARY = {"ki": 2**10, "mi": 2**20, "gi": 2**30, "ti": 2**40, "pi": 2**50, "ei"
 def _split(value: object, what: str, example: str) -> tuple[float, str]:
     """(number, unit) from a number or a string; numbers have an empty unit."""
     if isinstance(value, bool):
-        raise ValueError(f"{value!r} is not {what}; write e.g. {example}")
+        raise ValueError(f"{value!r:.60} is not {what}; write e.g. {example}")
+    if isinstance(value, int) and integer_problem(value):
+        raise ValueError(f"{integer_problem(value)}; write e.g. {example}")
     if isinstance(value, (int, float)):
         number, unit = float(value), ""
     elif isinstance(value, str):
-        m = _QUANTITY.match(value)
+        m = _QUANTITY.match(value) if len(value) <= 100 else None
         if not m:
-            raise ValueError(f"{value!r} is not {what}; write e.g. {example}")
+            raise ValueError(f"{value!r:.60} is not {what}; write e.g. {example}")
         number, unit = float(m["num"]), m["unit"]
     else:
-        raise ValueError(f"{value!r} (a {type(value).__name__}) is not {what}; write e.g. {example}")
+        raise ValueError(f"{value!r:.60} (a {type(value).__name__}) is not {what}; "
+                         f"write e.g. {example}")
     if not math.isfinite(number):
-        raise ValueError(f"{value!r} is not {what}: it must be a finite number; write e.g. {example}")
+        raise ValueError(f"{value!r:.60} is not {what}: it must be a finite number; "
+                         f"write e.g. {example}")
     if number < 0:
-        raise ValueError(f"{value!r} is not {what}: it must not be negative; write e.g. {example}")
+        raise ValueError(f"{value!r:.60} is not {what}: it must not be negative; "
+                         f"write e.g. {example}")
     return number, unit
 
 
@@ -61,15 +68,15 @@ def parse_bytes(value: object) -> int:
     if unit == "":
         return round(number)
     if unit.endswith("b") or unit.lower().endswith("bit") or unit.lower().endswith("bits"):
-        raise ValueError(f"{value!r} is in bits, but sizes are in bytes; "
+        raise ValueError(f"{value!r:.60} is in bits, but sizes are in bytes; "
                          f"write a capital B, e.g. {_BYTES_EXAMPLE}")
     if unit.endswith("/s"):
-        raise ValueError(f"{value!r} is a bandwidth, not a size; write e.g. {_BYTES_EXAMPLE}")
+        raise ValueError(f"{value!r:.60} is a bandwidth, not a size; write e.g. {_BYTES_EXAMPLE}")
     if unit.endswith("B"):
         scale = _prefix(unit[:-1])
         if scale is not None:
             return round(number * scale)
-    raise ValueError(f"{value!r} is not a size in bytes (unknown unit {unit!r}); "
+    raise ValueError(f"{value!r:.60} is not a size in bytes (unknown unit {unit!r}); "
                      f"write e.g. {_BYTES_EXAMPLE}")
 
 
@@ -92,7 +99,7 @@ def parse_bandwidth(value: object) -> float:
     hint = ""
     if not unit.endswith("/s") and not unit.endswith("ps"):
         hint = " (a bandwidth needs a per-second unit)"
-    raise ValueError(f"{value!r} is not a bandwidth{hint}; write e.g. {_BANDWIDTH_EXAMPLE}")
+    raise ValueError(f"{value!r:.60} is not a bandwidth{hint}; write e.g. {_BANDWIDTH_EXAMPLE}")
 
 
 _DURATION_EXAMPLE = '"2us", "1.5 µs", "0.3ms" or 1e-6 (seconds)'
@@ -105,7 +112,7 @@ def parse_duration(value: object) -> float:
     number, unit = _split(value, "a duration", _DURATION_EXAMPLE)
     scale = _DURATION_UNITS.get(unit)
     if scale is None:
-        raise ValueError(f"{value!r} is not a duration (unknown unit {unit!r}); "
+        raise ValueError(f"{value!r:.60} is not a duration (unknown unit {unit!r}); "
                          f"write e.g. {_DURATION_EXAMPLE}")
     return number * scale
 
@@ -124,5 +131,5 @@ def parse_flops(value: object) -> float:
         scale = _DECIMAL.get((m["prefix"] or "").lower())
         if scale is not None:
             return number * scale
-    raise ValueError(f"{value!r} is not a FLOP/s rate (unknown unit {unit!r}); "
+    raise ValueError(f"{value!r:.60} is not a FLOP/s rate (unknown unit {unit!r}); "
                      f"write e.g. {_FLOPS_EXAMPLE}")

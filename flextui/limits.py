@@ -1,0 +1,125 @@
+"""The limits on what flextui reads, one definition each (the README's "Limits" table).
+
+Cluster files, strategy files and search logs come from people and from other machines;
+a few numbers in them decide how much work and memory reading them takes (a node count
+of 10**30, a name of 10 MB, a zlib bomb). Each such number has a limit here, checked
+where the value enters and before any work is done, so input over a limit ends in one
+message naming the file and the field, the limit and what to do, never in a hang.
+
+A :class:`Limit` says what is counted and how to stay within it; ``problem(found)`` is
+the phrase an error message ends with. The readers of each format add the file and the
+field: ``flextui.machine.fields`` for cluster files, ``flextui.strategy.file`` for
+strategies, ``flextui.search.logformat`` and the cost models' identities for logs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from flextui.errors import FlextuiError
+
+__all__ = ["DEVICES", "LIMITS", "LINKS", "MAX_INTEGER", "NAME_CHARS", "NESTING", "TEXT_CHARS",
+           "Limit", "LimitError", "integer_problem", "nesting_problem", "parsing"]
+
+
+class LimitError(FlextuiError):
+    """Input over one of flextui's documented limits."""
+
+
+@dataclass(frozen=True)
+class Limit:
+    """At most ``value`` ``unit`` ``scope``; ``fix`` says how to stay within it."""
+
+    value: int
+    unit: str
+    scope: str
+    fix: str
+
+    def problem(self, found: int) -> str | None:
+        """None when ``found`` is within the limit, else what is wrong and what to do."""
+        if found <= self.value:
+            return None
+        return (f"{_shown(found)} {self.unit} {self.scope} is over flextui's limit of "
+                f"{self.value:,}; {self.fix}")
+
+
+#: a cluster at this size loads in about 4 s and 0.5 GB (8,192 nodes x 8 GPUs)
+DEVICES = Limit(65_536, "devices", "in one cluster",
+                "describe fewer nodes or GPUs per node (a search over a part of a "
+                "cluster simulates only that part)")
+#: directed links: each duplex link counts twice; 8,192 nodes of 8 all-to-all GPUs have 589,824
+LINKS = Limit(1_048_576, "directed links", "in one cluster",
+              'join the GPUs of a node through a switch (topology = "switch") instead of '
+              "all-to-all, or describe fewer nodes")
+NAME_CHARS = Limit(256, "characters", "in a name", "use a shorter name")
+TEXT_CHARS = Limit(4_096, "characters", "in a description or path", "shorten it")
+NESTING = Limit(32, "levels of nesting", "in one value",
+                "no flextui file nests lists and tables that deep; the file is damaged or "
+                "not a flextui file")
+#: the largest integer flextui reads (what a search log, msgpack, can store)
+MAX_INTEGER = 2**63 - 1
+
+#: every limit's value, by the name the README's table gives it
+LIMITS = {"devices per cluster": DEVICES.value, "directed links per cluster": LINKS.value,
+          "characters in a name": NAME_CHARS.value,
+          "characters in a description or path": TEXT_CHARS.value,
+          "nesting depth": NESTING.value, "integer magnitude": MAX_INTEGER}
+
+
+def _shown(value: int) -> str:
+    """``value`` with thousands separators, or its digit count when it is huge (about
+    that count past what Python turns into text)."""
+    bits = abs(value).bit_length()
+    if bits >= 14_000:
+        return f"an integer of about {math.floor(bits * math.log10(2)) + 1:,} digits"
+    digits = len(str(abs(value)))
+    return f"{value:,}" if digits <= 30 else f"a {digits:,}-digit integer"
+
+
+def integer_problem(value: int) -> str | None:
+    """None when ``value`` fits flextui's integers (64-bit signed), else what is wrong;
+    a huge value is described by its digit count, never printed in full."""
+    if abs(value) <= MAX_INTEGER:
+        return None
+    return (f"{_shown(value)} is larger than flextui's limit of {MAX_INTEGER:,} (what a "
+            "search log can store)")
+
+
+def nesting_problem(data: Any) -> str | None:
+    """None when lists and maps in ``data`` nest at most NESTING.value deep (walked
+    without recursion), else what is wrong."""
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict):
+            children = value.values()
+        elif isinstance(value, (list, tuple)):
+            children = value
+        else:
+            continue
+        if depth > NESTING.value:
+            return NESTING.problem(depth)
+        stack.extend((child, depth + 1) for child in children)
+    return None
+
+
+@contextlib.contextmanager
+def parsing(where: str) -> Iterator[None]:
+    """Turn what a parser raises for input past the limits into a LimitError naming
+    ``where``: a RecursionError (nesting thousands deep) and Python's ValueError for an
+    integer of thousands of digits. The caller catches its parser's syntax errors
+    itself, inside this block."""
+    try:
+        yield
+    except RecursionError:
+        raise LimitError(f"{where}: nested deeper than flextui's limit of {NESTING.value} "
+                         f"levels; {NESTING.fix}") from None
+    except ValueError as exc:
+        if "integer string conversion" not in str(exc):
+            raise
+        raise LimitError(f"{where}: holds an integer of thousands of digits, larger than "
+                         f"flextui's limit of {MAX_INTEGER:,}") from None
