@@ -15,6 +15,7 @@ strategies, ``flextui.search.logformat`` and the cost models' identities for log
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,7 +24,7 @@ from typing import Any
 from flextui.errors import FlextuiError
 
 __all__ = ["DEVICES", "LIMITS", "LINKS", "MAX_INTEGER", "NAME_CHARS", "NESTING", "TEXT_CHARS",
-           "Limit", "LimitError", "integer_problem", "nesting_problem", "parsing"]
+           "Limit", "LimitError", "integer_problem", "nesting_problem", "parsing", "read_json"]
 
 
 class LimitError(FlextuiError):
@@ -123,3 +124,29 @@ def parsing(where: str) -> Iterator[None]:
             raise
         raise LimitError(f"{where}: holds an integer of thousands of digits, larger than "
                          f"flextui's limit of {MAX_INTEGER:,}") from None
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > len(str(MAX_INTEGER)):
+        value = int(text[:40])  # enough to say how big it is, without converting it all
+        raise LimitError(f"{value:,}... ({len(text):,} digits) is larger than flextui's "
+                         f"limit of {MAX_INTEGER:,}")
+    value = int(text)
+    problem = integer_problem(value)
+    if problem is not None:
+        raise LimitError(problem)
+    return value
+
+
+def read_json(text: str, where: str) -> Any:
+    """JSON ``text`` parsed within the limits (integers, nesting); a LimitError names
+    ``where``; json.JSONDecodeError passes through for the caller to word."""
+    with parsing(where):
+        try:
+            data = json.loads(text, parse_int=_bounded_int)
+        except LimitError as exc:
+            raise LimitError(f"{where}: {exc}") from None
+    problem = nesting_problem(data)
+    if problem is not None:
+        raise LimitError(f"{where}: {problem}")
+    return data

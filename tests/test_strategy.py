@@ -6,7 +6,7 @@ import random
 import pytest
 
 from conftest import cluster, model
-from flextui.errors import StrategyError
+from flextui.errors import FlextuiError, StrategyError
 from flextui.graph import region_volume
 from flextui.strategy import (BUILTIN_STRATEGIES, ParallelConfig, builtin_strategy, count_configs,
                               load_strategy, random_config, save_strategy, strategy_to_json,
@@ -94,6 +94,8 @@ def _write(tmp_path, data):
     (lambda d: d.update(format="something-else"), "is not a flextui strategy file"),
     (lambda d: d.update(version=99), "version 99 is not supported"),
     (lambda d: d["ops"]["fc1"].update(devices="0-3"), "must be integers"),
+    (lambda d: d["ops"]["fc1"].update(devices=0.5), "must be integers"),
+    (lambda d: d.update(name=["best"]), "field \"name\" must be a string"),
 ])
 def test_bad_strategy_files_name_file_and_field(tmp_path, edit, message):
     graph, p100 = model("lenet"), cluster("p100-4x4")
@@ -104,6 +106,20 @@ def test_bad_strategy_files_name_file_and_field(tmp_path, edit, message):
     with pytest.raises(StrategyError, match=message) as err:
         load_strategy(path, graph, p100)
     assert str(path) in str(err.value)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[" * 5000 + "]" * 5000, "nested deeper than flextui's limit of 32"),
+    ('{"format": "flextui-strategy", "version": ' + "9" * 5000 + "}", "(5,000 digits)"),
+    (json.dumps({"format": "flextui-strategy", "version": 1, "ops": {}, "name": "x" * 10**7}),
+     "at most 256 characters"),
+], ids=["nested", "huge-integer", "huge-name"])
+def test_strategy_files_past_the_limits_are_one_clear_error(tmp_path, text, message):
+    path = _write(tmp_path, text)
+    with pytest.raises(FlextuiError) as info:
+        load_strategy(path, model("lenet"), cluster("p100-4x4"))
+    assert str(info.value).startswith(str(path)) and message in str(info.value)
+    assert len(str(info.value)) < 500
 
 
 def test_strategy_file_that_is_not_json(tmp_path):

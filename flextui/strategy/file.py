@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from flextui.errors import StrategyError
+from flextui.limits import NAME_CHARS, read_json
 from flextui.graph import Op, OpGraph
 from flextui.machine import Cluster
 from flextui.strategy.config import ParallelConfig
@@ -58,19 +59,20 @@ def save_strategy(path: str | Path, strategy: Strategy, graph: OpGraph, cluster:
 
 def config_from_json(op: Op, data: Any, where: str) -> ParallelConfig:
     if not isinstance(data, dict) or set(data) - {"degrees", "devices"}:
-        raise StrategyError(f"{where}: expected {{\"degrees\": {{...}}, \"devices\": [...]}}, got {data!r}")
+        raise StrategyError(f"{where}: expected {{\"degrees\": {{...}}, \"devices\": [...]}}, "
+                            f"got {data!r:.80}")
     degrees_by_name = data.get("degrees", {})
     names = [d.name for d in op.space]
     if not isinstance(degrees_by_name, dict):
         raise StrategyError(f"{where}.degrees: expected an object of dim name -> degree")
     unknown = set(degrees_by_name) - set(names)
     if unknown:
-        raise StrategyError(f"{where}.degrees: op {op.name!r} has no dim {sorted(unknown)[0]!r}; "
-                            f"its dims are {', '.join(names)}")
+        raise StrategyError(f"{where}.degrees: op {op.name!r} has no dim "
+                            f"{sorted(unknown)[0]!r:.60}; its dims are {', '.join(names)}")
     degrees = tuple(degrees_by_name.get(name, 1) for name in names)
     devices = data.get("devices")
-    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (*degrees, *(devices or []))) \
-            or not isinstance(devices, list):
+    if not isinstance(devices, list) or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in (*degrees, *devices)):
         raise StrategyError(f"{where}: degrees and devices must be integers (devices a list)")
     return ParallelConfig(degrees, tuple(devices))
 
@@ -79,7 +81,7 @@ def strategy_from_json(data: Any, graph: OpGraph, cluster: Cluster, source: str)
     if not isinstance(data, dict) or data.get("format") != FORMAT:
         raise StrategyError(f"{source} is not a flextui strategy file (no \"format\": \"{FORMAT}\")")
     if data.get("version") != VERSION:
-        raise StrategyError(f"{source}: strategy format version {data.get('version')!r} is not "
+        raise StrategyError(f"{source}: strategy format version {data.get('version')!r:.40} is not "
                             f"supported (this flextui reads version {VERSION})")
     ops = data.get("ops")
     if not isinstance(ops, dict):
@@ -87,10 +89,15 @@ def strategy_from_json(data: Any, graph: OpGraph, cluster: Cluster, source: str)
     configs = {}
     for name, entry in ops.items():
         if name not in graph:
-            raise StrategyError(f"{source}: ops.{name}: graph {graph.name!r} has no op {name!r}; "
-                                f"was this strategy made for another model or batch size?")
+            raise StrategyError(f"{source}: ops.{name:.60}: graph {graph.name!r} has no op "
+                                f"{name!r:.60}; was this strategy made for another model or "
+                                "batch size?")
         configs[name] = config_from_json(graph.op(name), entry, f"{source}: ops.{name}")
-    strategy = Strategy(configs, str(data.get("name", Path(source).stem)))
+    name = data.get("name", Path(source).stem)
+    if not isinstance(name, str) or NAME_CHARS.problem(len(name)):
+        raise StrategyError(f"{source}: field \"name\" must be a string of at most "
+                            f"{NAME_CHARS.value} characters")
+    strategy = Strategy(configs, name)
     try:
         strategy.check(graph, cluster.num_devices)
     except StrategyError as exc:
@@ -101,7 +108,7 @@ def strategy_from_json(data: Any, graph: OpGraph, cluster: Cluster, source: str)
 def load_strategy(path: str | Path, graph: OpGraph, cluster: Cluster) -> Strategy:
     path = Path(path)
     try:
-        data = json.loads(path.read_text())
+        data = read_json(path.read_text(), str(path))
     except FileNotFoundError:
         raise StrategyError(f"strategy file {path} does not exist") from None
     except (OSError, UnicodeDecodeError) as exc:
