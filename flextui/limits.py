@@ -23,8 +23,9 @@ from typing import Any
 
 from flextui.errors import FlextuiError
 
-__all__ = ["DEVICES", "LIMITS", "LINKS", "MAX_INTEGER", "NAME_CHARS", "NESTING", "TEXT_CHARS",
-           "Limit", "LimitError", "integer_problem", "nesting_problem", "parsing", "read_json"]
+__all__ = ["DEVICES", "DIM_SIZE", "LIMITS", "LINKS", "MAX_INTEGER", "NAME_CHARS", "NESTING",
+           "TEXT_CHARS", "Limit", "LimitError", "integer_problem", "nesting_problem", "parsing",
+           "read_json"]
 
 
 class LimitError(FlextuiError):
@@ -61,6 +62,9 @@ TEXT_CHARS = Limit(4_096, "characters", "in a description or path", "shorten it"
 NESTING = Limit(32, "levels of nesting", "in one value",
                 "no flextui file nests lists and tables that deep; the file is damaged or "
                 "not a flextui file")
+#: a dim's degrees are its divisors, found in sqrt(size) steps (a millisecond at this size)
+DIM_SIZE = Limit(2**40, "elements", "along one tensor dim",
+                 "the model or the file describing it is wrong")
 #: the largest integer flextui reads (what a search log, msgpack, can store)
 MAX_INTEGER = 2**63 - 1
 
@@ -68,6 +72,7 @@ MAX_INTEGER = 2**63 - 1
 LIMITS = {"devices per cluster": DEVICES.value, "directed links per cluster": LINKS.value,
           "characters in a name": NAME_CHARS.value,
           "characters in a description or path": TEXT_CHARS.value,
+          "elements along a tensor dim": DIM_SIZE.value,
           "nesting depth": NESTING.value, "integer magnitude": MAX_INTEGER}
 
 

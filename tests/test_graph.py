@@ -157,6 +157,36 @@ def test_malformed_graph_data_is_a_clear_error():
         graph_from_dict({"name": "x", "ops": [{"name": "a", "type": "relu"}]})
 
 
+def _lenet_data(edit) -> dict:
+    from flextui.graph.library import load_model
+    data = load_model("lenet").to_dict()
+    data["ops"] = [dict(op, attrs=dict(op["attrs"])) for op in data["ops"]]
+    data["meta"] = dict(data["meta"])
+    edit(data, {op["name"]: op for op in data["ops"]})
+    return data
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d, ops: ops["fc3"]["attrs"].update(out_features=float("inf")),
+     r"'fc3' \(linear\): output shape .* is not whole numbers"),
+    (lambda d, ops: ops["fc3"]["attrs"].update(out_features=2**50),
+     "fc3.*1,125,899,906,842,624 elements along one tensor dim .* limit of 1,099,511,627,776"),
+    (lambda d, ops: ops["conv1"]["attrs"].update(kernel="5"), "'conv1' .* do not fit"),
+    (lambda d, ops: ops["images"]["attrs"].update(dtype="float64"), "unknown dtype 'float64'"),
+    (lambda d, ops: d.update(dtype=" "), "unknown dtype ' '"),
+    (lambda d, ops: d["meta"].update(family={"cnn": 1}), "meta family must be a string"),
+    (lambda d, ops: d["meta"].update(batch_size="64"), "meta batch_size"),
+    (lambda d, ops: ops["unary_1"]["attrs"].update(fn="x" * 100_000),
+     r"unknown function 'xxx.*\.\.\.$"),
+])
+def test_graph_data_with_attributes_of_the_wrong_kind_is_a_graph_error(edit, message):
+    """A search log's graph, edited by hand: every bad attribute is a GraphError when the
+    graph is rebuilt, never a TypeError or a hang when it is simulated."""
+    with pytest.raises(GraphError, match=message) as info:
+        graph_from_dict(_lenet_data(edit))
+    assert len(str(info.value)) < 500
+
+
 def test_topological_order_and_networkx_view():
     graph = small_cnn()
     nxg = graph.to_networkx()

@@ -19,15 +19,21 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from flextui.errors import GraphError
+from flextui.limits import DIM_SIZE, MAX_INTEGER, NAME_CHARS
 from flextui.graph.graph import OpGraph
 from flextui.graph.op import Op
-from flextui.graph.tensor import Parameter, Tensor
+from flextui.graph.tensor import DTYPE_BYTES, Parameter, Tensor
 
 IntOrPair = int | tuple[int, int]
 
 
 class GraphBuilder:
     def __init__(self, name: str, dtype: str = "float32", **meta: Any) -> None:
+        _check_name(name, "a graph's name")
+        if dtype not in DTYPE_BYTES:
+            raise GraphError(f"graph {name!r}: unknown dtype {dtype!r:.40}; use one of "
+                             f"{', '.join(DTYPE_BYTES)}")
+        _check_meta(name, meta)
         self.name = name
         self.dtype = dtype
         self.meta = meta
@@ -53,6 +59,7 @@ class GraphBuilder:
             self._counts[type_] = self._counts.get(type_, 0) + 1
             given = f"{type_}_{self._counts[type_]}"
         name = ".".join([*self._scope, given])
+        _check_name(name, f"graph {self.name!r}: an op's name")
         if name in self._names:
             raise GraphError(f"graph {self.name!r}: op name {name!r} is used twice")
         self._names.add(name)
@@ -64,19 +71,29 @@ class GraphBuilder:
         ``layer`` defaults to the ``shared`` key, else the current scope."""
         for t in inputs:
             if not isinstance(t, Tensor):
-                raise GraphError(f"graph {self.name!r}: {type_} got {t!r} where a tensor belongs")
+                raise GraphError(f"graph {self.name!r}: {type_} got {t!r:.60} where a tensor "
+                                 "belongs")
+        for key, what in ((shared, "shared key"), (layer, "layer")):
+            if key is not None:
+                _check_name(key, f"graph {self.name!r}: an op's {what}")
         op = Op(name=self._name(name, type_), type=type_, attrs=attrs, inputs=tuple(inputs),
                 index=len(self._ops), shared=shared,
                 layer=layer if layer is not None else shared or ".".join(self._scope))
         kind = op.kind
-        kind.check(op)
-        op.outputs = tuple(Tensor(f"{op.name}:{i}", tuple(shape), dtype, op, i)
-                           for i, (shape, dtype) in enumerate(kind.infer(op)))
-        for t in op.outputs:
-            if any(s <= 0 for s in t.shape):
-                raise GraphError(f"op {op.name!r} ({type_}): output shape {t.shape} is empty")
-        op.space = kind.space(op)
-        op.param_specs = tuple(kind.params(op))
+        try:   # attributes of the wrong type (a hand-edited search log) fail in here
+            kind.check(op)
+            op.outputs = tuple(Tensor(f"{op.name}:{i}", tuple(shape), dtype, op, i)
+                               for i, (shape, dtype) in enumerate(kind.infer(op)))
+            for t in op.outputs:
+                _check_shape(op, "output", t.shape)
+            op.space = kind.space(op)
+            op.param_specs = tuple(kind.params(op))
+            for spec in op.param_specs:
+                _check_shape(op, f"{spec.role} parameter", spec.shape)
+        except (TypeError, ValueError, KeyError, IndexError, ZeroDivisionError,
+                OverflowError) as exc:
+            raise GraphError(f"op {op.name!r} ({type_}): its attributes do not fit "
+                             f"({type(exc).__name__}: {str(exc)[:120]})") from None
         op.params = tuple(self._parameter(op, spec.role, spec.shape, shared)
                           for spec in op.param_specs)
         self._ops.append(op)
@@ -204,6 +221,42 @@ class GraphBuilder:
         return self._one("softmax_ce", [logits, labels], {}, name)
 
 
+def _check_name(name: object, what: str) -> None:
+    """Refuse a name that is not a string or is longer than flextui's limit."""
+    if not isinstance(name, str):
+        raise GraphError(f"{what} must be a string, found {name!r:.60}")
+    problem = NAME_CHARS.problem(len(name))
+    if problem is not None:
+        raise GraphError(f"{what} {name[:40]!r}...: {problem}")
+
+
+def _check_shape(op: Op, what: str, shape: tuple) -> None:
+    """Every dim a whole number from 1 to flextui's limit."""
+    if not all(type(size) is int for size in shape):
+        raise GraphError(f"op {op.name!r} ({op.type}): {what} shape {shape!r:.80} is not "
+                         "whole numbers")
+    if any(size <= 0 for size in shape):
+        raise GraphError(f"op {op.name!r} ({op.type}): {what} shape {shape!r:.80} is empty")
+    for size in shape:
+        problem = DIM_SIZE.problem(size)
+        if problem is not None:
+            raise GraphError(f"op {op.name!r} ({op.type}): {what} shape: {problem}")
+
+
+def _check_meta(graph: str, meta: dict[str, Any]) -> None:
+    """What the library and the summaries read from a graph's meta: its family and model
+    names, batch size and options."""
+    for key in ("family", "model"):
+        if key in meta:
+            _check_name(meta[key], f"graph {graph!r}: meta {key}")
+    batch = meta.get("batch_size", 1)
+    if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= MAX_INTEGER:
+        raise GraphError(f"graph {graph!r}: meta batch_size must be a positive whole number, "
+                         f"found {batch!r:.40}")
+    if not isinstance(meta.get("options", {}), dict):
+        raise GraphError(f"graph {graph!r}: meta options must be a mapping")
+
+
 def _attr(value: IntOrPair) -> int | list[int]:
     return value if isinstance(value, int) else list(value)
 
@@ -219,5 +272,5 @@ def graph_from_dict(data: dict[str, Any]) -> OpGraph:
                        spec.get("shared"), spec["layer"])
             tensors.update({t.name: t for t in op.outputs})
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise GraphError(f"graph data is malformed: {exc!r}") from None
+        raise GraphError(f"graph data is malformed: {exc!r:.200}") from None
     return g.build()

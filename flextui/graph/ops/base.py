@@ -94,8 +94,11 @@ def pair(value: int | tuple[int, int] | list[int]) -> tuple[int, int]:
 
 
 def require(cond: bool, op: Op, message: str) -> None:
+    """Raise GraphError with ``message`` (cut at 300 characters: it may quote an
+    attribute of any size) unless ``cond``."""
     if not cond:
-        raise GraphError(f"op {op.name!r} ({op.type}): {message}")
+        shown = message if len(message) <= 300 else message[:300] + "..."
+        raise GraphError(f"op {op.name!r} ({op.type}): {shown}")
 
 
 OP_TYPES: dict[str, OpType] = {}

@@ -7,6 +7,7 @@ import math
 from flextui.graph.dims import Dim, DimKind
 from flextui.graph.ops.base import OpType, elementwise_space, register, require
 from flextui.graph.region import region_volume
+from flextui.graph.tensor import DTYPE_BYTES
 
 #: forward FLOPs per element of each unary function
 UNARY_FLOPS = {"relu": 1, "gelu": 8, "tanh": 4, "sigmoid": 4, "dropout": 2, "identity": 0}
@@ -18,6 +19,11 @@ class Input(OpType):
     """A graph input (images, token ids, labels): loaded where its tasks are placed."""
 
     name = "input"
+
+    def check(self, op):
+        dtype = op.attrs.get("dtype", "float32")
+        require(dtype in DTYPE_BYTES, op,
+                f"unknown dtype {dtype!r:.40}; use one of {', '.join(DTYPE_BYTES)}")
 
     def infer(self, op):
         return [(tuple(op.attrs["shape"]), op.attrs.get("dtype", "float32"))]
