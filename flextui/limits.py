@@ -23,9 +23,9 @@ from typing import Any
 
 from flextui.errors import FlextuiError
 
-__all__ = ["DEVICES", "DIM_SIZE", "LIMITS", "LINKS", "MAX_INTEGER", "NAME_CHARS", "NESTING",
-           "TEXT_CHARS", "Limit", "LimitError", "integer_problem", "nesting_problem", "parsing",
-           "read_json"]
+__all__ = ["CHAINS", "DEVICES", "DIM_SIZE", "LIMITS", "LINKS", "MAX_INTEGER", "NAME_CHARS",
+           "NESTING", "TEXT_CHARS", "Limit", "LimitError", "integer_problem", "nesting_problem",
+           "parsing", "read_json"]
 
 
 class LimitError(FlextuiError):
@@ -65,6 +65,8 @@ NESTING = Limit(32, "levels of nesting", "in one value",
 #: a dim's degrees are its divisors, found in sqrt(size) steps (a millisecond at this size)
 DIM_SIZE = Limit(2**40, "elements", "along one tensor dim",
                  "the model or the file describing it is wrong")
+CHAINS = Limit(256, "chains", "in one search",
+               "each chain is a worker process of its own; run fewer")
 #: the largest integer flextui reads (what a search log, msgpack, can store)
 MAX_INTEGER = 2**63 - 1
 
@@ -72,7 +74,7 @@ MAX_INTEGER = 2**63 - 1
 LIMITS = {"devices per cluster": DEVICES.value, "directed links per cluster": LINKS.value,
           "characters in a name": NAME_CHARS.value,
           "characters in a description or path": TEXT_CHARS.value,
-          "elements along a tensor dim": DIM_SIZE.value,
+          "elements along a tensor dim": DIM_SIZE.value, "chains per search": CHAINS.value,
           "nesting depth": NESTING.value, "integer magnitude": MAX_INTEGER}
 
 

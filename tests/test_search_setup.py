@@ -4,11 +4,11 @@ and the app's Setup screen), the first-launch default, and the cluster summary."
 import pytest
 
 from conftest import TEST_SPEC
-from flextui.errors import ClusterError, ModelError
+from flextui.errors import ClusterError, FlextuiError, ModelError
 from flextui.machine import Cluster, Device, DeviceSpec, Link, load_named_cluster
 from flextui.machine.summary import NETWORK, cluster_summary, place_endpoints
 from flextui.search import setup
-from flextui.search.options import FieldError, parse_beta, search_options
+from flextui.search.options import FieldError, SearchOptions, parse_beta, search_options
 from flextui.search.setup import (FIRST_MODEL, first_choice, load_cluster_choice,
                                   load_model_choice, parse_model_options, split_options)
 
@@ -71,7 +71,14 @@ def test_search_options_from_text_and_from_argparse_values():
     ({"beta": "-1"}, "beta", "--beta '-1': must be a positive number"),
     ({"beta": "hot"}, "beta", "--beta 'hot': give a positive number"),
     ({"memory": "swap"}, "memory", "--memory 'swap': use one of"),
-    ({"memory_budget": "12 parsecs"}, "memory_budget", "--memory-budget '12 parsecs'")])
+    ({"memory_budget": "12 parsecs"}, "memory_budget", "--memory-budget '12 parsecs'"),
+    ({"memory_budget": "0.5"}, "memory_budget", "--memory-budget '0.5' is 0 bytes, less "
+                                                "than 1 MiB"),
+    ({"memory_budget": "9" * 400 + "GiB"}, "memory_budget", "--memory-budget must be at most"),
+    ({"budget": "9" * 5000}, "budget", "--budget must be at most"),
+    ({"workers": "100000"}, "workers", "--workers must be at most 256"),
+    ({"restart_every": 0}, "restart_every", "--restart-every must be at least 1"),
+    ({"restart_every": -3}, "restart_every", "--restart-every must be at least 1")])
 def test_bad_search_options_name_their_field_and_flag(changes, field, flag):
     with pytest.raises(FieldError) as info:
         search_options(**{"budget": "30s", **changes})
@@ -113,3 +120,27 @@ def test_switches_are_placed_in_their_node_or_the_network():
     links = [Link(0, "d0->sw", "x", "d0", "sw", 1e9, 0), Link(1, "sw->d1", "x", "sw", "d1", 1e9, 0)]
     s = cluster_summary(Cluster("pair", devices, links, switches=["sw"]))
     assert (s["intra_node_bandwidth"], s["inter_node_bandwidth"]) == (0.0, 1e9)
+
+
+@pytest.mark.parametrize("stored, message", [
+    ({"chains": 0}, "options.chains: must be at least 1"),
+    ({"chains": "4"}, "options.chains: must be a whole number"),
+    ({"beta": "hot"}, "options.beta: must be a number"),
+    ({"beta": -1.0}, "options.beta: -1.0: must be a positive number"),
+    ({"memory_budget": "12GiB"}, "options.memory_budget: must be a whole number of bytes"),
+    ({"memory_budget": 1000}, "options.memory_budget: must be at least 1 MiB"),
+    ({"restart_every": 0}, "options.restart_every: must be at least 1"),
+    ({"time_limit": -5}, "options.time_limit: must be a positive, finite number"),
+    ({"tied": 2}, "options.tied: must be a number from 0 to 1"),
+    ({"converge": 1}, "options.converge: must be true or false"),
+    ({"memory": "swap"}, "options.memory: 'swap': use one of"),
+    ({"init": 3}, "options.init: must be a string"),
+    ({"shiny": True}, "unknown search options ['shiny']"),
+])
+def test_stored_options_are_checked_by_the_same_rules(stored, message):
+    """A search log's options (SearchOptions.from_dict) meet the rules the CLI and the
+    Setup form parse with: one FlextuiError naming the field, never a TypeError later."""
+    with pytest.raises(FlextuiError) as info:
+        SearchOptions.from_dict({**SearchOptions().to_dict(), **stored}, "run.ffsearch")
+    assert str(info.value).startswith("run.ffsearch: ") and message in str(info.value)
+    assert SearchOptions.from_dict(SearchOptions(chains=2).to_dict(), "x").chains == 2

@@ -108,6 +108,7 @@ async def test_changing_model_batch_size_and_cluster_updates_the_summary():
     ("batch-size", "0", "model", "batch size must be at least 1"),
     ("budget", "soon", "options", "give a number of iterations"),
     ("workers", "0", "options", "workers must be at least 1"),
+    ("memory-budget", "0.5", "options", "less than 1 MiB"),
     ("nodes", "100000", "cluster", "over flextui's limit of 65,536"),
     ("cluster-path", "nowhere.toml", "cluster", "no such cluster file"),
     ("model-path", "nowhere/model.py", "model", "does not exist")])

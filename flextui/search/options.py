@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from flextui.errors import FlextuiError
+from flextui.limits import CHAINS, MAX_INTEGER, TEXT_CHARS, integer_problem
 
 INITS = ("auto", "data-parallel", "expert", "model-parallel", "random")
 MEMORY_POLICIES = ("penalize", "reject", "ignore")
 DEFAULT_BUDGET = "30s"
 BETA_SCALE = 300  # the default beta is BETA_SCALE / (the initial cost in ms)
+#: the smallest memory budget: anything less is a mistake (a size typed without a unit)
+MIN_MEMORY_BUDGET = 2**20
 
 
 class FieldError(FlextuiError):
@@ -83,15 +87,30 @@ class SearchOptions:
     memory: str = "penalize"
     memory_budget: int | None = None
 
+    def __post_init__(self) -> None:
+        """Every field's type and range, checked by the rules the CLI and the Setup form
+        parse with (a FieldError names the field), so options built in Python or read
+        from a search log are as sound as typed ones."""
+        for f in fields(self):
+            object.__setattr__(self, f.name, _CHECKS[f.name](f.name, getattr(self, f.name)))
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str) -> SearchOptions:
+        """Options as a search log stores them; a FlextuiError names ``where`` and the
+        field."""
         known = {f.name for f in fields(cls)}
-        if not isinstance(data, dict) or set(data) - known:
-            raise FlextuiError(f"{where}: unknown search options {sorted(set(data) - known)}")
-        return cls(**data)
+        if not isinstance(data, dict):
+            raise FlextuiError(f"{where}: search options must be a mapping")
+        unknown = sorted(str(k)[:40] for k in set(data) - known)
+        if unknown:
+            raise FlextuiError(f"{where}: unknown search options {unknown}")
+        try:
+            return cls(**data)
+        except FieldError as e:
+            raise FlextuiError(f"{where}: options.{e.field}: {e.problem}") from None
 
     def with_changes(self, **changes: Any) -> SearchOptions:
         return SearchOptions(**{**asdict(self), **changes})
@@ -107,32 +126,60 @@ def parse_budget(text: str) -> tuple[int | None, float | None]:
     limit. Returns (iterations, seconds), one of them None."""
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text)
     if not match or (not match[2] and "." in match[1]) or float(match[1]) <= 0:
-        raise FieldError("budget", f"{text!r}: give a number of iterations (5000) or a time "
-                         "(30s, 2m, 1h)")
+        raise FieldError("budget", f"{text!r:.40}: give a number of iterations (5000) or a "
+                         "time (30s, 2m, 1h)")
     if not match[2]:
-        return int(match[1]), None
-    return None, float(match[1]) * _TIME_UNITS[match[2]]
+        return parse_whole("budget", match[1], 1), None
+    return None, _positive("budget", float(match[1]) * _TIME_UNITS[match[2]])
 
 
-def parse_size(text: str, field: str = "memory_size") -> int:
-    """``"12GiB"``, ``"16GB"``, ``"800MiB"`` -> bytes; a FieldError names ``field``."""
+def parse_size(text: str, field: str = "memory_size", minimum: int = 1) -> int:
+    """``"12GiB"``, ``"16GB"``, ``"800MiB"`` -> bytes, at least ``minimum``; a FieldError
+    names ``field``."""
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
     unit = match[2].lower() if match else ""
     if not match or unit not in _SIZE_UNITS or float(match[1]) <= 0:
-        raise FieldError(field, f"{text!r}: give a number and a unit, such as 12GiB, "
+        raise FieldError(field, f"{text!r:.40}: give a number and a unit, such as 12GiB, "
                          "16GB or 800MiB")
-    return int(float(match[1]) * _SIZE_UNITS[unit])
+    nbytes = float(match[1]) * _SIZE_UNITS[unit]
+    if nbytes < minimum:
+        raise FieldError(field, f"{text!r:.40} is {int(nbytes):,} bytes, less than "
+                         f"{_shown(field, minimum)}; give a number and a unit, such as 12GiB, "
+                         "16GB or 800MiB")
+    return _whole(field, int(nbytes) if math.isfinite(nbytes) else MAX_INTEGER + 1, minimum)
 
 
-def parse_whole(field: str, value: int | str, minimum: int | None = None) -> int:
-    """A whole number typed (``"4"``) or given (``4``), at least ``minimum``."""
-    try:
-        number = int(str(value).strip())
-    except ValueError:
-        raise FieldError(field, f"{str(value)!r}: give a whole number") from None
-    if minimum is not None and number < minimum:
-        raise FieldError(field, f"must be at least {minimum}")
-    return number
+def parse_whole(field: str, value: int | str, minimum: int | None = None,
+                maximum: int | None = None) -> int:
+    """A whole number typed (``"4"``) or given (``4``), from ``minimum`` to ``maximum``."""
+    text = str(value).strip() if isinstance(value, str) else None
+    if text is not None and re.fullmatch(r"[+-]?\d+", text):
+        digits = len(text.lstrip("+-"))
+        value = int(text) if digits <= len(str(MAX_INTEGER)) else MAX_INTEGER + 1
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise FieldError(field, f"{str(value)!r:.40}: give a whole number")
+    return _whole(field, value, minimum, maximum)
+
+
+def _whole(field: str, value: int, minimum: int | None = None,
+           maximum: int | None = None) -> int:
+    if minimum is not None and value < minimum:
+        raise FieldError(field, f"must be at least {_shown(field, minimum)}")
+    if maximum is not None and value > maximum:
+        raise FieldError(field, f"must be at most {maximum:,}")
+    if integer_problem(value):
+        raise FieldError(field, f"must be at most {MAX_INTEGER:,}")
+    return value
+
+
+def _shown(field: str, value: int) -> str:
+    return "1 MiB" if field == "memory_budget" and value == MIN_MEMORY_BUDGET else f"{value:,}"
+
+
+def _positive(field: str, value: float) -> float:
+    if not (math.isfinite(value) and value > 0):
+        raise FieldError(field, "must be a positive, finite number")
+    return value
 
 
 def parse_beta(value: float | str | None) -> float | None:
@@ -142,11 +189,91 @@ def parse_beta(value: float | str | None) -> float | None:
     try:
         beta = float(value)
     except ValueError:
-        raise FieldError("beta", f"{value!r}: give a positive number, or leave it blank "
+        raise FieldError("beta", f"{value!r:.40}: give a positive number, or leave it blank "
                          f"(auto: {BETA_SCALE} / the initial cost in ms)") from None
     if not beta > 0 or beta == float("inf"):
-        raise FieldError("beta", f"{value!r}: must be a positive number")
+        raise FieldError("beta", f"{value!r:.40}: must be a positive number")
     return beta
+
+
+# -- the checks SearchOptions makes of each field (type, then range) ------------------
+
+
+def _typed(kinds: tuple[type, ...], what: str, optional: bool = False):
+    """A check that the value is one of ``kinds`` (never a bool unless asked), or None
+    if ``optional``; it returns the value as it is."""
+    def check(field: str, value: Any) -> Any:
+        if value is None and optional:
+            return None
+        if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
+            raise FieldError(field, f"must be {what}{' or null' if optional else ''}, found "
+                             f"{value!r:.40} ({type(value).__name__})")
+        return value
+    return check
+
+
+def _then(first, then):
+    """``first`` (a type check), then ``then`` on a value that is not None."""
+    def check(field: str, value: Any) -> Any:
+        value = first(field, value)
+        return value if value is None else then(field, value)
+    return check
+
+
+_INT = (int,)
+
+
+def _number(what: str, optional: bool = False):
+    """A check that the value is a number (an int becomes a float), or None if
+    ``optional``."""
+    typed = _typed((int, float), what, optional)
+
+    def check(field: str, value: Any) -> Any:
+        value = typed(field, value)
+        if isinstance(value, int):
+            if integer_problem(value):
+                raise FieldError(field, f"must be at most {MAX_INTEGER:,}")
+            value = float(value)
+        return value
+    return check
+
+
+def _init(field: str, value: str) -> str:
+    if not value or TEXT_CHARS.problem(len(value)):
+        raise FieldError(field, f"must name a start ({', '.join(INITS)}) or a strategy "
+                         f"file of at most {TEXT_CHARS.value:,} characters")
+    return value
+
+
+def _memory(field: str, value: str) -> str:
+    if value not in MEMORY_POLICIES:
+        raise FieldError(field, f"{value!r:.40}: use one of {', '.join(MEMORY_POLICIES)}")
+    return value
+
+
+def _fraction(field: str, value: float) -> float:
+    if not 0 <= value <= 1:
+        raise FieldError(field, f"must be a number from 0 to 1, found {value!r:.40}")
+    return value
+
+
+_CHECKS = {
+    "iterations": _then(_typed(_INT, "a whole number", True), lambda f, v: _whole(f, v, 1)),
+    "time_limit": _then(_number("a number of seconds", True), _positive),
+    "seed": _then(_typed(_INT, "a whole number"), _whole),
+    "chains": _then(_typed(_INT, "a whole number"), lambda f, v: _whole(f, v, 1, CHAINS.value)),
+    "beta": _then(_number("a number", True), lambda f, v: parse_beta(v)),
+    "init": _then(_typed((str,), "a string"), _init),
+    "restart_every": _then(_typed(_INT, "a whole number", True), lambda f, v: _whole(f, v, 1)),
+    "propagation": _then(_number("a number"), _fraction),
+    "tied": _then(_number("a number"), _fraction),
+    "converge": _typed((bool,), "true or false"),
+    "min_steps": _then(_typed(_INT, "a whole number"), lambda f, v: _whole(f, v, 0)),
+    "training": _typed((bool,), "true or false"),
+    "memory": _then(_typed((str,), "a string"), _memory),
+    "memory_budget": _then(_typed(_INT, "a whole number of bytes", True),
+                           lambda f, v: _whole(f, v, MIN_MEMORY_BUDGET)),
+}
 
 
 def search_options(budget: str = DEFAULT_BUDGET, *, seed: int | str = 0,
@@ -158,11 +285,10 @@ def search_options(budget: str = DEFAULT_BUDGET, *, seed: int | str = 0,
     budget ("12GiB", blank for none); ``more`` are other SearchOptions fields as they
     are. A bad value raises FieldError naming its field."""
     iterations, seconds = parse_budget(budget)
-    if memory not in MEMORY_POLICIES:
-        raise FieldError("memory", f"{memory!r}: use one of {', '.join(MEMORY_POLICIES)}")
-    limit = parse_size(memory_budget, "memory_budget") if memory_budget and \
-        memory_budget.strip() else None
+    memory = _memory("memory", memory)
+    limit = parse_size(memory_budget, "memory_budget", MIN_MEMORY_BUDGET) if memory_budget \
+        and memory_budget.strip() else None
     return SearchOptions(iterations=iterations, time_limit=seconds,
                          seed=parse_whole("seed", seed),
-                         chains=parse_whole("workers", workers, 1), beta=parse_beta(beta),
-                         memory=memory, memory_budget=limit, **more)
+                         chains=parse_whole("workers", workers, 1, CHAINS.value),
+                         beta=parse_beta(beta), memory=memory, memory_budget=limit, **more)
