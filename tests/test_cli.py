@@ -20,6 +20,8 @@ def test_models_lists_every_library_model(capsys):
     names = [m["name"] for m in json.loads(out)]
     assert code == 0 and {"alexnet", "inception_v3", "resnet101", "rnntc", "rnnlm", "nmt",
                           "lenet", "rnnlm2", "transformer", "dlrm", "mlp"} <= set(names)
+    rnnlm = next(m for m in json.loads(out) if m["name"] == "rnnlm")
+    assert rnnlm["ranges"]["layers"] == [1, 64]   # the range -o layers=N must be in
 
 
 def test_clusters_and_detect(capsys):

@@ -101,6 +101,29 @@ def test_bad_options_are_model_errors():
         load_model("rnnlm", steps="many")
 
 
+@pytest.mark.parametrize("name, option, value, allowed", [
+    ("rnnlm", "layers", "0", "1 to 64"), ("rnntc", "layers", "-2", "1 to 64"),
+    ("nmt", "layers", "0", "1 to 64"), ("nmt", "steps", "0", "1 to 1,000"),
+    ("transformer", "heads", "0", "1 to 1,024"), ("mlp", "width", "0", "1 to 1,048,576"),
+    ("lenet", "batch_size", "0", "1 to 1,048,576"),
+    pytest.param("rnnlm", "steps", "9" * 5000, "1 to 1,000", id="rnnlm-steps-5000-digits"),
+])
+def test_an_option_out_of_its_range_names_the_option_and_range(name, option, value, allowed):
+    with pytest.raises(ModelError) as info:
+        load_model(name, **{option: value})
+    message = str(info.value)
+    assert f"option {option}" in message and allowed in message and len(message) < 200
+
+
+def test_every_whole_number_option_of_the_library_has_a_range():
+    for name in model_names():
+        info = model_info(name)
+        whole = {k for k, v in info.defaults.items() if type(v) is int}
+        assert whole <= set(info.ranges), (name, whole - set(info.ranges))
+        for option, (least, most) in info.ranges.items():
+            assert least <= info.defaults[option] <= most, (name, option)
+
+
 # -- CNNs: torchvision's published parameter counts ----------------------------------------
 
 

@@ -17,8 +17,8 @@ def cmd_models(args: argparse.Namespace, console: Console) -> None:
     from flextui.graph.library import model_info, model_names
     infos = [model_info(name) for name in model_names()]
     if args.json:
-        emit_json([{"name": i.name, "description": i.description, "options": i.defaults}
-                    for i in infos])
+        emit_json([{"name": i.name, "description": i.description, "options": i.defaults,
+                    "ranges": i.ranges} for i in infos])
         return
     table = Table(title="Built-in models")
     for col in ("name", "description", "options"):

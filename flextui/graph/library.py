@@ -3,6 +3,9 @@
 A model module defines ``build(**options) -> OpGraph``, a ``DEFAULTS`` dict of its
 options (``batch_size`` among them) and a one-line ``DESCRIPTION``. Option values
 given as strings (from the command line) are converted to the type of the default.
+It may define ``RANGES``, ``{option: (least, most)}`` for whole-number options; a value
+outside its range is refused before ``build`` runs (every library model gives one for
+each whole-number option; ``batch_size`` takes 1 to ``MAX_BATCH_SIZE`` unless narrowed).
 """
 
 from __future__ import annotations
@@ -17,8 +20,10 @@ from typing import Any
 
 from flextui.errors import FlextuiError, ModelError
 from flextui.graph.graph import OpGraph
+from flextui.limits import MAX_INTEGER, integer_problem
 
 LIBRARY_PACKAGE = "flextui.library.models"
+MAX_BATCH_SIZE = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -26,6 +31,7 @@ class ModelInfo:
     name: str
     description: str
     defaults: dict[str, Any]
+    ranges: dict[str, tuple[int, int]]
 
 
 def model_names() -> list[str]:
@@ -59,7 +65,13 @@ def _module(name: str) -> ModuleType:
 
 def model_info(name: str) -> ModelInfo:
     module = _module(name)
-    return ModelInfo(Path(name).stem, module.DESCRIPTION, dict(module.DEFAULTS))
+    return ModelInfo(Path(name).stem, module.DESCRIPTION, dict(module.DEFAULTS),
+                     _ranges(module))
+
+
+def _ranges(module: ModuleType) -> dict[str, tuple[int, int]]:
+    """The model's option ranges, batch_size's included."""
+    return {"batch_size": (1, MAX_BATCH_SIZE), **getattr(module, "RANGES", {})}
 
 
 def load_model(name: str, **options: Any) -> OpGraph:
@@ -72,6 +84,9 @@ def load_model(name: str, **options: Any) -> OpGraph:
                          f"{', '.join(f'{k}={v}' for k, v in module.DEFAULTS.items())}")
     merged = {**module.DEFAULTS,
               **{k: _convert(name, k, v, module.DEFAULTS[k]) for k, v in options.items()}}
+    ranges = _ranges(module)
+    for key, value in merged.items():
+        _check_range(name, key, value, ranges.get(key))
     try:
         graph = module.build(**merged)
     except FlextuiError as exc:
@@ -91,8 +106,21 @@ def _convert(model: str, key: str, value: Any, default: Any) -> Any:
             if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
                 raise ValueError(value)
             return value.lower() in ("true", "1", "yes")
+        if isinstance(default, int) and len(value.strip().lstrip("+-")) > 19:
+            return MAX_INTEGER + 1   # more digits than any option takes: out of range
         return type(default)(value)
     except ValueError:
-        raise ModelError(f"model {model!r}: option {key}={value!r} is not a "
+        raise ModelError(f"model {model!r}: option {key}={value!r:.40} is not a "
                          f"{type(default).__name__} (default {default!r})") from None
+
+
+def _check_range(model: str, key: str, value: Any, bounds: tuple[int, int] | None) -> None:
+    """Refuse a whole-number option outside its range (or past flextui's integers)."""
+    if not isinstance(value, int) or isinstance(value, bool):
+        return
+    least, most = bounds or (-MAX_INTEGER, MAX_INTEGER)
+    if not least <= value <= most:
+        shown = f"={value:,}" if integer_problem(value) is None else " (a huge number)"
+        raise ModelError(f"model {model!r}: option {key}{shown} is out of range; give "
+                         f"{least:,} to {most:,}")
 

@@ -16,6 +16,7 @@ from flextui.graph import GraphBuilder, OpGraph, Tensor
 DESCRIPTION = "DLRM recommendation model: bottom MLP, large embedding tables, top MLP"
 DEFAULTS = {"batch_size": 2048, "num_tables": 8, "rows_per_table": 1000000, "embed_dim": 64,
             "interaction": "cat"}
+RANGES = {"num_tables": (1, 1024), "rows_per_table": (1, 10**10), "embed_dim": (1, 65_536)}
 
 
 def mlp(g: GraphBuilder, x: Tensor, widths: list[int], last_relu: bool = True) -> Tensor:

@@ -7,6 +7,7 @@ from flextui.graph import GraphBuilder, OpGraph, Tensor
 
 DESCRIPTION = "Inception-v3 (torchvision) with auxiliary classifier, 299x299, 27.2M parameters"
 DEFAULTS = {"batch_size": 64, "num_classes": 1000, "aux_logits": True}
+RANGES = {"num_classes": (1, 1_000_000)}
 
 
 def conv(g: GraphBuilder, x: Tensor, name: str, channels: int, kernel, stride=1,

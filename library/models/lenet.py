@@ -5,6 +5,7 @@ from flextui.graph import GraphBuilder, OpGraph
 
 DESCRIPTION = "LeNet-5 CNN for 28x28 images (paper 8.3: exhaustive-search check)"
 DEFAULTS = {"batch_size": 64, "num_classes": 10}
+RANGES = {"num_classes": (1, 1_000_000)}
 
 
 def build(batch_size: int, num_classes: int) -> OpGraph:

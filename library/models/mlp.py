@@ -6,6 +6,8 @@ from flextui.graph import GraphBuilder, OpGraph
 DESCRIPTION = "Plain MLP: 4 hidden layers x 4096, softmax over 1000 classes"
 DEFAULTS = {"batch_size": 64, "in_features": 1024, "width": 4096, "layers": 4,
             "num_classes": 1000}
+RANGES = {"in_features": (1, 1 << 20), "width": (1, 1 << 20), "layers": (0, 1024),
+          "num_classes": (1, 1_000_000)}
 
 
 def build(batch_size: int, in_features: int, width: int, layers: int,

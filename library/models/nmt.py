@@ -8,6 +8,8 @@ from flextui.library.models._rnn import State, embed_tokens, lstm_stack
 
 DESCRIPTION = "GNMT-style NMT: 2+2 LSTM layers x 1024, 40 steps, attention, softmax (WMT en-de)"
 DEFAULTS = {"batch_size": 64, "steps": 40, "layers": 2, "hidden": 1024, "vocab": 32000}
+RANGES = {"steps": (1, 1000), "layers": (1, 64), "hidden": (1, 65_536),
+          "vocab": (1, 10_000_000)}
 
 
 def build(batch_size: int, steps: int, layers: int, hidden: int, vocab: int) -> OpGraph:

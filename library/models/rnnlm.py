@@ -7,6 +7,8 @@ from flextui.library.models._rnn import build_rnnlm
 
 DESCRIPTION = "RNN language model: 2 LSTM layers x 2048, 40 steps, per-step softmax (PTB)"
 DEFAULTS = {"batch_size": 64, "steps": 40, "layers": 2, "hidden": 2048, "vocab": 10000}
+RANGES = {"steps": (1, 1000), "layers": (1, 64), "hidden": (1, 65_536),
+          "vocab": (1, 10_000_000)}
 
 
 def build(batch_size: int, steps: int, layers: int, hidden: int, vocab: int) -> OpGraph:

@@ -7,6 +7,8 @@ from flextui.library.models._rnn import build_rnnlm
 
 DESCRIPTION = "RNNLM unrolled 2 steps (paper 8.3: exhaustive-search check)"
 DEFAULTS = {"batch_size": 64, "steps": 2, "layers": 2, "hidden": 256, "vocab": 1000}
+RANGES = {"steps": (1, 1000), "layers": (1, 64), "hidden": (1, 65_536),
+          "vocab": (1, 10_000_000)}
 
 
 def build(batch_size: int, steps: int, layers: int, hidden: int, vocab: int) -> OpGraph:

@@ -8,6 +8,8 @@ from flextui.library.models._rnn import State, embed_tokens, lstm_stack
 DESCRIPTION = "RNN text classifier: 4 LSTM layers x 1024, 40 steps, softmax on the last step"
 DEFAULTS = {"batch_size": 64, "steps": 40, "layers": 4, "hidden": 1024, "vocab": 20000,
             "embed_dim": 1024, "num_classes": 2}
+RANGES = {"steps": (1, 1000), "layers": (1, 64), "hidden": (1, 65_536),
+          "vocab": (1, 10_000_000), "embed_dim": (1, 65_536), "num_classes": (1, 1_000_000)}
 
 
 def build(batch_size: int, steps: int, layers: int, hidden: int, vocab: int, embed_dim: int,

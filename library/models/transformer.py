@@ -8,6 +8,8 @@ from flextui.graph import GraphBuilder, OpGraph, Tensor
 DESCRIPTION = "GPT-2-style decoder transformer (defaults: GPT-2 small, untied head)"
 DEFAULTS = {"batch_size": 8, "layers": 12, "width": 768, "heads": 12, "seq_len": 1024,
             "vocab": 50257}
+RANGES = {"layers": (1, 256), "width": (1, 65_536), "heads": (1, 1024),
+          "seq_len": (1, 1 << 20), "vocab": (1, 10_000_000)}
 
 
 def block(g: GraphBuilder, x: Tensor, width: int, heads: int) -> Tensor:
