@@ -17,15 +17,16 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from flextui.errors import FlextuiError
 
-__all__ = ["CHAINS", "DEVICES", "DIM_SIZE", "LIMITS", "LINKS", "MAX_INTEGER", "NAME_CHARS",
-           "NESTING", "TEXT_CHARS", "Limit", "LimitError", "integer_problem", "nesting_problem",
-           "parsing", "read_json"]
+__all__ = ["CHAINS", "DECOMPRESSED_BYTES", "DEVICES", "DIM_SIZE", "LIMITS", "LINKS", "MAX_INTEGER",
+           "NAME_CHARS", "NESTING", "TEXT_CHARS", "Limit", "LimitError", "decompress",
+           "integer_problem", "nesting_problem", "parsing", "read_json"]
 
 
 class LimitError(FlextuiError):
@@ -69,13 +70,16 @@ CHAINS = Limit(256, "chains", "in one search",
                "each chain is a worker process of its own; run fewer")
 #: the largest integer flextui reads (what a search log, msgpack, can store)
 MAX_INTEGER = 2**63 - 1
+DECOMPRESSED_BYTES = Limit(64 * 2**20, "bytes", "of decompressed data in one field",
+                           "the file is damaged or not made by flextui")
 
 #: every limit's value, by the name the README's table gives it
 LIMITS = {"devices per cluster": DEVICES.value, "directed links per cluster": LINKS.value,
           "characters in a name": NAME_CHARS.value,
           "characters in a description or path": TEXT_CHARS.value,
           "elements along a tensor dim": DIM_SIZE.value, "chains per search": CHAINS.value,
-          "nesting depth": NESTING.value, "integer magnitude": MAX_INTEGER}
+          "nesting depth": NESTING.value, "integer magnitude": MAX_INTEGER,
+          "decompressed bytes per field": DECOMPRESSED_BYTES.value}
 
 
 def _shown(value: int) -> str:
@@ -157,3 +161,16 @@ def read_json(text: str, where: str) -> Any:
     if problem is not None:
         raise LimitError(f"{where}: {problem}")
     return data
+
+
+def decompress(data: bytes, where: str) -> bytes:
+    """zlib ``data`` inflated, refusing (LimitError) to produce more than
+    DECOMPRESSED_BYTES.value bytes; zlib.error for bytes that are not zlib data."""
+    inflater = zlib.decompressobj()
+    out = inflater.decompress(data, DECOMPRESSED_BYTES.value + 1)
+    if len(out) > DECOMPRESSED_BYTES.value or inflater.unconsumed_tail:
+        raise LimitError(f"{where}: inflates to more than {DECOMPRESSED_BYTES.value:,} bytes, "
+                         f"flextui's limit; {DECOMPRESSED_BYTES.fix}")
+    if not inflater.eof:
+        raise zlib.error("incomplete or truncated stream")
+    return out

@@ -68,3 +68,18 @@ def assert_multi_op_steps_replay(path, graph, where, cost_model, count: int = 10
         for op, config in e.changes:
             assert strategy[graph.ops[op].name] == config
         assert simulator.simulate(strategy).cost == e.proposed
+
+
+def edit_log_header(path, edit) -> None:
+    """Rewrite the header record of the search log at ``path`` as a hand would: decode
+    it, let ``edit(header_dict)`` change it, and frame it again (checksums redone)."""
+    import msgpack
+
+    from flextui.search.logformat import FRAME, MAGIC, frame
+
+    data = path.read_bytes()
+    start = len(MAGIC) + FRAME.size
+    end = start + FRAME.unpack_from(data, len(MAGIC))[0]
+    record = msgpack.unpackb(data[start:end], raw=False)
+    edit(record[1])
+    path.write_bytes(MAGIC + frame(msgpack.packb(record, use_bin_type=True)) + data[end:])

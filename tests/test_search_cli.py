@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from conftest import edit_log_header
 from flextui.cli import main
 from flextui.sim import taskstore
 from flextui.search import read_search_log
@@ -103,6 +104,33 @@ def test_bad_logs(capsys, tmp_path):
     foreign.write_text("{}")
     code, _, err = run(capsys, "replay", str(foreign))
     assert code == 2 and "not a flextui search log" in err
+
+
+ANALYTIC = ("analytic-roofline-v1(compute_efficiency={},memory_efficiency=0.8,"
+            "launch_overhead_s=5e-06)")
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda h: h.update(cost_model=ANALYTIC.format("0")), "compute_efficiency must be"),
+    (lambda h: h.update(cost_model=ANALYTIC.format("1e-400")), "compute_efficiency must be"),
+    (lambda h: h.update(cost_model=ANALYTIC.format("e")), "parameters are not"),
+    (lambda h: h.update(cost_model=ANALYTIC.format("nan")), "parameters are not"),
+    (lambda h: h["options"].update(memory_budget="12GiB"), "options.memory_budget"),
+    (lambda h: h["options"].update(chains=0), "options.chains: must be at least 1"),
+    (lambda h: h["options"].update(chains="2"), "options.chains: must be a whole number"),
+    (lambda h: h["options"].update(beta="hot"), "options.beta: must be a number"),
+])
+def test_a_hand_edited_log_header_is_one_message(capsys, tmp_path, edit, message):
+    log = tmp_path / "run.ffsearch"
+    assert run(capsys, "search", "-m", "lenet", "--budget", "20", "--out", str(log))[0] == 0
+    edit_log_header(log, edit)
+    edited = log.read_bytes()
+    for argv in (["replay", str(log), "--headless"], ["replay", str(log)],
+                 ["search", "--resume", str(log)]):
+        code, _, err = run(capsys, *argv)
+        assert code == 2 and message in err and "record 0" in err, (argv, err)
+        assert err.count("\n") == 1 and "Traceback" not in err
+        assert log.read_bytes() == edited
 
 
 def test_resume_checks_the_model(capsys, tmp_path):

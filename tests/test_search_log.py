@@ -1,5 +1,6 @@
 """The .ffsearch search log: round trips, replay, incremental writes, damage, resume."""
 
+import base64
 import contextlib
 import hashlib
 import json
@@ -13,8 +14,9 @@ import zlib
 import msgpack
 import pytest
 
-from conftest import cluster, model
+from conftest import cluster, edit_log_header, model
 from flextui.cost import AnalyticCostModel
+from flextui.cost.profiled import IDENTITY_PREFIX as PROFILED_PREFIX
 from flextui.errors import FlextuiError, SearchLogError
 from flextui.search import SearchOptions, runner
 from flextui.search.events import StepEvent
@@ -31,7 +33,7 @@ def setting():
 def header(**kw):
     g, c = setting()
     args = {"graph": g, "cluster": c, "cost_model": "analytic:v1", "seed": 7,
-            "options": {"beta": 0.05, "iterations": 80, "init": ["dp", "random"], "reject": False}}
+            "options": {"beta": 0.05, "iterations": 80, "init": "random", "memory": "reject"}}
     args.update(kw)
     return SearchHeader(**args)
 
@@ -676,6 +678,44 @@ def test_header_hash_mismatch_and_bad_header(tmp_path):
     path.write_bytes(MAGIC + frame(msgpack.packb([1, 2, 3])))
     with pytest.raises(SearchLogError, match="not a search-log header"):
         read_search_log(path)
+
+
+def header_edited(tmp_path, edit, **kw):
+    """A header-only log, its header then edited by ``edit(header_dict)`` as by hand."""
+    path = tmp_path / "edited.ffsearch"
+    SearchLogWriter(path, header(**kw)).close()
+    edit_log_header(path, edit)
+    return path
+
+
+def test_a_zlib_bomb_in_a_profiled_cost_model_is_refused_unexpanded(tmp_path):
+    bomb = zlib.compress(b"\0" * (80 * 2**20), 1)          # 80 MiB of zeros in ~350 KB
+    body = {"base": "analytic", "device": "cpu: x", "dtype": "float32", "training": True,
+            "torch": "2", "times": base64.b64encode(bomb).decode()}
+    path = header_edited(tmp_path, lambda h: h.update(
+        cost_model=PROFILED_PREFIX + json.dumps(body)))
+    with pytest.raises(SearchLogError, match=r"record 0 .*more than 67,108,864 bytes"):
+        read_search_log(path)
+
+
+def nested(depth: int) -> list:
+    value: list = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("edit, fragment", [
+    (lambda h: h["cluster"].update(name="c" * 10_000_000), "limit of 256"),
+    (lambda h: h["graph"].update(name="g" * 10_000_000), "limit of 256"),
+    (lambda h: h.update(flextui="9" * 10_000_000), "flextui version: 10,000,000 characters"),
+    (lambda h: h["options"].update(init=nested(40)), "levels of nesting"),
+], ids=["cluster-name", "graph-name", "version", "nested-option"])
+def test_names_and_nesting_in_a_header_are_limited(tmp_path, edit, fragment):
+    with pytest.raises(SearchLogError) as info:
+        read_search_log(header_edited(tmp_path, edit))
+    message = str(info.value)
+    assert "record 0" in message and fragment in message and len(message) < 600, message
 
 
 def test_writer_rejects_what_it_could_not_read_back(tmp_path):

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import wait_for
+from conftest import edit_log_header, wait_for
 from flextui.cost import AnalyticCostModel
 from flextui.graph.library import load_model
 from flextui.machine import load_named_cluster
@@ -137,16 +137,31 @@ async def test_replay_plays_back_to_the_final_best(saved_log):
         assert screen.view.speedup_over("data-parallel") >= 1.0
 
 
-async def test_a_corrupt_log_is_a_dialog_not_a_traceback(tmp_path):
+def _not_a_log(path, saved_log) -> None:
+    path.write_bytes(b"not a search log at all")
+
+
+def _zero_compute_efficiency(path, saved_log) -> None:
+    """A cost model with a compute efficiency of 0 once crashed the app with a Textual
+    traceback (and exit status 0); now the log is refused as it is read."""
+    path.write_bytes(saved_log.read_bytes())
+    edit_log_header(path, lambda h: h.update(cost_model=AnalyticCostModel().identity.replace(
+        "compute_efficiency=0.6", "compute_efficiency=0")))
+
+
+@pytest.mark.parametrize("make, fragment", [(_not_a_log, "bad.ffsearch"),
+                                            (_zero_compute_efficiency, "compute_efficiency")])
+async def test_a_bad_log_is_a_dialog_not_a_traceback(saved_log, tmp_path, make, fragment):
     bad = tmp_path / "bad.ffsearch"
-    bad.write_bytes(b"not a search log at all")
+    make(bad, saved_log)
+    data = bad.read_bytes()
     app = FlextuiApp(replay=bad)
     async with app.run_test() as pilot:
         await wait_for(pilot, lambda: isinstance(app.screen, ErrorDialog))
-        assert "bad.ffsearch" in app.screen.message
+        assert fragment in app.screen.message
         await pilot.press("escape")
         assert isinstance(app.screen, SetupScreen)
-    assert bad.read_bytes() == b"not a search log at all"
+    assert bad.read_bytes() == data
 
 
 async def test_open_a_log_from_the_app(saved_log):

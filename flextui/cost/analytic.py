@@ -15,6 +15,7 @@ import weakref
 from dataclasses import dataclass, field
 
 from flextui.cost.model import OpCost
+from flextui.errors import FlextuiError
 from flextui.graph import Op
 from flextui.machine import Device, Link
 
@@ -33,6 +34,20 @@ class AnalyticCostModel:
     _memo: weakref.WeakKeyDictionary = field(default_factory=weakref.WeakKeyDictionary,
                                              repr=False, compare=False)
 
+    def __post_init__(self) -> None:
+        """Efficiencies are fractions of the peak, from 0.001 to 1; the overhead is from
+        0 to 1 s. Checked here, so a model rebuilt from a hand-edited search log never
+        divides by 0 or makes infinite times."""
+        for name, low, high in (("compute_efficiency", 1e-3, 1.0),
+                                ("memory_efficiency", 1e-3, 1.0),
+                                ("launch_overhead_s", 0.0, 1.0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                    or not low <= value <= high:
+                raise FlextuiError(f"analytic cost model: {name} must be a number from "
+                                   f"{low:g} to {high:g}, found {value!r:.40}")
+            setattr(self, name, float(value))
+
     @property
     def identity(self) -> str:
         """Names the model and its parameters; ``from_identity`` rebuilds it (replay and
@@ -43,11 +58,20 @@ class AnalyticCostModel:
 
     @classmethod
     def from_identity(cls, identity: str) -> "AnalyticCostModel | None":
-        """The model an ``identity`` string names, or None if it is not this model's."""
-        match = _IDENTITY.fullmatch(identity)
-        if not match:
+        """The model an ``identity`` string names, or None if it is not this model's;
+        FlextuiError if it is this model's but damaged."""
+        if not identity.startswith(IDENTITY_PREFIX + "("):
             return None
-        return cls(*(float(v) for v in match.groups()))
+        match = _IDENTITY.fullmatch(identity)
+        try:
+            values = [float(v) for v in match.groups()] if match else None
+        except ValueError:
+            values = None
+        if values is None:
+            raise FlextuiError(f"cost model {identity[:120]!r}: its parameters are not "
+                               f"{IDENTITY_PREFIX}(compute_efficiency=N,memory_efficiency=N,"
+                               "launch_overhead_s=N) with numbers N; the search log is damaged")
+        return cls(*values)
 
     def op_cost(self, op: Op, block_shape: tuple[int, ...], device: Device) -> OpCost:
         per_op = self._memo.setdefault(op, {})

@@ -24,6 +24,7 @@ from flextui.cost.calibration import CommCalibration
 from flextui.cost.model import CostModel, OpCost
 from flextui.cost.ring import ring_allreduce_s
 from flextui.errors import FlextuiError
+from flextui.limits import read_json
 from flextui.graph import Op
 from flextui.machine import Cluster, Device, Link
 
@@ -91,7 +92,7 @@ def parse_identity(identity: str) -> tuple[str, list[CommCalibration]] | None:
     if not identity.startswith(IDENTITY_PREFIX + "{"):
         return None
     try:
-        body = json.loads(identity[len(IDENTITY_PREFIX):])
+        body = read_json(identity[len(IDENTITY_PREFIX):], "calibrated cost model")
     except ValueError:
         body = None
     if not (isinstance(body, dict) and set(body) == {"base", "calibrations"}

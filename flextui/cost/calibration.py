@@ -28,6 +28,7 @@ import numpy as np
 from flextui.cost.cacherecords import device_kind_slug
 from flextui.cost.files import atomic_write, file_lock
 from flextui.errors import FlextuiError
+from flextui.limits import NAME_CHARS
 
 FORMAT_NAME = "flextui-comm-calibration"
 FORMAT_VERSION = 1
@@ -63,9 +64,10 @@ class CommCalibration:
     def __post_init__(self) -> None:
         for name in ("device", "backend", "link_kind", "torch_version", "measured_at"):
             value = getattr(self, name)
-            if not isinstance(value, str) or not value:
-                raise FlextuiError(f"calibration field {name!r} must be a non-empty string, "
-                                   f"found {value!r}")
+            if not isinstance(value, str) or not value or NAME_CHARS.problem(len(value)):
+                raise FlextuiError(f"calibration field {name!r} must be a non-empty string "
+                                   f"of at most {NAME_CHARS.value} characters, "
+                                   f"found {value!r:.60}")
         for name, least in (("hops", 1), ("world_size", 2)):
             value = getattr(self, name)
             if not (isinstance(value, int) and not isinstance(value, bool) and value >= least):

@@ -12,18 +12,30 @@ from flextui.errors import FlextuiError
 def cost_model_from_identity(identity: str) -> CostModel:
     """The cost model ``identity`` names; raise FlextuiError if flextui cannot rebuild it
     (a user's own model class: re-run with that model in Python instead)."""
-    calibrated = parse_identity(identity)
-    if calibrated is not None:
-        base, calibrations = calibrated
-        return CalibratedCommModel(cost_model_from_identity(base), calibrations)
-    model = ProfiledCostModel.from_identity(identity, cost_model_from_identity) \
-        or AnalyticCostModel.from_identity(identity)
+    model = _rebuilt(identity)
     if model is None:
         shown = identity if len(identity) <= 80 else identity[:77] + "..."
         raise FlextuiError(f"cost model {shown!r} cannot be rebuilt from its name; "
                            "flextui rebuilds only its analytic, profiled and calibrated models "
                            "(use the Python API with your own cost model object)")
     return model
+
+
+def check_identity(identity: str) -> None:
+    """Raise FlextuiError if ``identity`` names one of flextui's cost models but is damaged
+    (a hand-edited search log); a user's own model's identity passes unread."""
+    _rebuilt(identity)
+
+
+def _rebuilt(identity: str) -> CostModel | None:
+    """The flextui cost model ``identity`` names, None if it names none of them;
+    FlextuiError if it is damaged."""
+    calibrated = parse_identity(identity)
+    if calibrated is not None:
+        base, calibrations = calibrated
+        return CalibratedCommModel(cost_model_from_identity(base), calibrations)
+    return ProfiledCostModel.from_identity(identity, cost_model_from_identity) \
+        or AnalyticCostModel.from_identity(identity)
 
 
 def cost_model_label(identity: str) -> str:

@@ -21,10 +21,11 @@ from typing import Any
 import msgpack
 
 from flextui.cost.cache import ProfileCache
-from flextui.cost.cacherecords import ProfileKey
+from flextui.cost.cacherecords import DTYPES, ProfileEntry, ProfileKey
 from flextui.cost.model import CostModel, OpCost
 from flextui.cost.signatures import Measurement, task_signatures
 from flextui.errors import FlextuiError
+from flextui.limits import NAME_CHARS, decompress, read_json
 from flextui.graph import Op, OpGraph
 from flextui.machine import Device, Link
 from flextui.machine.gpus import same_device_kind
@@ -129,13 +130,24 @@ def parse_identity(identity: str) -> tuple[Measurement, dict[bytes, Times], str]
     identity; None if it is not a profiled model's identity; FlextuiError if damaged."""
     if not identity.startswith(IDENTITY_PREFIX):
         return None
+    where = "profiled cost model"
     try:
-        body = json.loads(identity[len(IDENTITY_PREFIX):])
-        table = msgpack.unpackb(zlib.decompress(base64.b64decode(body["times"])), raw=False)
-        times = {ProfileKey.from_map(k).encoded: (float(f), float(b)) for k, f, b in table}
-        measurement = Measurement(body["dtype"], bool(body["training"]), body["device"],
-                                  body["torch"])
-        return measurement, times, str(body["base"])
+        body = read_json(identity[len(IDENTITY_PREFIX):], where)
+        packed = decompress(base64.b64decode(body["times"], validate=True), f"{where}: times")
+        table = msgpack.unpackb(packed, raw=False)
+        times = {}
+        for k, f, b in table:
+            entry = ProfileEntry(f, b, measured_at=0.0)   # finite times >= 0
+            if entry.backward_s is None:
+                raise ValueError("a task has no backward time")
+            times[ProfileKey.from_map(k).encoded] = (entry.forward_s, entry.backward_s)
+        texts = (body["device"], body["torch"], body["base"])
+        if body["dtype"] not in DTYPES or not isinstance(body["training"], bool) or not all(
+                isinstance(t, str) and t for t in texts) or not all(
+                len(t) <= NAME_CHARS.value for t in texts[:2]):
+            raise ValueError("its dtype, training, device, torch or base is malformed")
+        measurement = Measurement(body["dtype"], body["training"], body["device"], body["torch"])
+        return measurement, times, body["base"]
     except (ValueError, KeyError, TypeError, zlib.error, msgpack.UnpackException) as exc:
-        raise FlextuiError(f"profiled cost model: its recorded times cannot be read "
-                           f"({exc}); the search log is damaged") from None
+        raise FlextuiError(f"{where}: its recorded times cannot be read "
+                           f"({str(exc)[:200]}); the search log is damaged") from None

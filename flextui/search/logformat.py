@@ -55,10 +55,13 @@ from pathlib import Path
 from typing import Any
 
 from flextui import __version__
+from flextui.cost.identity import check_identity
 from flextui.errors import FlextuiError, SearchLogError
 from flextui.graph import OpGraph
 from flextui.graph.builder import graph_from_dict
+from flextui.limits import NAME_CHARS, nesting_problem
 from flextui.machine import Cluster
+from flextui.search.options import SearchOptions
 from flextui.strategy import ParallelConfig, Strategy
 
 FORMAT_VERSION = 2  # v2: step records may set other ops than the picked one
@@ -190,6 +193,14 @@ def as_str(v: Any, what: str) -> str:
     return v
 
 
+def as_name(v: Any, what: str) -> str:
+    """A string no longer than a name may be (it is shown to people)."""
+    problem = NAME_CHARS.problem(len(as_str(v, what)))
+    if problem is not None:
+        raise BadRecord(f"{what}: {problem}")
+    return v
+
+
 def as_list(v: Any, what: str, n: int | None = None) -> list:
     if type(v) is not list or (n is not None and len(v) != n):
         raise BadRecord(f"{what} must be a list" + (f" of {n} items" if n is not None else "")
@@ -243,7 +254,7 @@ class Decoder:
 
     def strategy(self, data: Any, what: str) -> Strategy:
         data = as_list(data, what, 2)
-        name = as_str(data[0], f"{what} name")
+        name = as_name(data[0], f"{what} name")
         configs = as_list(data[1], f"{what} configs")
         if len(configs) != len(self.ops):
             raise BadRecord(f"{what} has {len(configs)} op configs but the graph has {len(self.ops)} "
@@ -290,6 +301,9 @@ def decode_header(path: Path, data: Any) -> SearchHeader:
                            "cost_model", "seed", "options") if k not in h]
     if missing:
         raise BadRecord(f"header has no {', '.join(missing)}")
+    nesting = nesting_problem(h)
+    if nesting is not None:
+        raise BadRecord(f"header: {nesting}")
     try:
         graph = graph_from_dict(h["graph"])
     except Exception as exc:  # noqa: BLE001 (untrusted data: whatever it raises, the file is bad)
@@ -310,8 +324,13 @@ def decode_header(path: Path, data: Any) -> SearchHeader:
     if version < 2:  # v1 searches made one-op proposals only
         options = {"propagation": 0.0, **options}
     options = {"tied": 0.0, **options}  # searches logged before tied moves made none
-    return SearchHeader(graph=graph, cluster=cluster,
-                        cost_model=as_str(h["cost_model"], "header cost_model"),
+    cost_model = as_str(h["cost_model"], "header cost_model")
+    try:
+        SearchOptions.from_dict(options, "header")
+        check_identity(cost_model)
+    except FlextuiError as exc:
+        raise BadRecord(f"{exc}; the search log was changed by hand or is damaged") from None
+    return SearchHeader(graph=graph, cluster=cluster, cost_model=cost_model,
                         seed=as_int(h["seed"], "header seed", None), options=options,
-                        flextui_version=as_str(h["flextui"], "header flextui version"),
-                        created=as_str(h["created"], "header created"), version=version)
+                        flextui_version=as_name(h["flextui"], "header flextui version"),
+                        created=as_name(h["created"], "header created"), version=version)
