@@ -1,7 +1,9 @@
 """Profiling tasks with the block kernels, and the profiled cost model built on them."""
 
 import json
+import zlib
 
+import msgpack
 import pytest
 import torch
 
@@ -172,6 +174,70 @@ def test_choosing_profiled_finds_the_cluster_kinds_profiles(tmp_path):
     assert "5 of the" in choice.notices[-1]
     with pytest.raises(FlextuiError, match="no profiles of test devices"):
         choose_cost_model(graph, line_cluster(2), "profiled", profiles=str(tmp_path))
+
+
+def _cpu_cache_bytes(tmp_path) -> bytes:
+    """A valid profile cache of this CPU holding LeNet's first tasks."""
+    cache = ProfileCache(cpu_name(), [tmp_path / "made"])
+    for s in task_signatures(lenet(), measurement(), num_devices=2)[:5]:
+        cache.put(s.key, ProfileEntry(0.001, 0.002, repeats=1))
+    cache.save()
+    return cache.path.read_bytes()
+
+
+def _newer(data: bytes) -> bytes:
+    doc = {k: v for k, v in msgpack.unpackb(data).items() if k != "checksum"}
+    doc["version"] = 2
+    return msgpack.packb({**doc, "checksum": zlib.crc32(msgpack.packb(doc, use_bin_type=True))},
+                         use_bin_type=True)
+
+
+@pytest.mark.parametrize("damage, phrase, moved", [
+    (lambda data: data[:-40], "truncated", True),
+    (lambda data: data[:200] + bytes([data[200] ^ 4]) + data[201:], "corrupt", True),
+    (_newer, "newer flextui", False),
+])
+def test_an_unusable_profile_cache_is_named_and_moved_aside(tmp_path, damage, phrase, moved):
+    """`--cost profiled` with a damaged cache in --profiles DIR names the file and what is
+    wrong with it, and moves a corrupt one aside as `flextui profile` does (a newer one
+    is left alone), instead of only saying there are no profiles in DIR."""
+    data = damage(_cpu_cache_bytes(tmp_path))
+    path = tmp_path / "profiles" / ProfileCache(cpu_name(), [tmp_path]).path.name
+    path.parent.mkdir()
+    path.write_bytes(data)
+    with pytest.raises(FlextuiError) as info:
+        choose_cost_model(lenet(), line_cluster(2, spec=CPU), "profiled",
+                          profiles=str(path.parent))
+    message = str(info.value)
+    assert f"{path}: " in message and phrase in message and "\n" not in message
+    assert path.exists() != moved
+    assert (f"moved aside to {path}.corrupt-" in message) == moved
+
+
+def test_a_profile_cache_of_another_device_is_named(tmp_path):
+    data = _cpu_cache_bytes(tmp_path)
+    directory = tmp_path / "profiles"
+    directory.mkdir()
+    (directory / "nvidia-h100.msgpack").write_bytes(data)   # this CPU's, misnamed
+    with pytest.raises(FlextuiError) as info:
+        choose_cost_model(lenet(), line_cluster(2), "profiled", profiles=str(directory))
+    assert "nvidia-h100.msgpack: holds profiles for device kind" in str(info.value)
+    assert list(directory.glob("nvidia-h100.msgpack.corrupt-*"))
+    ProfileCache(cpu_name(), [directory]).path.write_bytes(data)
+    with pytest.raises(FlextuiError) as info:   # a good cache, of a kind not simulated
+        choose_cost_model(lenet(), line_cluster(2), "profiled", profiles=str(directory))
+    assert f"holds {cpu_name()}" in str(info.value)
+
+
+def test_profiling_refuses_a_newer_cache_before_any_work(tmp_path, monkeypatch):
+    path = ProfileCache(cpu_name(), [tmp_path]).path
+    path.write_bytes(_newer(_cpu_cache_bytes(tmp_path)))
+
+    def collect(*args, **kwargs):
+        raise AssertionError("tasks collected for a cache that cannot be saved")
+    monkeypatch.setattr(profiler, "task_signatures", collect)
+    with pytest.raises(FlextuiError, match=f"{path}: written by a newer flextui"):
+        profiler.prepare_profile(lenet(), 2, device="cpu", profiles=str(tmp_path))
 
 
 def test_profiled_includes_the_kinds_communication_calibration(tmp_path):

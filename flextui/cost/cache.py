@@ -218,6 +218,12 @@ class ProfileCache:
         given) backed by the reference profiles shipped with flextui."""
         return cls(device_name, [user_profile_dir(profiles), reference_profile_dir()])
 
+    def check_writable(self) -> None:
+        """Raise FlextuiError now if ``save`` would refuse the user's file (it is from a
+        newer flextui, or bad and could not be moved aside): before measuring, not after."""
+        if self._refusal:
+            raise FlextuiError(self._refusal)
+
     def get(self, key: ProfileKey) -> ProfileEntry | None:
         for entries in (self._user, *self._references):
             found = entries.get(key.encoded)
@@ -284,17 +290,19 @@ class ProfileCache:
             if bad.newer_version:
                 self._notice(f"{self.path}: {bad.problem}; upgrade flextui to use it; left "
                              "untouched, and profiles measured now will not be saved to it")
-                self._refusal = (f"{self.path}: not saving profiles: the file was written by "
-                                 f"a newer flextui (format version {bad.newer_version}); "
-                                 "upgrade flextui, or save elsewhere with --profiles DIR")
+                self._refusal = (f"{self.path}: written by a newer flextui (format version "
+                                 f"{bad.newer_version}), so this one must not replace it; "
+                                 "upgrade flextui, or profile into another directory with "
+                                 "--profiles DIR")
                 return {}
             try:
                 aside = _move_aside(self.path)
             except OSError as exc:
                 self._notice(f"{self.path}: {bad.problem}; could not be moved aside "
                              f"({exc.strerror or exc}); left as is")
-                self._refusal = (f"{self.path}: not saving profiles over a bad file that "
-                                 "could not be moved aside; move or remove it by hand")
+                self._refusal = (f"{self.path}: a bad file that could not be moved aside, "
+                                 "so profiles cannot be saved over it; move or remove it by "
+                                 "hand")
                 return {}
             self._notice(f"{self.path}: {bad.problem}; moved aside to {aside}; it will be rebuilt")
             return {}

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from flextui.cost.analytic import AnalyticCostModel
-from flextui.cost.cache import BadProfileFile, ProfileCache, decode_cache
+from flextui.cost.cache import BadProfileFile, ProfileCache, decode_cache, device_kind_slug
 from flextui.cost.cachedirs import reference_profile_dir, user_profile_dir
 from flextui.cost.calibrated import CalibratedCommModel
 from flextui.cost.calibration import SUFFIX as CALIBRATION_SUFFIX
@@ -34,19 +34,32 @@ class CostChoice:
     notices: list[str] = field(default_factory=list)
 
 
-def profile_files(dirs: list[Path]) -> dict[str, Path]:
-    """Device name -> the first readable profile file for it in ``dirs`` (user first)."""
+def profile_files(dirs: list[Path]) -> tuple[dict[str, Path], list[str]]:
+    """Device name -> the first usable profile file for it in ``dirs`` (user first), and
+    a notice for each file that cannot be used (corrupt, truncated, from a newer flextui,
+    or named for another device kind): each such file is opened as its device kind's
+    cache, as ``flextui profile`` opens it, so it is reported the same way and the user's
+    own is moved aside."""
     found: dict[str, Path] = {}
+    notices: list[str] = []
+    bad_kinds: list[str] = []
     for d in dirs:
         for path in sorted(d.glob("*.msgpack")) if d.is_dir() else []:
             if path.name.endswith(CALIBRATION_SUFFIX):
                 continue
+            if device_kind_slug(path.stem) != path.stem:
+                notices.append(f"{path}: not a profile cache's name (<device-kind>.msgpack, "
+                               f"e.g. {device_kind_slug(path.stem)}.msgpack); ignored")
+                continue
             try:
-                name = decode_cache(path.read_bytes()).device_name
+                name = decode_cache(path.read_bytes(), path.stem).device_name
             except (OSError, BadProfileFile):
-                continue   # reported when that kind's cache is opened
+                bad_kinds.append(path.stem)
+                continue
             found.setdefault(name, path)
-    return found
+    for kind in dict.fromkeys(bad_kinds):
+        notices += ProfileCache(kind, dirs).notices
+    return found, notices
 
 
 def choose_cost_model(graph: OpGraph, cluster: Cluster, cost: str = "analytic", *,
@@ -54,7 +67,8 @@ def choose_cost_model(graph: OpGraph, cluster: Cluster, cost: str = "analytic", 
                       training: bool = True) -> CostChoice:
     """The cost model ``cost`` names for simulating ``graph`` on ``cluster``. "profiled"
     needs profiles of one of the cluster's device kinds (``flextui profile`` makes them)
-    measured with this torch, and says how many of the search's tasks they cover."""
+    measured with this torch, and says how many of the search's tasks they cover; every
+    profile file that cannot be used is named, in the notices or in the error."""
     if cost not in COST_MODELS:
         raise FlextuiError(f"--cost {cost!r}: choose {' or '.join(COST_MODELS)}")
     if cost == "analytic":
@@ -65,7 +79,7 @@ def choose_cost_model(graph: OpGraph, cluster: Cluster, cost: str = "analytic", 
     from flextui.cost.profiled import ProfiledCostModel  # noqa: PLC0415
     dirs = [user_profile_dir(profiles), reference_profile_dir()]
     kinds = sorted({d.spec.kind for d in cluster.devices})
-    files = profile_files(dirs)
+    files, problems = profile_files(dirs)
     for kind in kinds:
         for name in files:
             if same_device_kind(kind, name):
@@ -75,13 +89,16 @@ def choose_cost_model(graph: OpGraph, cluster: Cluster, cost: str = "analytic", 
                                                      measurement, AnalyticCostModel())
                 if not model.times:
                     continue
-                notices = cache.notices + [f"profiled cost model: {model.describe()}"]
+                notices = list(dict.fromkeys(problems + cache.notices))
+                notices.append(f"profiled cost model: {model.describe()}")
                 return with_calibrations(CostChoice(model, notices), kind, dirs)
     where = " or ".join(str(d) for d in dirs)
+    found = [f"{path} holds {name}" for name, path in files.items()] + problems
     raise FlextuiError(f"no profiles of {', '.join(kinds)} devices for {graph.name} "
                        f"({dtype}, {'training' if training else 'inference'}, torch "
-                       f"{torch.__version__}) in {where}; measure them with `flextui profile "
-                       f"--model ...` on such a device, or use --cost analytic")
+                       f"{torch.__version__}) in {where}"
+                       f"{' (' + '; '.join(found) + ')' if found else ''}; measure them with "
+                       "`flextui profile --model ...` on such a device, or use --cost analytic")
 
 
 def calibrations_for(kind: str, dirs: list[Path]) -> list[CommCalibration]:

@@ -87,17 +87,20 @@ def prepare_profile(graph: OpGraph, num_devices: int, *,
                     device: str | LocalDevice | None = None, dtype: str = "fp32",
                     training: bool = True, profiles: str | None = None) -> ProfileRun:
     """Resolve ``device`` (None: the first GPU, else the CPU; a caller that resolved it
-    already passes the LocalDevice), collect the distinct tasks a search of ``graph``
-    over up to ``num_devices`` devices may visit, and open the device kind's cache
-    (``profiles``: the user's cache directory if None)."""
+    already passes the LocalDevice), open the device kind's cache (``profiles``: the
+    user's cache directory if None; one that could not be saved to, from a newer flextui
+    say, is refused here, before any work), and collect the distinct tasks a search of
+    ``graph`` over up to ``num_devices`` devices may visit."""
     if num_devices < 1:
         raise FlextuiError("--max-devices must be at least 1")
     if dtype not in DTYPE_NAMES:
         raise FlextuiError(f"--dtype {dtype!r}: choose one of {', '.join(DTYPE_NAMES)}")
     local = device if isinstance(device, LocalDevice) else resolve_device(device)
+    cache = ProfileCache.open_default(local.name, profiles)
+    cache.check_writable()
     measurement = Measurement(DTYPE_NAMES[dtype], training, local.name, torch.__version__)
     signatures = task_signatures(graph, measurement, num_devices=num_devices)
-    return ProfileRun(local, measurement, signatures, ProfileCache.open_default(local.name, profiles))
+    return ProfileRun(local, measurement, signatures, cache)
 
 
 def profile_tasks(signatures: Sequence[TaskSignature], cache: ProfileCache, device: torch.device,
