@@ -115,6 +115,15 @@ def test_an_option_out_of_its_range_names_the_option_and_range(name, option, val
     assert f"option {option}" in message and allowed in message and len(message) < 200
 
 
+@pytest.mark.parametrize("name, options", [
+    ("dlrm", {"interaction": "x" * 100_000}), ("lenet", {"y" * 100_000: "1"}),
+    ("n" * 100_000, {})], ids=["value", "option", "model"])
+def test_a_huge_option_or_name_is_cut_in_the_message(name, options):
+    with pytest.raises(ModelError) as info:
+        load_model(name, **options)
+    assert len(str(info.value)) < 1000
+
+
 def test_every_whole_number_option_of_the_library_has_a_range():
     for name in model_names():
         info = model_info(name)

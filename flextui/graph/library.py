@@ -54,7 +54,7 @@ def _module(name: str) -> ModuleType:
     elif name in model_names():
         module = importlib.import_module(f"{LIBRARY_PACKAGE}.{name}")
     else:
-        raise ModelError(f"unknown model {name!r}; built-in models: {', '.join(model_names())} "
+        raise ModelError(f"unknown model {name!r:.80}; built-in models: {', '.join(model_names())} "
                          f"(or give the path of a model .py file)")
     for attr in ("build", "DEFAULTS", "DESCRIPTION"):
         if not hasattr(module, attr):
@@ -80,7 +80,7 @@ def load_model(name: str, **options: Any) -> OpGraph:
     module = _module(name)
     unknown = sorted(set(options) - set(module.DEFAULTS))
     if unknown:
-        raise ModelError(f"model {name!r} has no option {', '.join(unknown)}; its options: "
+        raise ModelError(f"model {name!r} has no option {', '.join(unknown):.80}; its options: "
                          f"{', '.join(f'{k}={v}' for k, v in module.DEFAULTS.items())}")
     merged = {**module.DEFAULTS,
               **{k: _convert(name, k, v, module.DEFAULTS[k]) for k, v in options.items()}}
@@ -90,7 +90,7 @@ def load_model(name: str, **options: Any) -> OpGraph:
     try:
         graph = module.build(**merged)
     except FlextuiError as exc:
-        raise ModelError(f"model {name!r} with {merged}: {exc}") from None
+        raise ModelError(f"model {name!r} with {str(merged):.300}: {str(exc):.300}") from None
     if not isinstance(graph, OpGraph):
         raise ModelError(f"model {name!r}: build() returned {type(graph).__name__}, not an OpGraph")
     graph.meta.setdefault("model", Path(name).stem)

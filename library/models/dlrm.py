@@ -30,7 +30,7 @@ def mlp(g: GraphBuilder, x: Tensor, widths: list[int], last_relu: bool = True) -
 def build(batch_size: int, num_tables: int, rows_per_table: int, embed_dim: int,
           interaction: str) -> OpGraph:
     if interaction not in ("cat", "dot"):
-        raise ModelError(f"dlrm interaction must be 'cat' or 'dot', not {interaction!r}")
+        raise ModelError(f"dlrm interaction must be 'cat' or 'dot', not {interaction!r:.40}")
     g = GraphBuilder("dlrm", batch_size=batch_size, family="recommendation")
     dense = g.input((batch_size, 13), name="dense")
     with g.scope("bottom"):
