@@ -178,6 +178,7 @@ def _lenet_data(edit) -> dict:
     (lambda d, ops: d["meta"].update(batch_size="64"), "meta batch_size"),
     (lambda d, ops: ops["unary_1"]["attrs"].update(fn="x" * 100_000),
      r"unknown function 'xxx.*\.\.\.$"),
+    (lambda d, ops: ops["unary_1"].update(type="x" * 100_000), "unknown op type 'xxx"),
 ])
 def test_graph_data_with_attributes_of_the_wrong_kind_is_a_graph_error(edit, message):
     """A search log's graph, edited by hand: every bad attribute is a GraphError when the

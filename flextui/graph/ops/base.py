@@ -114,4 +114,4 @@ def op_type(name: str) -> OpType:
         return OP_TYPES[name]
     except KeyError:
         known = ", ".join(sorted(OP_TYPES))
-        raise GraphError(f"unknown op type {name!r}; known types: {known}") from None
+        raise GraphError(f"unknown op type {name!r:.60}; known types: {known}") from None
