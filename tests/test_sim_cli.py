@@ -60,7 +60,7 @@ def test_disconnected_cluster_names_the_devices(capsys, tmp_path):
 
 def test_bad_strategy_for_simulate(capsys):
     code, _, err = run(capsys, "simulate", "-m", "lenet", "-s", "nope.json")
-    assert code == 2 and "unknown strategy 'nope.json'" in err
+    assert code == 2 and "strategy file nope.json does not exist" in err
 
 
 def test_task_kinds_are_named_in_the_trace():
