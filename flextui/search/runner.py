@@ -43,6 +43,7 @@ from flextui.sim import Simulator
 from flextui.strategy import Strategy, builtin_strategy, random_strategy
 
 BATCH_S = 0.1        # how often a chain hands its events on
+PARENT_POLL_S = 0.2  # how often a worker checks that the process that started it lives
 CHECKPOINT_S = 5.0   # how often a chain checkpoints into the log
 REASONS = ("interrupted", "time", "iterations", "converged")  # the final reason, by precedence
 
@@ -402,18 +403,35 @@ def _run_workers(starts, graph, cluster, cost_model, options, stop, pause,
 def _worker(start: ChainStart, graph_data, cluster_data, identity, options, inbox, halt,
             hold, parent: int) -> None:
     """A worker process: rebuild the inputs from data, run one chain, post its batches.
-    Ctrl-C goes to the whole process group; the parent decides when workers stop."""
+    Ctrl-C goes to the whole process group; the parent decides when workers stop. SIGTERM
+    or SIGHUP (a shell hung up sends it to the group, so the parent has it too) end the
+    chain as a halt does, its last batch posted; a worker whose parent has died ends at
+    once."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    asked_to_end = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, lambda *_: asked_to_end.set())
+    threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
     try:
         graph, cluster = graph_from_dict(graph_data), Cluster.from_dict(cluster_data)
         chain = start.chain(graph, cluster, cost_model_from_identity(identity), options)
         inbox.put(("started", chain.index, (chain.initial_cost, _first_items(start, chain))))
-        stopped = lambda: halt.is_set() or os.getppid() != parent  # noqa: E731
+        stopped = lambda: halt.is_set() or asked_to_end.is_set()
         reason = drive(chain, options, stopped,
                        lambda items: inbox.put(("batch", chain.index, items)), hold.is_set)
         inbox.put(("done", chain.index, reason))
     except FlextuiError as exc:
         inbox.put(("error", start.index, str(exc)))
+
+
+def _exit_with_parent(parent: int) -> None:
+    """A worker's watchdog: end the worker as soon as ``parent`` (which reads its batches
+    and writes the log) is gone, even in the middle of a step. Exiting normally could
+    block for ever: the inbox's feeder thread waits to write into a full pipe that no
+    process reads any more."""
+    while os.getppid() == parent:
+        time.sleep(PARENT_POLL_S)
+    os._exit(1)
 
 
 def _first_items(start: ChainStart, chain: Chain) -> list:

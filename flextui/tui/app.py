@@ -8,7 +8,13 @@ through a ``Playback``, and timelines come from the simulator on a worker thread
 
 from __future__ import annotations
 
+import asyncio
+import errno
 import gc
+import os
+import signal
+import sys
+import termios
 from collections.abc import Iterable
 from multiprocessing import resource_tracker
 from pathlib import Path
@@ -32,6 +38,12 @@ from flextui.tui.screens.help import HelpScreen
 from flextui.tui.screens.profile import ProfileScreen
 from flextui.tui.screens.search import SearchScreen, SearchSetup
 from flextui.tui.screens.setup import SetupScreen
+
+#: signals that quit the app as ctrl+q does: a closed ssh session or tmux window sends
+#: SIGHUP, a batch system or ``kill`` SIGTERM, ``kill -INT`` SIGINT (in the app, ctrl+c
+#: is a key, not a signal). Textual itself handles only SIGTSTP/SIGCONT (suspend, resume)
+#: and SIGWINCH; any other signal would kill the app with its terminal left as it was.
+QUIT_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 
 
 class FlextuiApp(App):
@@ -57,6 +69,10 @@ class FlextuiApp(App):
         self.profiles: list[LiveProfile] = []
 
     def on_mount(self) -> None:
+        if not self.is_headless:   # a terminal's app (tests run headless, in their own loop)
+            loop = asyncio.get_running_loop()
+            for signum in QUIT_SIGNALS:
+                loop.add_signal_handler(signum, self.quit_on_signal, signum)
         self.push_screen(SetupScreen(self.initial_model, self.initial_cluster))
         if self.replay_path is not None:
             self.open_replay(self.replay_path)
@@ -155,6 +171,16 @@ class FlextuiApp(App):
         self.stop_searches()
         self.exit()
 
+    def quit_on_signal(self, signum: int) -> None:
+        """Quit as ctrl+q does (every log finished, every worker ended, the terminal
+        restored); the process then exits with the shell's code for the signal. When the
+        terminal has been hung up there is nothing left to restore, and Textual's writes
+        to it would block for ever: exit at once."""
+        self.stop_searches()
+        if terminal_hung_up():
+            os._exit(128 + signum)
+        self.exit(return_code=128 + signum)
+
     def stop_searches(self) -> None:
         """Stop every live search and profile and wait for them, so each search log gets
         its final record and each profile cache what was measured."""
@@ -162,6 +188,16 @@ class FlextuiApp(App):
             live.stop()
         for live in [*self.searches, *self.profiles]:
             live.join(timeout=10)
+
+
+def terminal_hung_up() -> bool:
+    """The terminal Textual draws on (its stderr) is gone: a closed ssh session or tmux
+    window. A hung-up terminal answers every request with EIO."""
+    try:
+        termios.tcgetattr(sys.__stderr__.fileno())
+    except termios.error as exc:
+        return exc.args[0] == errno.EIO
+    return False
 
 
 def settle_heap() -> None:
@@ -175,4 +211,9 @@ def settle_heap() -> None:
 
 
 def run_app(**kwargs) -> None:
-    FlextuiApp(**kwargs).run()
+    """Run the app in this terminal; exit with its return code when it is not 0 (128 +
+    the signal's number when a signal quit it)."""
+    app = FlextuiApp(**kwargs)
+    app.run()
+    if app.return_code:
+        sys.exit(app.return_code)
