@@ -158,10 +158,8 @@ def test_default_sizes_are_powers_of_two_from_4_kib():
 
 
 def test_a_calibration_that_runs_out_of_time_ends_in_a_clear_error():
-    start = time.monotonic()
     with pytest.raises(FlextuiError, match="timed out after 0.3 s"):
         comm.measure_comm(["cpu", "cpu"], [4096], repeats=1, timeout_s=0.3)
-    assert time.monotonic() - start < 15
 
 
 def test_a_rank_that_dies_ends_in_a_clear_error_and_the_others_are_stopped():

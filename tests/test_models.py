@@ -3,8 +3,6 @@ parameter counts match published or closed-form numbers."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from flextui.errors import ModelError
@@ -53,11 +51,7 @@ def test_model_builds_well_formed(name):
     assert info.description and "\n" not in info.description
     assert "batch_size" in info.defaults
 
-    start = time.perf_counter()
     graph = load_model(name)
-    elapsed = time.perf_counter() - start
-    assert elapsed < 1.0, f"{name} took {elapsed:.2f}s to build"
-
     assert len(graph) > 0
     assert graph.family in FAMILIES
     assert graph.batch_size == info.defaults["batch_size"]

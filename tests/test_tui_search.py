@@ -2,10 +2,11 @@
 what the search found; pause, stop, save, the timeline), a replayed log (it reaches the
 log's final best), errors in dialogs, the key map, 80x24, and snapshots."""
 
-import asyncio
 import dataclasses
 import functools
-import time
+import multiprocessing
+import os
+import threading
 
 import pytest
 
@@ -234,21 +235,25 @@ def test_help_screen_snapshot(snap_compare, saved_log):
     assert snap_compare(FlextuiApp(), terminal_size=(100, 30), run_before=show)
 
 
-def test_event_loop_stays_responsive_during_a_search(tmp_path):
-    """The event loop, asked for 20 ticks a second, still gets (nearly) all of them
-    while a search runs."""
-    async def measure():
-        app = FlextuiApp(log_dir=tmp_path)
-        lags = []
-        async with app.run_test() as pilot:
-            start(app, SearchOptions(time_limit=3, seed=5, converge=False))
-            last = time.monotonic()
-            for _ in range(40):
-                await asyncio.sleep(0.05)
-                now = time.monotonic()
-                lags.append(now - last - 0.05)
-                last = now
-            await pilot.press("ctrl+q")
-        return lags
-    lags = sorted(asyncio.run(measure()))
-    assert lags[len(lags) * 9 // 10] < 0.1, lags   # benchmarks/ui_lag.py measures it properly
+async def test_the_search_runs_off_the_ui_thread_and_keys_work_meanwhile(tmp_path):
+    """The chain runs in a worker process, collected on a thread of the search's own;
+    meanwhile the UI handles every key pressed and redraws the search's progress.
+    (How late the event loop is, ``benchmarks/ui_lag.py`` measures.)"""
+    app = FlextuiApp(log_dir=tmp_path)
+    async with app.run_test() as pilot:
+        start(app, SearchOptions(time_limit=120, seed=5, converge=False))
+        live = app.searches[0]
+        await wait_for(pilot, lambda: live.view().steps > 0)
+        [worker] = multiprocessing.active_children()
+        assert worker.pid != os.getpid()
+        [collector] = [t for t in threading.enumerate() if t.name == live.thread_name]
+        assert collector is not threading.main_thread()
+        screen = app.screen
+        for presses in range(1, 21):
+            await pilot.press("g")
+            assert screen.by_time == (presses % 2 == 1)
+        shown = screen.view.steps
+        await wait_for(pilot, lambda: screen.view.steps > shown)
+        assert live.view().state == "running"
+        await pilot.press("ctrl+q")
+    assert live.view().state == "stopped" and not worker.is_alive()
