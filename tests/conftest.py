@@ -83,3 +83,32 @@ def edit_log_header(path, edit) -> None:
     record = msgpack.unpackb(data[start:end], raw=False)
     edit(record[1])
     path.write_bytes(MAGIC + frame(msgpack.packb(record, use_bin_type=True)) + data[end:])
+
+
+# -- the app tests' search: LeNet on one node of the paper's P100s ---------------------
+
+@functools.cache
+def lenet_node():
+    return model("lenet"), load_named_cluster("p100-4x4", nodes=1)
+
+
+def start_lenet_search(app, options) -> None:
+    """Start a search in ``app`` (a FlextuiApp) as its Setup screen's start key does."""
+    from flextui.tui.screens.setup import SetupScreen
+
+    graph, cluster = lenet_node()
+    app.on_setup_screen_start_search(SetupScreen.StartSearch(graph, cluster, options, "lenet",
+                                                             "p100-4x4"))
+
+
+@pytest.fixture(scope="session")
+def lenet_log(tmp_path_factory):
+    """A finished search's log: 2 chains, 300 steps each."""
+    from flextui.cost import AnalyticCostModel
+    from flextui.search import SearchOptions, run_search
+
+    path = tmp_path_factory.mktemp("logs") / "lenet.ffsearch"
+    graph, cluster = lenet_node()
+    run_search(graph, cluster, AnalyticCostModel(), SearchOptions(iterations=300, seed=4,
+               chains=2, converge=False), log_path=path)
+    return path

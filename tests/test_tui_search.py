@@ -3,18 +3,15 @@ what the search found; pause, stop, save, the timeline), a replayed log (it reac
 log's final best), errors in dialogs, the key map, 80x24, and snapshots."""
 
 import dataclasses
-import functools
 import multiprocessing
 import os
 import threading
 
 import pytest
 
-from conftest import edit_log_header, wait_for
+from conftest import edit_log_header, lenet_node, start_lenet_search, wait_for
 from flextui.cost import AnalyticCostModel
-from flextui.graph.library import load_model
-from flextui.machine import load_named_cluster
-from flextui.search import SearchOptions, read_search_log, run_search
+from flextui.search import SearchOptions, read_search_log
 from flextui.search.playback import Playback
 from flextui.search.summary import baseline_costs
 from flextui.sim import Simulator
@@ -28,21 +25,10 @@ from flextui.tui.widgets.chart import Chart
 from flextui.tui.widgets.strategy import StrategyTable
 
 
-@functools.cache
-def lenet():
-    return load_model("lenet"), load_named_cluster("p100-4x4", nodes=1)
-
-
-def start(app, options):
-    graph, cluster = lenet()
-    app.on_setup_screen_start_search(SetupScreen.StartSearch(graph, cluster, options, "lenet",
-                                                             "p100-4x4"))
-
-
 async def test_live_search_shows_what_the_search_found(tmp_path):
     app = FlextuiApp(log_dir=tmp_path)
     async with app.run_test(size=(100, 30)) as pilot:
-        start(app, SearchOptions(iterations=600, seed=1, converge=False))
+        start_lenet_search(app, SearchOptions(iterations=600, seed=1, converge=False))
         live = app.searches[0]
         await wait_for(pilot, lambda: live.done)
         await pilot.pause(0.4)
@@ -53,7 +39,7 @@ async def test_live_search_shows_what_the_search_found(tmp_path):
         plot = screen.query_one("#cost-plot", Chart).data
         assert plot.series[1].ys[-1] == result.best_cost * 1e3      # the best line ends there
         table = screen.query_one(StrategyTable)
-        graph, cluster = lenet()
+        graph, cluster = lenet_node()
         assert table.row_count == len(graph.ops)
         for op in graph.ops:
             devices = table.get_row(op.name)[-1]
@@ -75,7 +61,7 @@ async def test_live_search_shows_what_the_search_found(tmp_path):
 async def test_pause_stop_and_quit_keep_the_log(tmp_path):
     app = FlextuiApp(log_dir=tmp_path)
     async with app.run_test(size=(80, 24)) as pilot:
-        start(app, SearchOptions(time_limit=120, seed=2, converge=False))
+        start_lenet_search(app, SearchOptions(time_limit=120, seed=2, converge=False))
         live = app.searches[0]
         await wait_for(pilot, lambda: live.view().steps > 0)
         await pilot.press("space")
@@ -92,26 +78,19 @@ async def test_pause_stop_and_quit_keep_the_log(tmp_path):
     assert log.final is not None and log.final.reason == "interrupted"
 
 
-async def test_quitting_during_a_search_finishes_its_log(tmp_path):
+@pytest.mark.parametrize("key", ["ctrl+q", None], ids=["ctrl+q", "the app ended otherwise"])
+async def test_quitting_during_a_search_finishes_its_log(tmp_path, key):
     app = FlextuiApp(log_dir=tmp_path)
     async with app.run_test() as pilot:
-        start(app, SearchOptions(time_limit=120, seed=3, converge=False))
+        start_lenet_search(app, SearchOptions(time_limit=120, seed=3, converge=False))
         await wait_for(pilot, lambda: app.searches[0].view().steps > 0)
-        await pilot.press("ctrl+q")
+        if key:
+            await pilot.press(key)
     assert read_search_log(next(tmp_path.glob("*.ffsearch"))).final is not None
 
 
-@pytest.fixture(scope="module")
-def saved_log(tmp_path_factory):
-    path = tmp_path_factory.mktemp("logs") / "lenet.ffsearch"
-    graph, cluster = lenet()
-    run_search(graph, cluster, AnalyticCostModel(), SearchOptions(iterations=300, seed=4,
-               chains=2, converge=False), log_path=path)
-    return path
-
-
-async def test_replay_plays_back_to_the_final_best(saved_log):
-    app = FlextuiApp(replay=saved_log)
+async def test_replay_plays_back_to_the_final_best(lenet_log):
+    app = FlextuiApp(replay=lenet_log)
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_for(pilot, lambda: isinstance(app.screen, SearchScreen))
         screen = app.screen
@@ -131,30 +110,54 @@ async def test_replay_plays_back_to_the_final_best(saved_log):
         assert screen.source.speed == 0.25
         await pilot.press("end")
         await pilot.pause(0.1)
-        final = read_search_log(saved_log).final
+        final = read_search_log(lenet_log).final
         assert screen.view.state == "finished" and screen.view.steps == 600
         assert screen.view.best_cost == final.best_cost
         assert dict(screen.view.best) == dict(final.best)
         assert screen.view.speedup_over("data-parallel") >= 1.0
 
 
-def _not_a_log(path, saved_log) -> None:
+async def test_a_replay_shows_the_app_at_once_and_reads_its_log_behind_it(lenet_log,
+                                                                          monkeypatch):
+    """Reading a log (seconds for a long search's) waits for nothing on the UI thread:
+    while it is read, the app is up and takes keys."""
+    read, reading = threading.Event(), []
+
+    def slow_read(path):
+        reading.append(threading.current_thread())
+        read.wait(timeout=30)
+        return read_search_log(path)
+
+    monkeypatch.setattr("flextui.tui.app.read_search_log", slow_read)
+    app = FlextuiApp(replay=lenet_log)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: reading)
+        assert reading[0] is not threading.main_thread()
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        read.set()
+        await wait_for(pilot, lambda: isinstance(app.screen, SearchScreen))
+        await wait_for(pilot, lambda: app.screen.view is not None and app.screen.view.baselines)
+
+
+def _not_a_log(path, lenet_log) -> None:
     path.write_bytes(b"not a search log at all")
 
 
-def _zero_compute_efficiency(path, saved_log) -> None:
+def _zero_compute_efficiency(path, lenet_log) -> None:
     """A cost model with a compute efficiency of 0 once crashed the app with a Textual
     traceback (and exit status 0); now the log is refused as it is read."""
-    path.write_bytes(saved_log.read_bytes())
+    path.write_bytes(lenet_log.read_bytes())
     edit_log_header(path, lambda h: h.update(cost_model=AnalyticCostModel().identity.replace(
         "compute_efficiency=0.6", "compute_efficiency=0")))
 
 
 @pytest.mark.parametrize("make, fragment", [(_not_a_log, "bad.ffsearch"),
                                             (_zero_compute_efficiency, "compute_efficiency")])
-async def test_a_bad_log_is_a_dialog_not_a_traceback(saved_log, tmp_path, make, fragment):
+async def test_a_bad_log_is_a_dialog_not_a_traceback(lenet_log, tmp_path, make, fragment):
     bad = tmp_path / "bad.ffsearch"
-    make(bad, saved_log)
+    make(bad, lenet_log)
     data = bad.read_bytes()
     app = FlextuiApp(replay=bad)
     async with app.run_test() as pilot:
@@ -165,19 +168,19 @@ async def test_a_bad_log_is_a_dialog_not_a_traceback(saved_log, tmp_path, make, 
     assert bad.read_bytes() == data
 
 
-async def test_open_a_log_from_the_app(saved_log):
+async def test_open_a_log_from_the_app(lenet_log):
     app = FlextuiApp()
     async with app.run_test() as pilot:
         await pilot.press("ctrl+o")
         await pilot.press(*"/no/such.ffsearch", "enter")
         assert "no such file" in str(app.screen.query_one("#open-error").render())
-        app.screen.query_one("Input").value = str(saved_log)
+        app.screen.query_one("Input").value = str(lenet_log)
         await pilot.press("enter")
         await wait_for(pilot, lambda: isinstance(app.screen, SearchScreen))
 
 
-async def test_help_lists_the_screens_keys(saved_log):
-    app = FlextuiApp(replay=saved_log)
+async def test_help_lists_the_screens_keys(lenet_log):
+    app = FlextuiApp(replay=lenet_log)
     async with app.run_test() as pilot:
         await wait_for(pilot, lambda: isinstance(app.screen, SearchScreen))
         await pilot.press("question_mark")
@@ -198,7 +201,7 @@ def fixed_clock_playback(path) -> Playback:
     checkpoints = [dataclasses.replace(c, elapsed=c.iteration * 1e-3) for c in log.checkpoints]
     log = dataclasses.replace(log, steps=steps, checkpoints=checkpoints, _history={})
     playback = Playback(log)
-    graph, cluster = lenet()
+    graph, cluster = lenet_node()
     playback.baselines = baseline_costs(graph, cluster, AnalyticCostModel(), SearchOptions())
     playback.to_end()
     return playback
@@ -206,33 +209,37 @@ def fixed_clock_playback(path) -> Playback:
 
 def fixed_replay_screen(path) -> SearchScreen:
     """The Search screen on the saved log played to its end with a fixed clock."""
-    graph, cluster = lenet()
+    graph, cluster = lenet_node()
     playback = fixed_clock_playback(path)
     options = SearchOptions.from_dict(playback.log.header.options, "test")
     setup = SearchSetup(graph, cluster, AnalyticCostModel(), options, "lenet on p100-4x4")
     return SearchScreen(playback, setup, "lenet.ffsearch")
 
 
-@pytest.mark.parametrize("tab", ["tab-strategy", "tab-map", "tab-frontier"])
-def test_search_screen_snapshot(snap_compare, saved_log, tab):
+@pytest.mark.parametrize("tab, size", [("tab-strategy", (100, 30)), ("tab-map", (100, 30)),
+                                       ("tab-frontier", (100, 30)), ("tab-strategy", (80, 24))],
+                         ids=["tab-strategy", "tab-map", "tab-frontier", "tab-strategy-80x24"])
+def test_search_screen_snapshot(snap_compare, lenet_log, tab, size):
     async def show(pilot):
-        pilot.app.push_screen(fixed_replay_screen(saved_log))
+        pilot.app.push_screen(fixed_replay_screen(lenet_log))
         await pilot.pause()
         pilot.app.screen.query_one("#search-tabs").active = tab
         await pilot.pause(0.1)
 
-    assert snap_compare(FlextuiApp(), terminal_size=(100, 30), run_before=show)
+    assert snap_compare(FlextuiApp(), terminal_size=size, run_before=show)
 
 
-def test_help_screen_snapshot(snap_compare, saved_log):
-    """The key map over a replay: the replay's keys and the app's, nothing live-only."""
+@pytest.mark.parametrize("size", [(100, 30), (80, 24)], ids=["100x30", "80x24"])
+def test_help_screen_snapshot(snap_compare, lenet_log, size):
+    """The key map over a replay: how to use it, the replay's keys and the app's, nothing
+    live-only."""
     async def show(pilot):
-        pilot.app.push_screen(fixed_replay_screen(saved_log))
+        pilot.app.push_screen(fixed_replay_screen(lenet_log))
         await pilot.pause()
         await pilot.press("question_mark")
         await pilot.pause(0.1)
 
-    assert snap_compare(FlextuiApp(), terminal_size=(100, 30), run_before=show)
+    assert snap_compare(FlextuiApp(), terminal_size=size, run_before=show)
 
 
 async def test_the_search_runs_off_the_ui_thread_and_keys_work_meanwhile(tmp_path):
@@ -241,10 +248,11 @@ async def test_the_search_runs_off_the_ui_thread_and_keys_work_meanwhile(tmp_pat
     (How late the event loop is, ``benchmarks/ui_lag.py`` measures.)"""
     app = FlextuiApp(log_dir=tmp_path)
     async with app.run_test() as pilot:
-        start(app, SearchOptions(time_limit=120, seed=5, converge=False))
+        before = set(multiprocessing.active_children())
+        start_lenet_search(app, SearchOptions(time_limit=120, seed=5, converge=False))
         live = app.searches[0]
         await wait_for(pilot, lambda: live.view().steps > 0)
-        [worker] = multiprocessing.active_children()
+        [worker] = set(multiprocessing.active_children()) - before
         assert worker.pid != os.getpid()
         [collector] = [t for t in threading.enumerate() if t.name == live.thread_name]
         assert collector is not threading.main_thread()

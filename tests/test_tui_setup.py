@@ -196,7 +196,7 @@ def test_snapshot(snap_compare):
 
 def test_bindings_have_descriptions():
     keys = {b.key: b.description for b in SetupScreen.BINDINGS}
-    assert keys["s"] == keys["ctrl+s"] == "Start search"
+    assert keys["s"] == keys["ctrl+s"] == "Search"
     assert all(keys.values())
 
 

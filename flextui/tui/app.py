@@ -49,10 +49,12 @@ QUIT_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
 class FlextuiApp(App):
     CSS_PATH = "app.tcss"
     TITLE = "flextui"
+    #: every screen's footer ends with these two, so help and a way out are always
+    #: visible at 80 columns (the Help screen and ctrl+p list every key, ctrl+o too)
     BINDINGS = [
-        Binding("ctrl+q", "quit", "Quit", priority=True),
         Binding("question_mark,f1", "help", "Keys"),
-        Binding("ctrl+o", "open_log", "Replay a log"),
+        Binding("ctrl+q", "quit", "Quit", priority=True),
+        Binding("ctrl+o", "open_log", "Replay a log", show=False),
     ]
 
     def __init__(self, *, model: str | None = None, cluster: str | None = None,
@@ -117,6 +119,14 @@ class FlextuiApp(App):
         self.push_screen(SearchScreen(live, setup, str(log_path)))
 
     def open_replay(self, path: Path) -> None:
+        """Replay the log at ``path``: it is read on a worker thread (a long search's log
+        takes seconds), with a notice until its Search screen shows."""
+        self.notify(f"opening {path.name}…", timeout=3)
+        self.run_worker(lambda: self._replay(path), thread=True, group="replay")
+
+    def _replay(self, path: Path) -> None:
+        """On a worker thread: read the log and show it; then simulate data parallelism
+        and the expert strategy for the replay's speedups, and start playing."""
         try:
             log = read_search_log(path)
             header = log.header
@@ -124,17 +134,12 @@ class FlextuiApp(App):
             options = SearchOptions.from_dict(header.options, str(path))
             playback = Playback(log)
         except FlextuiError as exc:
-            self.show_error("Cannot replay this log", str(exc))
+            self.call_from_thread(self.show_error, "Cannot replay this log", str(exc))
             return
         settle_heap()
         title = f"{header.graph.meta.get('model', header.graph.name)} on {header.cluster.name}"
         setup = SearchSetup(header.graph, header.cluster, cost_model, options, title)
-        self.push_screen(SearchScreen(playback, setup, str(path)))
-        self.run_worker(lambda: self._replay_baselines(playback, setup), thread=True)
-
-    def _replay_baselines(self, playback: Playback, setup: SearchSetup) -> None:
-        """On a worker thread: data parallelism and the expert strategy, simulated, for
-        the replay's speedups; then start playing."""
+        self.call_from_thread(self.push_screen, SearchScreen(playback, setup, str(path)))
         try:
             playback.baselines = baseline_costs(setup.graph, setup.cluster, setup.cost_model,
                                                 setup.options)
@@ -180,6 +185,11 @@ class FlextuiApp(App):
         if terminal_hung_up():
             os._exit(128 + signum)
         self.exit(return_code=128 + signum)
+
+    def on_unmount(self) -> None:
+        """However the app ends (an error, a test's end), no search or profile outlives
+        it unfinished."""
+        self.stop_searches()
 
     def stop_searches(self) -> None:
         """Stop every live search and profile and wait for them, so each search log gets

@@ -10,13 +10,25 @@ from textual.screen import ModalScreen, Screen
 from textual.widgets import Label, Static
 
 
+#: how to use the key map itself, and what no row says: moving the focus, switching tabs
+HOW_TO = ("esc (or ? or q) closes this; ctrl+p finds any action by name.\n"
+          "tab and shift+tab move between the parts of a screen; on a row of tabs, "
+          "← and → switch tabs.")
+
+
+def section_name(screen: Screen) -> str:
+    """What the key map calls ``screen``'s keys: its ``help_section`` ("replay" for the
+    Search screen on a log), else its class's name ("search", "timeline"...)."""
+    return getattr(screen, "help_section", None) or \
+        type(screen).__name__.removesuffix("Screen").lower() or "screen"
+
+
 def key_rows(screen: Screen) -> list[tuple[str, str, str]]:
     """(where, keys, what) for every described binding active on ``screen``; where is
-    the screen's name ("search", "timeline"...) or "app", on the first row of each."""
+    the screen's section name or "app", on the first row of each."""
     rows, seen = [], set()
     for node in (screen, screen.app):
-        where = "app" if node is screen.app else \
-            type(screen).__name__.removesuffix("Screen").lower() or "screen"
+        where = "app" if node is screen.app else section_name(screen)
         for binding in node.BINDINGS:
             b = binding if isinstance(binding, Binding) else Binding(*binding)
             if not b.description or (b.action, b.key) in seen:
@@ -45,5 +57,6 @@ class HelpScreen(ModalScreen[None]):
         for where, keys, what in self.rows:
             table.add_row(where, keys, what)
         with VerticalScroll(id="help-dialog", classes="dialog"):
-            yield Label("Keys (ctrl+p lists every action too)", classes="dialog-title")
+            yield Label("Keys", classes="dialog-title")
+            yield Static(HOW_TO, id="help-how-to", classes="dialog-note")
             yield Static(table)

@@ -63,7 +63,7 @@ class ProfileScreen(Screen):
             yield Static(id="profile-stats")
             yield ProgressBar(id="profile-progress", show_eta=False)
         yield DataTable(id="profile-table", cursor_type="row", zebra_stripes=True)
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         self.title = self.profile_title

@@ -34,6 +34,7 @@ REFRESH_S = 0.25   # how often the screen polls the search: at most 4 redraws a 
 
 LIVE_ONLY = {"pause", "stop"}
 REPLAY_ONLY = {"play", "step", "faster", "slower", "to_end"}
+TABS = {"tab-strategy": "Strategy", "tab-map": "Map", "tab-frontier": "Frontier"}
 
 
 @dataclass(frozen=True)
@@ -57,17 +58,21 @@ def budget_text(options: SearchOptions) -> str:
 
 
 class SearchScreen(Screen):
+    #: the footer shows what fits in 80 columns (with the app's Keys and Quit); the
+    #: Help screen and ctrl+p list every key
     BINDINGS = [
-        Binding("space", "pause", "Pause/resume"),
+        Binding("space", "pause", "Pause"),
         Binding("x", "stop", "Stop"),
         Binding("space", "play", "Play/pause"),
-        Binding("n", "step", "Step"),
-        Binding("right_square_bracket,plus", "faster", "Faster"),
-        Binding("left_square_bracket,minus", "slower", "Slower"),
-        Binding("end", "to_end", "To end"),
+        Binding("n", "step", "Step", show=False),
+        Binding("right_square_bracket,plus", "faster", "Faster", show=False),
+        Binding("left_square_bracket,minus", "slower", "Slower", show=False),
+        Binding("end", "to_end", "To end", show=False),
         Binding("t", "timeline", "Timeline"),
         Binding("s", "save", "Save best"),
         Binding("g", "toggle_axis", "Steps/time", show=False),
+        *(Binding(str(i), f"show_tab('{tab}')", f"{label} tab", show=False)
+          for i, (tab, label) in enumerate(TABS.items(), 1)),
         Binding("escape", "back", "Back"),
     ]
 
@@ -84,6 +89,10 @@ class SearchScreen(Screen):
         self._failure_shown = False
         self._actions_state: tuple[bool, bool] | None = None
 
+    @property
+    def help_section(self) -> str:
+        return "replay" if self.replay else "search"
+
     def compose(self) -> ComposeResult:
         yield Header()
         with Horizontal(id="search-top"):
@@ -92,14 +101,13 @@ class SearchScreen(Screen):
                 yield ProgressBar(id="budget", show_eta=False)
             yield Chart(id="cost-plot", classes="panel")
         with TabbedContent(id="search-tabs"):
-            with TabPane("Strategy", id="tab-strategy"):
+            with TabPane(TABS["tab-strategy"], id="tab-strategy"):
                 yield StrategyTable(id="strategy-table")
-            with TabPane("Map", id="tab-map"):
-                with VerticalScroll():
-                    yield StrategyMap(id="strategy-map")
-            with TabPane("Frontier", id="tab-frontier"):
+            with TabPane(TABS["tab-map"], id="tab-map"), VerticalScroll():
+                yield StrategyMap(id="strategy-map")
+            with TabPane(TABS["tab-frontier"], id="tab-frontier"):
                 yield Chart(id="frontier-plot")
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         self.title = self.setup.title
@@ -142,8 +150,8 @@ class SearchScreen(Screen):
     # -- actions ------------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in LIVE_ONLY:
-            return not self.replay and (None if self.source.done else True)
+        if action in LIVE_ONLY:   # hidden once the search has ended
+            return not self.replay and not self.source.done
         if action in REPLAY_ONLY:
             return self.replay
         if action in ("timeline", "save"):
@@ -178,6 +186,9 @@ class SearchScreen(Screen):
     def action_to_end(self) -> None:
         self.source.to_end()
         self.refresh_view()
+
+    def action_show_tab(self, tab: str) -> None:
+        self.query_one("#search-tabs", TabbedContent).active = tab
 
     def action_toggle_axis(self) -> None:
         self.by_time = not self.by_time

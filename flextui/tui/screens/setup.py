@@ -93,8 +93,8 @@ class SetupScreen(Screen):
     machine and opens on it when it has GPUs, else on one node of the paper's P100s."""
 
     BINDINGS = [
-        Binding("s", "start", "Start search"),
-        Binding("ctrl+s", "start", "Start search", priority=True),
+        Binding("s", "start", "Search"),
+        Binding("ctrl+s", "start", "Search", priority=True),
         Binding("m", "focus_field('model-name')", "Model"),
         Binding("c", "focus_field('cluster-name')", "Cluster"),
         Binding("o", "focus_field('budget')", "Options"),
@@ -141,7 +141,7 @@ class SetupScreen(Screen):
             with VerticalScroll(id="setup-summary-box", classes="panel") as box:
                 box.border_title = "Summary"
                 yield SetupSummary(id="setup-summary")
-        yield Footer()
+        yield Footer(compact=True)
 
     @staticmethod
     def _part(part: str, title: str, rows: list[Widget]) -> Vertical:
@@ -206,6 +206,11 @@ class SetupScreen(Screen):
     def on_mount(self) -> None:
         self.query_one("#start", Button).focus()
         self._check_options()
+        self.call_after_refresh(self._start_loading)   # the form shows first
+
+    def _start_loading(self) -> None:
+        """Load the model, and detect this machine or load the cluster, in threads (the
+        first detection imports torch: seconds)."""
         self._request("model")
         if self.detecting:
             self._summary().show("cluster", "Cluster", "detecting this machine…")

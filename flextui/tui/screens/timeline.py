@@ -89,7 +89,7 @@ class TimelineScreen(Screen):
                 yield Static(id="timeline-task")
             with VerticalScroll(id="timeline-usage", classes="panel"):
                 yield UsageBars(self.showing.timeline)
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         self.query_one("#timeline-usage").border_title = "devices"

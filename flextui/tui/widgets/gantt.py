@@ -21,6 +21,7 @@ from flextui.sim.taskgraph import TaskKind
 from flextui.sim.timeline import TaskTiming, Timeline
 
 PAN_STEP = 0.25
+ZOOM = Binding.Group("Zoom")   # one footer entry for both keys
 MAX_LABEL = 18
 BUSY_WIDTH = 5  # " 100%"
 RASTER_CACHE = 512  # rasterised rows kept
@@ -33,8 +34,8 @@ class Gantt(Widget, can_focus=True):
     COMPONENT_CLASSES = {f"gantt--{kind.name.lower()}" for kind in TaskKind} | {
         "gantt--selected", "gantt--label", "gantt--lane-cursor", "gantt--axis"}
     BINDINGS = [
-        Binding("plus,equals_sign", "zoom(2)", "Zoom in", key_display="+"),
-        Binding("minus", "zoom(0.5)", "Zoom out", key_display="-"),
+        Binding("plus,equals_sign", "zoom(2)", "Zoom in", key_display="+", group=ZOOM),
+        Binding("minus", "zoom(0.5)", "Zoom out", key_display="-", group=ZOOM),
         Binding("0", "whole", "Whole iteration", show=False),
         Binding("left,h", "pan(-1)", "Earlier", show=False),
         Binding("right,l", "pan(1)", "Later", show=False),

@@ -1,0 +1,113 @@
+"""The app at 80x24: every screen's footer shows the keys to get help and to get out
+(nothing cut off at the right edge), the key map says how to close it and how to switch
+tabs and names a replay's keys "replay"; a snapshot of the Setup screen at that size
+(the Search screen's and the key map's are with the Search screen's tests)."""
+
+import pytest
+from textual.widgets import Static
+from textual.widgets._footer import FooterKey
+
+from conftest import lenet_node, start_lenet_search, wait_for
+from flextui.cost.liveprofile import LiveProfile
+from flextui.machine import load_named_cluster
+from flextui.search import SearchOptions
+from flextui.tui.app import FlextuiApp
+from flextui.tui.screens.help import HelpScreen
+from flextui.tui.screens.profile import ProfileScreen
+from flextui.tui.screens.search import SearchScreen
+from flextui.tui.screens.setup import SetupScreen
+
+SIZE = (80, 24)
+HELP_AND_EXIT = {"Keys", "Quit"}   # on every screen, with "Back" on all but Setup
+
+
+@pytest.fixture(autouse=True)
+def cpu_only(monkeypatch):
+    """A machine with no GPU (no torch import to detect one)."""
+    monkeypatch.setattr("flextui.machine.detect.detect_local",
+                        lambda: load_named_cluster("local-cpu"))
+
+
+def footer_shows(app) -> set[str]:
+    """The descriptions of the footer's keys that are seen whole: inside the screen and
+    not under the command palette's key, docked at the right."""
+    keys = list(app.screen.query(FooterKey))
+    palette = next(k for k in keys if k.has_class("-command-palette"))
+    return {k.description for k in keys if k is not palette
+            and k.region.width and k.region.right <= palette.region.x}
+
+
+async def settle(pilot) -> None:
+    await pilot.pause(0.1)
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause(0.1)
+
+
+async def test_setup_shows_help_and_quit():
+    app = FlextuiApp()
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert isinstance(app.screen, SetupScreen)
+        assert HELP_AND_EXIT | {"Search", "Profile"} <= footer_shows(app)
+
+
+async def test_a_live_search_timeline_and_profile_show_help_back_and_quit(tmp_path):
+    app = FlextuiApp(log_dir=tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        start_lenet_search(app, SearchOptions(time_limit=60, seed=1, converge=False))
+        live = app.searches[0]
+        await wait_for(pilot, lambda: live.view().steps > 0)
+        await pilot.pause(0.3)
+        assert HELP_AND_EXIT | {"Back", "Pause", "Stop", "Timeline"} <= footer_shows(app)
+        await pilot.press("x")
+        await wait_for(pilot, lambda: live.done)
+        await pilot.pause(0.3)
+        shown = footer_shows(app)
+        assert HELP_AND_EXIT | {"Back", "Timeline", "Save best"} <= shown
+        assert not {"Pause", "Stop"} & shown             # nothing left to pause or stop
+        await pilot.press("t")
+        await wait_for(pilot, lambda: type(app.screen).__name__ == "TimelineScreen")
+        await pilot.pause(0.1)
+        assert HELP_AND_EXIT | {"Back", "Compare"} <= footer_shows(app)
+        graph, cluster = lenet_node()
+        app.push_screen(ProfileScreen(LiveProfile(graph, cluster.num_devices), "lenet"))
+        await pilot.pause(0.1)
+        assert HELP_AND_EXIT | {"Back", "Stop"} <= footer_shows(app)
+
+
+async def test_a_replay_shows_help_back_and_quit_and_its_keys_are_replays(lenet_log):
+    app = FlextuiApp(replay=lenet_log)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, SearchScreen))
+        await pilot.pause(0.3)
+        assert HELP_AND_EXIT | {"Back", "Play/pause", "Timeline"} <= footer_shows(app)
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        assert [where for where, _, _ in app.screen.rows if where] == ["replay", "app"]
+
+
+async def test_the_key_map_says_how_to_close_it_and_switch_tabs(tmp_path):
+    app = FlextuiApp(log_dir=tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        start_lenet_search(app, SearchOptions(time_limit=60, seed=2, converge=False))
+        await wait_for(pilot, lambda: isinstance(app.screen, SearchScreen))
+        search = app.screen
+        await pilot.press("question_mark")
+        how_to = str(app.screen.query_one("#help-how-to", Static).render())
+        assert "esc" in how_to and "closes this" in how_to and "switch tabs" in how_to
+        rows = {what: keys for _, keys, what in app.screen.rows}
+        assert app.screen.rows[0][0] == "search"
+        assert (rows["Strategy tab"], rows["Map tab"], rows["Frontier tab"]) == ("1", "2", "3")
+        await pilot.press("escape")
+        assert app.screen is search
+        tabs = search.query_one("#search-tabs")
+        for key, tab in (("2", "tab-map"), ("3", "tab-frontier"), ("1", "tab-strategy")):
+            await pilot.press(key)
+            assert tabs.active == tab
+
+
+# -- snapshots at 80x24 --------------------------------------------------------------
+
+
+def test_setup_snapshot(snap_compare):
+    assert snap_compare(FlextuiApp(), terminal_size=SIZE, run_before=settle)
