@@ -1,16 +1,20 @@
 """The braille canvas, the chart layout, the cost/frontier charts and the strategy map,
-as plain text (no app needed)."""
+as plain text (no app needed); the strategy table and map in a small app."""
 
 import math
+
+from textual.app import App
 
 from flextui.graph.library import load_model
 from flextui.machine import load_named_cluster
 from flextui.search.watch import HistoryPoint, SearchView
 from flextui.strategy import builtin_strategy
+from flextui.strategy.summary import strategy_rows
+from flextui.tui.widgets import strategy as strategy_widgets
 from flextui.tui.widgets.canvas import Canvas, Scale, padded_range
 from flextui.tui.widgets.chart import ChartData, Series, chart_rows
 from flextui.tui.widgets.searchcharts import cost_chart, frontier_chart
-from flextui.tui.widgets.strategy import strategy_map
+from flextui.tui.widgets.strategy import StrategyMap, StrategyTable, map_header, map_line
 
 
 def test_braille_dots_and_lines():
@@ -69,12 +73,71 @@ def test_frontier_chart_in_mib_or_gib_and_ms():
     assert list(small.series[0].xs) == [1.0, 3.0] and small.x_format(1.0) == "1 MiB"
 
 
+def strategy_map(strategy, graph, num_devices):
+    """The map's lines, as text."""
+    rows = strategy_rows(strategy, graph)
+    return [map_header(num_devices).plain] + [map_line(r, num_devices).plain for r in rows]
+
+
 def test_strategy_map_marks_each_ops_devices():
     graph, cluster = load_model("lenet"), load_named_cluster("p100-4x4", nodes=1)
-    text = strategy_map(builtin_strategy("data-parallel", graph, cluster), graph, 4).plain
-    lines = text.splitlines()
+    lines = strategy_map(builtin_strategy("data-parallel", graph, cluster), graph, 4)
     assert lines[0].split() == ["0", "1", "2", "3"]
     conv = next(line for line in lines if line.startswith("conv1"))
     assert conv.count("██") == 4
-    expert = strategy_map(builtin_strategy("model-parallel", graph, cluster), graph, 4).plain
-    assert all(line.count("██") == 1 for line in expert.splitlines()[1:])
+    expert = strategy_map(builtin_strategy("model-parallel", graph, cluster), graph, 4)
+    assert all(line.count("██") == 1 for line in expert[1:])
+
+
+# -- the strategy widgets, in a small app: a new best costs little on a large model -------
+
+class StrategyHost(App):
+    """A strategy table and map, 80 columns wide, the map 10 lines high."""
+
+    def compose(self):
+        yield StrategyTable(id="table")
+        yield StrategyMap(id="map")
+
+    def on_mount(self):
+        self.query_one(StrategyMap).styles.height = 10
+
+
+def a_new_best(strategy, graph, cluster, op_index=5):
+    """``strategy`` with one op (a conv of Inception's) given the expert strategy's
+    config."""
+    op = graph.ops[op_index]
+    return strategy.replace(op.name, builtin_strategy("model-parallel", graph, cluster)[op.name])
+
+
+async def test_a_new_best_rewrites_only_its_changed_rows_and_the_cursor_stays():
+    graph, cluster = load_model("inception_v3"), load_named_cluster("p100-4x4", nodes=4)
+    first = builtin_strategy("data-parallel", graph, cluster)
+    app = StrategyHost()
+    async with app.run_test(size=(80, 30)) as pilot:
+        table = app.query_one(StrategyTable)
+        table.show(first, graph)
+        await pilot.pause()
+        table.move_cursor(row=40)
+        better = a_new_best(first, graph, cluster)
+        table.show(better, graph)
+        await pilot.pause()
+        assert table.cursor_row == 40 and table.row_count == len(graph.ops)
+        rows = strategy_rows(better, graph)
+        assert [str(table.get_row_at(i)[0]) for i in range(len(rows))] == [r["op"] for r in rows]
+        assert table.get_row(rows[5]["op"])[-1] != table.get_row(rows[4]["op"])[-1]
+
+
+async def test_the_map_draws_only_the_lines_on_screen(monkeypatch):
+    graph, cluster = load_model("inception_v3"), load_named_cluster("p100-4x4", nodes=4)
+    drawn = []
+    monkeypatch.setattr(strategy_widgets, "map_line",
+                        lambda row, n: drawn.append(row["op"]) or map_line(row, n))
+    app = StrategyHost()
+    async with app.run_test(size=(80, 30)) as pilot:
+        strategy_map_widget = app.query_one(StrategyMap)
+        strategy_map_widget.show(builtin_strategy("data-parallel", graph, cluster), graph, 16)
+        await pilot.pause()
+        assert 0 < len(drawn) < 10                  # not Inception's 328 ops
+        strategy_map_widget.scroll_to(y=100, animate=False)
+        await pilot.pause()
+        assert graph.ops[99].name in drawn and len(drawn) < 20

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, Header, ProgressBar, TabbedContent, TabPane
 
@@ -103,7 +103,7 @@ class SearchScreen(Screen):
         with TabbedContent(id="search-tabs"):
             with TabPane(TABS["tab-strategy"], id="tab-strategy"):
                 yield StrategyTable(id="strategy-table")
-            with TabPane(TABS["tab-map"], id="tab-map"), VerticalScroll():
+            with TabPane(TABS["tab-map"], id="tab-map"):
                 yield StrategyMap(id="strategy-map")
             with TabPane(TABS["tab-frontier"], id="tab-frontier"):
                 yield Chart(id="frontier-plot")
