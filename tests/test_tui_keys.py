@@ -30,9 +30,12 @@ def cpu_only(monkeypatch):
 
 def footer_shows(app) -> set[str]:
     """The descriptions of the footer's keys that are seen whole: inside the screen and
-    not under the command palette's key, docked at the right."""
+    not under the command palette's key, docked at the right (none while the footer is
+    being drawn again)."""
     keys = list(app.screen.query(FooterKey))
-    palette = next(k for k in keys if k.has_class("-command-palette"))
+    palette = next((k for k in keys if k.has_class("-command-palette")), None)
+    if palette is None or not palette.region.width:
+        return set()
     return {k.description for k in keys if k is not palette
             and k.region.width and k.region.right <= palette.region.x}
 
@@ -43,12 +46,18 @@ async def settle(pilot) -> None:
     await pilot.pause(0.1)
 
 
+async def footer_has(pilot, descriptions: set[str]) -> set[str]:
+    """Wait until the footer (redrawn after the screen's next poll) shows every one of
+    ``descriptions``; what it shows."""
+    await wait_for(pilot, lambda: descriptions <= footer_shows(pilot.app))
+    return footer_shows(pilot.app)
+
+
 async def test_setup_shows_help_and_quit():
     app = FlextuiApp()
     async with app.run_test(size=SIZE) as pilot:
-        await settle(pilot)
         assert isinstance(app.screen, SetupScreen)
-        assert HELP_AND_EXIT | {"Search", "Profile"} <= footer_shows(app)
+        await footer_has(pilot, HELP_AND_EXIT | {"Search", "Profile"})
 
 
 async def test_a_live_search_timeline_and_profile_show_help_back_and_quit(tmp_path):
@@ -57,30 +66,24 @@ async def test_a_live_search_timeline_and_profile_show_help_back_and_quit(tmp_pa
         start_lenet_search(app, SearchOptions(time_limit=60, seed=1, converge=False))
         live = app.searches[0]
         await wait_for(pilot, lambda: live.view().steps > 0)
-        await pilot.pause(0.3)
-        assert HELP_AND_EXIT | {"Back", "Pause", "Stop", "Timeline"} <= footer_shows(app)
+        await footer_has(pilot, HELP_AND_EXIT | {"Back", "Pause", "Stop", "Timeline"})
         await pilot.press("x")
         await wait_for(pilot, lambda: live.done)
-        await pilot.pause(0.3)
-        shown = footer_shows(app)
-        assert HELP_AND_EXIT | {"Back", "Timeline", "Save best"} <= shown
-        assert not {"Pause", "Stop"} & shown             # nothing left to pause or stop
+        await wait_for(pilot, lambda: not {"Pause", "Stop"} & footer_shows(app))
+        await footer_has(pilot, HELP_AND_EXIT | {"Back", "Timeline", "Save best"})
         await pilot.press("t")
         await wait_for(pilot, lambda: type(app.screen).__name__ == "TimelineScreen")
-        await pilot.pause(0.1)
-        assert HELP_AND_EXIT | {"Back", "Compare"} <= footer_shows(app)
+        await footer_has(pilot, HELP_AND_EXIT | {"Back", "Compare"})
         graph, cluster = lenet_node()
         app.push_screen(ProfileScreen(LiveProfile(graph, cluster.num_devices), "lenet"))
-        await pilot.pause(0.1)
-        assert HELP_AND_EXIT | {"Back", "Stop"} <= footer_shows(app)
+        await footer_has(pilot, HELP_AND_EXIT | {"Back", "Stop"})
 
 
 async def test_a_replay_shows_help_back_and_quit_and_its_keys_are_replays(lenet_log):
     app = FlextuiApp(replay=lenet_log)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: isinstance(app.screen, SearchScreen))
-        await pilot.pause(0.3)
-        assert HELP_AND_EXIT | {"Back", "Play/pause", "Timeline"} <= footer_shows(app)
+        await footer_has(pilot, HELP_AND_EXIT | {"Back", "Play/pause", "Timeline"})
         await pilot.press("question_mark")
         assert isinstance(app.screen, HelpScreen)
         assert [where for where, _, _ in app.screen.rows if where] == ["replay", "app"]
