@@ -5,7 +5,6 @@ tabs and names a replay's keys "replay"; a snapshot of the Setup screen at that 
 
 import pytest
 from textual.widgets import Static
-from textual.widgets._footer import FooterKey
 
 from conftest import lenet_node, start_lenet_search, wait_for
 from flextui.cost.liveprofile import LiveProfile
@@ -32,7 +31,7 @@ def footer_shows(app) -> set[str]:
     """The descriptions of the footer's keys that are seen whole: inside the screen and
     not under the command palette's key, docked at the right (none while the footer is
     being drawn again)."""
-    keys = list(app.screen.query(FooterKey))
+    keys = list(app.screen.query("FooterKey"))
     palette = next((k for k in keys if k.has_class("-command-palette")), None)
     if palette is None or not palette.region.width:
         return set()

@@ -9,7 +9,6 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen, Screen
 from textual.widgets import Label, Static
 
-
 #: how to use the key map itself, and what no row says: moving the focus, switching tabs
 HOW_TO = ("esc (or ? or q) closes this; ctrl+p finds any action by name.\n"
           "tab and shift+tab move between the parts of a screen; on a row of tabs, "
