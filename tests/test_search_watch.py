@@ -118,6 +118,36 @@ def test_live_search_reports_a_failure(tmp_path):
     assert live.join(timeout=30)
     view = live.view()
     assert view.state == "failed" and "x.ffsearch" in view.message
+    assert "The log is kept" not in view.message      # it was never created
+
+
+class _FailingCostModel(AnalyticCostModel):
+    """The analytic model, until it has timed ``calls`` tasks."""
+
+    def __init__(self, calls: int) -> None:
+        super().__init__()
+        self.calls = calls
+
+    def op_cost(self, op, block_shape, device):
+        self.calls -= 1
+        if self.calls < 0:
+            raise FlextuiError("no time for this task")
+        return super().op_cost(op, block_shape, device)
+
+
+def test_a_search_that_fails_after_it_started_its_log_says_the_log_is_kept(tmp_path):
+    graph, cluster = model("lenet"), four_gpus()
+    log = tmp_path / "x.ffsearch"
+    simulate_once = 2 * len(graph.ops) * cluster.num_devices   # enough to start the chain
+    live = LiveSearch(graph, cluster, _FailingCostModel(20 * simulate_once),
+                      SearchOptions(iterations=100_000, converge=False), log_path=log,
+                      processes=False)
+    live.start()
+    assert live.join(timeout=60)
+    view = live.view()
+    assert view.state == "failed" and "no time for this task" in view.message
+    assert view.message.endswith(f"The log is kept: {log}")
+    assert read_search_log(log).checkpoints            # as it says
 
 
 def test_playback_reaches_the_final_best(tmp_path):

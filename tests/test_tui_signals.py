@@ -46,7 +46,7 @@ class SearchingApp(app.FlextuiApp):
 
 if __name__ == "__main__":   # the workers are spawned: they import this file
     app.FlextuiApp = SearchingApp
-    app.run_app(log_dir=sys.argv[1])
+    sys.exit(app.run_app(log_dir=sys.argv[1]))
 """
 ENTER_ALT_SCREEN, LEAVE_ALT_SCREEN, SHOW_CURSOR = b"\x1b[?1049h", b"\x1b[?1049l", b"\x1b[?25h"
 

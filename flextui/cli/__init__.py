@@ -79,9 +79,9 @@ def interactive() -> bool:
     return sys.stdin.isatty() and sys.stdout.isatty()
 
 
-def open_app(args: argparse.Namespace, console: Console) -> None:
+def open_app(args: argparse.Namespace, console: Console) -> int:
     from flextui.tui.app import run_app
-    run_app(replay=getattr(args, "log", None))
+    return run_app(replay=getattr(args, "log", None))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

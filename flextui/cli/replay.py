@@ -33,15 +33,15 @@ def add_parser(sub) -> None:
     p.set_defaults(handler=cmd_replay)
 
 
-def cmd_replay(args: argparse.Namespace, console: Console) -> None:
+def cmd_replay(args: argparse.Namespace, console: Console) -> int | None:
     from flextui.cli import interactive, open_app
     exporting = args.export_strategy or args.trace or args.step is not None
     if not (args.headless or args.json or exporting) and interactive():
         from flextui.search.log import read_search_log
         read_search_log(args.log)   # a bad log is a message here, before the app opens
-        open_app(args, console)
-        return
+        return open_app(args, console)
     _replay_headless(args, console)
+    return None
 
 
 def _replay_headless(args: argparse.Namespace, console: Console) -> None:

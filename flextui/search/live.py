@@ -43,6 +43,7 @@ class LiveSearch(BackgroundJob):
         self._baselines: dict[str, float] = {}
         self.result: SearchResult | None = None
         self.error: str | None = None
+        self._logged = False
 
     # -- control (any thread) -----------------------------------------------------------
 
@@ -83,7 +84,11 @@ class LiveSearch(BackgroundJob):
         self._end("stopped" if result.reason == "interrupted" else "finished", result)
 
     def _failed(self, message: str) -> None:
-        self._end("failed", message=message)   # the log (if any) is kept as written
+        """The log, if this search started one, is kept as written, and the message says
+        where (a log that could not be created, another search's say, is not named)."""
+        if self.log_path is not None and self._logged:
+            message = f"{message}\n\nThe log is kept: {self.log_path}"
+        self._end("failed", message=message)
 
     def _end(self, state: str, result: SearchResult | None = None,
              message: str | None = None) -> None:
@@ -97,4 +102,5 @@ class LiveSearch(BackgroundJob):
 
     def _reset(self, item: Checkpoint | RestartEvent) -> None:
         with self._lock:
+            self._logged = True    # a chain's first checkpoint: the log has been created
             self._watch.reset(item)

@@ -220,10 +220,9 @@ def settle_heap() -> None:
     gc.freeze()
 
 
-def run_app(**kwargs) -> None:
-    """Run the app in this terminal; exit with its return code when it is not 0 (128 +
-    the signal's number when a signal quit it)."""
+def run_app(**kwargs) -> int:
+    """Run the app in this terminal; its exit status (128 + the signal's number when a
+    signal quit it, else 0)."""
     app = FlextuiApp(**kwargs)
     app.run()
-    if app.return_code:
-        sys.exit(app.return_code)
+    return app.return_code or 0

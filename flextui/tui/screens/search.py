@@ -139,8 +139,7 @@ class SearchScreen(Screen):
             self.query_one(StrategyMap).show(view.best, graph, self.setup.cluster.num_devices)
         if view.state == "failed" and not self._failure_shown:
             self._failure_shown = True
-            kept = f"\n\nThe log is kept: {self.log_path}" if self.log_path else ""
-            self.app.show_error("The search failed", f"{view.message}{kept}")
+            self.app.show_error("The search failed", view.message or "")
         ended = not self.replay and self.source.done
         actions_state = (ended, view.best is None)   # what check_action reads
         if actions_state != self._actions_state:   # the footer recomposes on a refresh
