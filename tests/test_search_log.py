@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import zlib
+from pathlib import Path
 
 import msgpack
 import pytest
@@ -22,6 +23,7 @@ from flextui.search import SearchOptions, runner
 from flextui.search.events import StepEvent
 from flextui.search.log import (FORMAT_VERSION, MAGIC, Checkpoint, FinalRecord, FrontierPoint,
                                 SearchHeader, SearchLog, SearchLogWriter, read_search_log)
+from flextui.search.logfile import scan_frames
 from flextui.search.logformat import frame
 from flextui.strategy import ParallelConfig, Strategy, data_parallel, random_config
 
@@ -406,6 +408,51 @@ def test_zero_tail_resumes_with_the_search(tmp_path):
     done = read_search_log(path)
     assert not done.truncated and done.final is not None
     assert result.iterations == 400 == whole.final.iterations
+
+
+@pytest.mark.parametrize("chains, init", [(1, "auto"), (2, "random")])
+def test_a_log_cut_before_a_chains_first_checkpoint_resumes_as_if_uncut(tmp_path, chains,
+                                                                        init):
+    """A search killed while it set up (the header written, a chain's first checkpoint
+    not yet): resuming starts that chain over as it first did, and the search ends as
+    one that was never stopped."""
+    whole_path, cut_path = tmp_path / "whole.ffsearch", tmp_path / "cut.ffsearch"
+    options = SearchOptions(iterations=150, seed=7, chains=chains, init=init, converge=False)
+    graph, where = model("lenet"), cluster("p100-4x4")
+    whole = runner.run_search(graph, where, AnalyticCostModel(), options, log_path=whole_path)
+    logged = read_search_log(whole_path)
+    data = file_bytes(whole_path)
+    cut_path.write_bytes(data[:_first_checkpoint_offset(data, chains - 1)])
+    log = read_search_log(cut_path)
+    assert not any(cp.chain == chains - 1 for cp in log.checkpoints)
+    resumed = runner.run_search(log.header.graph, log.header.cluster, AnalyticCostModel(),
+                                SearchOptions.from_dict(log.header.options, "log"), resume=log)
+    assert resumed.best_cost == whole.best_cost and resumed.iterations == whole.iterations
+    done = read_search_log(cut_path)
+    def moves(log):     # the chain's steps, but for the times they were taken at
+        return [(e.iteration, e.changes, e.proposed, e.accepted)
+                for e in log.steps_of(chains - 1)]
+    assert done.final is not None and moves(done) == moves(logged)
+
+
+def _first_checkpoint_offset(data: bytes, chain: int) -> int:
+    """Where the first checkpoint record of ``chain`` starts in a log's bytes."""
+    frames = scan_frames(data, len(MAGIC), Path("log"))
+    return next(pos for pos, body in frames.bodies
+                if msgpack.unpackb(body)[:2] == [3, chain])
+
+
+def test_a_log_cut_before_a_chain_started_from_a_file_says_so(tmp_path):
+    path = tmp_path / "a.ffsearch"
+    options = SearchOptions(iterations=50, seed=7, init="mine.json", converge=False)
+    graph, where = model("lenet"), cluster("p100-4x4")
+    runner.run_search(graph, where, AnalyticCostModel(), options, log_path=path,
+                      initial=data_parallel(graph, where))
+    logged = read_search_log(path)
+    path.write_bytes(file_bytes(path)[:logged.record_offsets[1]])   # the header alone
+    log = read_search_log(path)
+    with pytest.raises(FlextuiError, match="mine.json.*not in the log"):
+        runner.run_search(graph, where, AnalyticCostModel(), options, resume=log)
 
 
 def test_damage_before_a_zero_tail_is_still_reported(tmp_path):

@@ -38,7 +38,7 @@ from flextui.search.log import (
 )
 from flextui.search.logfile import LogWriteError
 from flextui.search.mcmc import Chain, chain_seed
-from flextui.search.options import SearchOptions
+from flextui.search.options import INITS, SearchOptions
 from flextui.sim import Simulator
 from flextui.strategy import Strategy, builtin_strategy, random_strategy
 
@@ -208,17 +208,31 @@ class ChainStart:
 def chain_starts(options: SearchOptions, graph: OpGraph, cluster: Cluster,
                  cost_model: CostModel, initial: Strategy | None,
                  resume: SearchLog | None) -> list[ChainStart]:
-    if resume is None:
-        return [ChainStart(c, initial or initial_strategy(options.init, graph, cluster,
-                                                          cost_model, options, c))
-                for c in range(options.chains)]
+    """Where each chain starts. Resuming, a chain goes on from its last checkpoint; one
+    that never reached its first (the search was killed while it set up) starts over as
+    it first did, which needs its initial strategy to be one flextui can rebuild."""
     starts = []
     for c in range(options.chains):
+        first = None if resume is None else \
+            next((cp for cp in resume.checkpoints if cp.chain == c), None)
+        if first is None:
+            starts.append(ChainStart(c, initial or _rebuilt_initial(options, graph, cluster,
+                                                                    cost_model, c, resume)))
+            continue
         steps = resume.steps_of(c)
-        first = next(cp for cp in resume.checkpoints if cp.chain == c)
         starts.append(ChainStart(c, None, resume.last_checkpoint(c), first.current_cost,
                                  steps[-1] if steps else None, str(resume.path)))
     return starts
+
+
+def _rebuilt_initial(options: SearchOptions, graph: OpGraph, cluster: Cluster,
+                     cost_model: CostModel, chain: int, resume: SearchLog | None) -> Strategy:
+    if resume is not None and options.init not in INITS:
+        raise FlextuiError(f"{resume.path}: chain {chain} was stopped before its first "
+                           f"checkpoint, and its initial strategy ({options.init!r:.80}, a "
+                           "file) is not in the log; start a new search with --init and "
+                           "that file")
+    return initial_strategy(options.init, graph, cluster, cost_model, options, chain)
 
 
 # -- the search ---------------------------------------------------------------------------
