@@ -4,7 +4,7 @@ Part 1, for the paper's six models on its P100 cluster at 4 and 16 GPUs (p100-4x
 1 and 4 nodes): the simulated iteration time of data parallelism, of the expert
 strategy and of the best strategy the search found within the budget (one chain, seed
 0, starting from the faster of the two), the speedup over the better baseline, the
-compute-work lower bound on any strategy's time (``search.workbound``: a best close to
+compute-work lower bound on any strategy's time (``search.compute_bound``: a best close to
 it leaves little to find), and the wall time the search took to reach 99% of its final
 improvement. The batch is the model's default (the paper's per-GPU batch on 1 GPU), or
 with ``--weak-scaling`` that much per GPU, as in the paper's experiments.
@@ -28,9 +28,9 @@ from flextui.cost import AnalyticCostModel
 from flextui.graph.library import load_model, model_info
 from flextui.machine import load_named_cluster
 from flextui.search import SearchOptions, parse_budget, run_search
-from flextui.search.exhaustive import exhaustive_search
+from flextui.search.exhaustive.search import exhaustive_search
 from flextui.search.summary import baseline_costs
-from flextui.search.workbound import work_lower_bound
+from flextui.search.compute_bound import work_lower_bound
 
 PAPER_MODELS = ["alexnet", "inception_v3", "resnet101", "rnntc", "rnnlm", "nmt"]
 

@@ -28,3 +28,17 @@ class StrategyError(FlextuiError):
 
 class SearchLogError(FlextuiError):
     """A search log (.ffsearch) that cannot be read or written: foreign, corrupt, too new."""
+
+
+class FieldError(FlextuiError):
+    """A bad value in one named input (``field``: "budget", "workers", "batch_size"...).
+    The message is the field's name and then ``problem``; a form shows it next to the
+    field, the CLI names the flag instead (:attr:`flag_message`)."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        super().__init__(f"{field.replace('_', ' ')} {problem}")
+        self.field, self.problem = field, problem
+
+    @property
+    def flag_message(self) -> str:
+        return f"--{self.field.replace('_', '-')} {self.problem}"

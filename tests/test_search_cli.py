@@ -242,7 +242,7 @@ def test_a_log_being_written_is_refused_to_a_second_search_and_to_the_app(capsys
                                                                           monkeypatch):
     from flextui.cost import AnalyticCostModel
     from flextui.search import SearchOptions
-    from flextui.search.live import LiveSearch
+    from flextui.session.live_search import LiveSearch
     monkeypatch.chdir(tmp_path)
     log = tmp_path / "run.ffsearch"
     proc = _start(tmp_path, "60s")
@@ -421,7 +421,7 @@ def test_a_search_with_no_arguments_says_what_it_runs(capsys, tmp_path, monkeypa
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr("flextui.cli.search.DEFAULT_BUDGET", "20")
     code, _, err = run(capsys, "search")
-    assert code == 0 and ("flextui: searching alexnet on p100-4x4, budget 20 (model, cluster, "
+    assert code == 0 and ("flextui: searching mlp on p100-4x4@1node, budget 20 (model, cluster, "
                           "budget by default; choose with --model, --cluster, --budget)") in err
     code, _, err = run(capsys, "search", "-m", "lenet", "-c", "p100-4x4", "--budget", "20",
                        "--no-log", "--export-strategy", "b.json")

@@ -14,9 +14,9 @@ from flextui.errors import ClusterError, FlextuiError, StrategyError
 from flextui.graph import GraphBuilder
 from flextui.graph.library import load_model
 from flextui.machine import Cluster, Device, DeviceSpec, Link, load_named_cluster
-from flextui.search.bound import BoundTables, lower_bound
-from flextui.search.schedbound import cannot_finish_before, one_resource, raise_bounds, topological
-from flextui.search.exhaustive import (
+from flextui.search.exhaustive.tables import BoundTables, lower_bound
+from flextui.search.exhaustive.schedule_bound import cannot_finish_before, one_resource, raise_bounds, topological
+from flextui.search.exhaustive.search import (
     ExhaustiveResult,
     exhaustive_search,
     search_order,

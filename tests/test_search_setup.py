@@ -7,9 +7,13 @@ from conftest import TEST_SPEC
 from flextui.errors import ClusterError, FlextuiError, ModelError
 from flextui.machine import Cluster, Device, DeviceSpec, Link, load_named_cluster
 from flextui.machine.summary import NETWORK, cluster_summary, place_endpoints
-from flextui.search import setup
-from flextui.search.options import FieldError, SearchOptions, parse_beta, search_options
-from flextui.search.setup import (FIRST_MODEL, first_choice, load_cluster_choice,
+from flextui.session import choices as setup
+from flextui.errors import FieldError
+from flextui.search.options import SearchOptions, parse_beta, search_options
+from flextui.defaults import DEFAULT_CLUSTER, DEFAULT_MODEL
+from flextui.machine import load_named_cluster
+from flextui.machine.library import split_resized
+from flextui.session.choices import (FIRST_CLUSTER, FIRST_CLUSTER_NODES, first_choice, load_cluster_choice,
                                   load_model_choice, parse_model_options, split_options)
 
 GPU = DeviceSpec("gpu", 2**34, {"float32": 1e13}, 1e12)
@@ -48,6 +52,21 @@ def test_load_cluster_choice_resizes_and_names_the_nodes_field():
     assert info.value.field == "nodes"
     with pytest.raises(ClusterError, match="no such cluster file"):
         load_cluster_choice("missing.toml")
+
+
+def test_a_resized_clusters_name_loads_it_and_the_default_is_one():
+    resized = load_named_cluster("p100-4x4", nodes=1)
+    assert resized.name == "p100-4x4@1node"
+    again = load_named_cluster(resized.name)
+    assert again.fingerprint == resized.fingerprint
+    assert load_named_cluster("p100-4x4@2nodes").num_devices == 8
+    assert split_resized("p100-4x4@2nodes") == ("p100-4x4", 2)
+    assert split_resized("dgx-a100") == ("dgx-a100", None)
+    with pytest.raises(ClusterError, match="unknown cluster"):
+        load_named_cluster("nosuch@1node")
+    # the CLI's default and the app's first launch (without GPUs) are the same cluster
+    assert load_named_cluster(DEFAULT_CLUSTER).fingerprint == \
+        load_cluster_choice(FIRST_CLUSTER, str(FIRST_CLUSTER_NODES)).fingerprint
 
 
 def test_search_options_from_text_and_from_argparse_values():
@@ -90,8 +109,8 @@ def test_first_choice_uses_the_machine_only_with_gpus_to_split_over():
     one_gpu = Cluster("local", [Device(0, "n0.gpu0", 0, GPU)], [])
     four = load_named_cluster("p100-4x4", nodes=1)
     assert first_choice(cpu) == first_choice(one_gpu) == \
-        setup.FirstChoice(FIRST_MODEL, "p100-4x4", 1)
-    assert first_choice(four) == setup.FirstChoice(FIRST_MODEL, "local", None)
+        setup.FirstChoice(DEFAULT_MODEL, "p100-4x4", 1)
+    assert first_choice(four) == setup.FirstChoice(DEFAULT_MODEL, "local", None)
 
 
 def test_first_choice_detects_when_not_given(monkeypatch):

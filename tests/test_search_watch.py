@@ -9,9 +9,9 @@ import pytest
 from flextui.cost import AnalyticCostModel
 from flextui.errors import FlextuiError
 from flextui.search import SearchOptions, read_search_log, run_search
-from flextui.search.live import LiveSearch
-from flextui.search.playback import Playback
-from flextui.search.watch import CostHistory, HistoryPoint, SearchWatch
+from flextui.session.live_search import LiveSearch
+from flextui.session.playback import Playback
+from flextui.session.search_watch import CostHistory, HistoryPoint, SearchWatch
 from flextui.sim import Simulator
 from tests.conftest import model
 from tests.test_search_mcmc import four_gpus

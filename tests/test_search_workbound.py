@@ -6,7 +6,7 @@ import pytest
 from conftest import model
 from flextui.cost import AnalyticCostModel
 from flextui.machine import load_named_cluster
-from flextui.search.workbound import work_lower_bound
+from flextui.search.compute_bound import work_lower_bound
 from flextui.sim import Simulator
 from flextui.strategy import data_parallel, expert, model_parallel, random_strategy
 

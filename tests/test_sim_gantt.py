@@ -8,8 +8,9 @@ from flextui.graph.tensor import dtype_bytes
 from flextui.machine import load_named_cluster
 from flextui.sim import (DeviceStats, LinkStats, MemoryUsage, Simulator, TaskKind, TaskTiming,
                          Timeline)
-from flextui.sim.gantt import (IDLE_CELL, Cell, View, build_lanes, format_bytes, format_window,
-                               nearest_task, rasterize, short_names, task_details, ticks)
+from flextui.machine.units import format_bytes
+from flextui.session.gantt import (IDLE_CELL, Cell, View, build_lanes, format_window,
+                                   nearest_task, rasterize, short_names, task_details, ticks)
 from flextui.strategy import builtin_strategy
 from conftest import model
 

@@ -7,13 +7,13 @@ from textual.app import App
 
 from flextui.graph.library import load_model
 from flextui.machine import load_named_cluster
-from flextui.search.watch import HistoryPoint, SearchView
+from flextui.session.search_watch import HistoryPoint, SearchView
 from flextui.strategy import builtin_strategy
 from flextui.strategy.summary import strategy_rows
 from flextui.tui.widgets import strategy as strategy_widgets
 from flextui.tui.widgets.canvas import Canvas, Scale, padded_range
 from flextui.tui.widgets.chart import ChartData, Series, chart_rows
-from flextui.tui.widgets.searchcharts import cost_chart, frontier_chart
+from flextui.tui.widgets.search_charts import cost_chart, frontier_chart
 from flextui.tui.widgets.strategy import StrategyMap, StrategyTable, map_header, map_line
 
 

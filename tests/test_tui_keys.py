@@ -7,7 +7,7 @@ import pytest
 from textual.widgets import Static
 
 from conftest import lenet_node, start_lenet_search, wait_for
-from flextui.cost.liveprofile import LiveProfile
+from flextui.session.live_profile import LiveProfile
 from flextui.machine import load_named_cluster
 from flextui.search import SearchOptions
 from flextui.tui.app import FlextuiApp

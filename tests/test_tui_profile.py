@@ -9,7 +9,7 @@ import torch
 from rich.console import Console
 
 from conftest import wait_for
-from flextui.cost.liveprofile import LiveProfile
+from flextui.session.live_profile import LiveProfile
 from flextui.cost.profiled import ProfiledCostModel
 from flextui.search import read_search_log
 from flextui.tui.app import FlextuiApp

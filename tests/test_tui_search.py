@@ -12,7 +12,7 @@ import pytest
 from conftest import edit_log_header, lenet_node, start_lenet_search, wait_for
 from flextui.cost import AnalyticCostModel
 from flextui.search import SearchOptions, read_search_log
-from flextui.search.playback import Playback
+from flextui.session.playback import Playback
 from flextui.search.summary import baseline_costs
 from flextui.sim import Simulator
 from flextui.strategy import load_strategy
@@ -92,8 +92,8 @@ async def test_replay_plays_back_to_the_final_best(lenet_log):
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_for(pilot, lambda: isinstance(app.screen, SearchScreen))
         screen = app.screen
-        await wait_for(pilot, lambda: screen.view.baselines and screen.source.finished)
-        screen.source.speed = 0.001           # the search took half a second: crawl
+        await wait_for(pilot, lambda: screen.view.baselines and screen.playback.finished)
+        screen.playback.speed = 0.001           # the search took half a second: crawl
         await pilot.press("space")            # a finished replay starts over
         assert screen.view.state == "running" and screen.view.steps < 100
         await pilot.press("space")            # pause the playback
@@ -102,7 +102,7 @@ async def test_replay_plays_back_to_the_final_best(lenet_log):
         await pilot.press("n")
         assert screen.view.steps == steps + 1
         await pilot.press("right_square_bracket")
-        assert screen.source.speed == 0.25
+        assert screen.playback.speed == 0.25
         await pilot.press("end")
         final = read_search_log(lenet_log).final
         assert screen.view.state == "finished" and screen.view.steps == 600

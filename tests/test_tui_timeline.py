@@ -11,7 +11,8 @@ import flextui
 from flextui.cost import AnalyticCostModel
 from flextui.machine import load_named_cluster
 from flextui.sim import Simulator, TaskKind
-from flextui.sim.gantt import KIND_GLYPHS, SELECTED_GLYPH, format_bytes, task_details
+from flextui.machine.units import format_bytes
+from flextui.session.gantt import KIND_GLYPHS, SELECTED_GLYPH, task_details
 from flextui.strategy import builtin_strategy
 from flextui.tui.screens.timeline import TimelineScreen
 from flextui.tui.widgets.gantt import Gantt

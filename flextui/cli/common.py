@@ -10,15 +10,14 @@ import sys
 import threading
 from typing import Any
 
+from flextui.defaults import DEFAULT_CLUSTER, DEFAULT_MODEL
 from flextui.errors import FlextuiError
 
-DEFAULT_MODEL = "alexnet"
-DEFAULT_CLUSTER = "p100-4x4"
 
 
 def model_options(args: argparse.Namespace) -> dict[str, str]:
-    from flextui.search.options import FieldError
-    from flextui.search.setup import parse_model_options
+    from flextui.errors import FieldError
+    from flextui.session.choices import parse_model_options
     try:
         return parse_model_options(args.option or [], args.batch_size)
     except FieldError as e:

@@ -191,7 +191,7 @@ def _merge(args, console: Console) -> None:
     from pathlib import Path
 
     from flextui.cost.cache import decode_cache, merge_cache_files
-    from flextui.cost.cachedirs import user_profile_dir
+    from flextui.cost.cache_dirs import user_profile_dir
     first = Path(args.merge[0])
     try:
         kind = decode_cache(first.read_bytes()).device_kind
@@ -206,7 +206,7 @@ def _merge(args, console: Console) -> None:
 def _comm(args, console: Console) -> None:
     import torch
 
-    from flextui.cost.cachedirs import user_profile_dir
+    from flextui.cost.cache_dirs import user_profile_dir
     from flextui.cost.calibration import fit_latency_bandwidth, save_calibration
     from flextui.cost.comm import measure_comm
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0

@@ -98,7 +98,8 @@ def _inputs(args, resume):
     or, resuming, from the log (which a --model/--cluster given too must match)."""
     from flextui.cost import cost_model_from_identity
     from flextui.machine import load_named_cluster
-    from flextui.search.options import INITS, FieldError, SearchOptions, search_options
+    from flextui.errors import FieldError
+    from flextui.search.options import INITS, SearchOptions, search_options
     try:
         given = search_options(
             args.budget or DEFAULT_BUDGET, seed=args.seed, workers=args.workers,
@@ -257,7 +258,7 @@ def _log_failure(failed, graph, cluster, options, export, log_path) -> FlextuiEr
 
 def _report(result, graph, cluster, cost_model, options, log_path, export, args, console):
     from flextui.search.summary import search_summary, strategy_figures
-    from flextui.sim.gantt import format_bytes
+    from flextui.machine.units import format_bytes
     chosen, note = _export(result, graph, cluster, options, export)
     summary = search_summary(result, graph, cluster, cost_model, options)
     summary.update(log=str(log_path) if log_path else None, strategy=str(export), note=note,

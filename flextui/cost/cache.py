@@ -31,8 +31,8 @@ from typing import Any
 
 import msgpack
 
-from flextui.cost.cachedirs import reference_profile_dir, user_profile_dir
-from flextui.cost.cacherecords import (ProfileEntry, ProfileKey, check_pair, device_kind_slug,
+from flextui.cost.cache_dirs import reference_profile_dir, user_profile_dir
+from flextui.cost.cache_records import (ProfileEntry, ProfileKey, check_pair, device_kind_slug,
                                        is_int, require_fields, require_text)
 from flextui.cost.files import atomic_write, file_lock
 from flextui.errors import FlextuiError

@@ -25,7 +25,7 @@ from typing import Any
 import msgpack
 import numpy as np
 
-from flextui.cost.cacherecords import device_kind_slug
+from flextui.cost.cache_records import device_kind_slug
 from flextui.cost.files import atomic_write, file_lock
 from flextui.errors import FlextuiError
 from flextui.limits import NAME_CHARS

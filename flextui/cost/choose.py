@@ -14,7 +14,7 @@ from pathlib import Path
 
 from flextui.cost.analytic import AnalyticCostModel
 from flextui.cost.cache import BadProfileFile, ProfileCache, decode_cache, device_kind_slug
-from flextui.cost.cachedirs import reference_profile_dir, user_profile_dir
+from flextui.cost.cache_dirs import reference_profile_dir, user_profile_dir
 from flextui.cost.calibrated import CalibratedCommModel
 from flextui.cost.calibration import SUFFIX as CALIBRATION_SUFFIX
 from flextui.cost.calibration import CommCalibration, read_calibrations

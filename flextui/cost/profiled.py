@@ -21,7 +21,7 @@ from typing import Any
 import msgpack
 
 from flextui.cost.cache import ProfileCache
-from flextui.cost.cacherecords import DTYPES, ProfileEntry, ProfileKey
+from flextui.cost.cache_records import DTYPES, ProfileEntry, ProfileKey
 from flextui.cost.model import CostModel, OpCost
 from flextui.cost.signatures import Measurement, task_signatures
 from flextui.errors import FlextuiError

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from flextui.cost.cacherecords import ProfileKey
+from flextui.cost.cache_records import ProfileKey
 from flextui.graph import Op, OpGraph
 from flextui.graph.region import Region
 from flextui.strategy import Strategy

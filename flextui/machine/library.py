@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import tomllib
 from importlib.resources import files
 from pathlib import Path
@@ -10,7 +11,7 @@ from flextui.errors import ClusterError
 from flextui.machine.cluster import Cluster
 from flextui.machine.toml import load_cluster, parse_cluster
 
-__all__ = ["cluster_names", "load_named_cluster", "LOCAL"]
+__all__ = ["cluster_names", "load_named_cluster", "resized_name", "split_resized", "LOCAL"]
 
 LOCAL = "local"
 _PACKAGE = "flextui.library.clusters"
@@ -26,13 +27,32 @@ def cluster_names() -> list[str]:
                   if entry.name.endswith(".toml") and entry.is_file())
 
 
+_RESIZED = re.compile(r"(?P<name>[\w.-]+)@(?P<nodes>\d{1,6})nodes?")
+
+
+def resized_name(name: str, nodes: int) -> str:
+    """The name of built-in cluster ``name`` resized to ``nodes`` nodes: ``p100-4x4@1node``
+    (what a resized cluster is called, and a name ``load_named_cluster`` takes)."""
+    return f"{name}@{nodes}node{'s' if nodes > 1 else ''}"
+
+
+def split_resized(name: str) -> tuple[str, int | None]:
+    """``"p100-4x4@1node"`` -> ``("p100-4x4", 1)``; any other name -> ``(name, None)``."""
+    resized = _RESIZED.fullmatch(name)
+    return (resized["name"], int(resized["nodes"])) if resized else (name, None)
+
+
 def load_named_cluster(name_or_path: str | Path, nodes: int | None = None) -> Cluster:
     """A built-in cluster by name, a cluster TOML file by path, or ``"local"`` (detected).
     ``nodes`` resizes a built-in cluster described by node count (``[nodes]``), e.g. the
-    paper's P100 cluster at 4 GPUs is ``load_named_cluster("p100-4x4", nodes=1)``."""
+    paper's P100 cluster at 4 GPUs is ``load_named_cluster("p100-4x4", nodes=1)``, which
+    is also ``load_named_cluster("p100-4x4@1node")``: a resized cluster's own name."""
     text = str(name_or_path)
     if nodes is not None:
         return _resized(text, nodes)
+    base, count = split_resized(text)
+    if count is not None and not isinstance(name_or_path, Path) and base in cluster_names():
+        return _resized(base, count)
     if not isinstance(name_or_path, Path):
         if text == LOCAL:
             from flextui.machine.detect import detect_local
@@ -65,5 +85,5 @@ def _resized(name: str, nodes: int) -> Cluster:
         raise ClusterError(f"cluster {name!r} cannot be resized to {nodes!r} nodes "
                            "(it needs a [nodes] table, and nodes must be at least 1)")
     data["nodes"]["count"] = nodes
-    data["name"] = f"{name}@{nodes}node{'s' if nodes > 1 else ''}"
+    data["name"] = resized_name(name, nodes)
     return parse_cluster(data, f"{_library().joinpath(name + '.toml')} resized to {nodes} nodes")

@@ -20,7 +20,7 @@ import re
 
 from flextui.limits import integer_problem
 
-__all__ = ["parse_bytes", "parse_bandwidth", "parse_duration", "parse_flops"]
+__all__ = ["format_bytes", "parse_bytes", "parse_bandwidth", "parse_duration", "parse_flops"]
 
 _NUMBER = r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
 _QUANTITY = re.compile(rf"^\s*(?P<num>{_NUMBER})\s*(?P<unit>\S*?)\s*$")
@@ -133,3 +133,11 @@ def parse_flops(value: object) -> float:
             return number * scale
     raise ValueError(f"{value!r:.60} is not a FLOP/s rate (unknown unit {unit!r}); "
                      f"write e.g. {_FLOPS_EXAMPLE}")
+
+
+def format_bytes(nbytes: float) -> str:
+    """A size for people, in binary units: ``"12.0 GiB"``, ``"800.0 MiB"``, ``"512 B"``."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return f"{nbytes:.0f} B"

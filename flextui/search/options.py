@@ -7,7 +7,7 @@ import re
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from flextui.errors import FlextuiError
+from flextui.errors import FieldError, FlextuiError
 from flextui.limits import CHAINS, MAX_INTEGER, TEXT_CHARS, integer_problem
 
 INITS = ("auto", "data-parallel", "expert", "model-parallel", "random")
@@ -16,20 +16,6 @@ DEFAULT_BUDGET = "30s"
 BETA_SCALE = 300  # the default beta is BETA_SCALE / (the initial cost in ms)
 #: the smallest memory budget: anything less is a mistake (a size typed without a unit)
 MIN_MEMORY_BUDGET = 2**20
-
-
-class FieldError(FlextuiError):
-    """A bad value in one named input (``field``: "budget", "workers", "batch_size"...).
-    The message is the field's name and then ``problem``; a form shows it next to the
-    field, the CLI names the flag instead (:attr:`flag_message`)."""
-
-    def __init__(self, field: str, problem: str) -> None:
-        super().__init__(f"{field.replace('_', ' ')} {problem}")
-        self.field, self.problem = field, problem
-
-    @property
-    def flag_message(self) -> str:
-        return f"--{self.field.replace('_', '-')} {self.problem}"
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from flextui.machine import Cluster
 from flextui.search.log import SearchLog
 from flextui.search.options import SearchOptions
 from flextui.search.runner import SearchResult
-from flextui.search.workbound import work_lower_bound
+from flextui.search.compute_bound import work_lower_bound
 from flextui.sim import Simulator
 from flextui.strategy import Strategy, builtin_strategy
 

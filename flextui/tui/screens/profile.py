@@ -13,7 +13,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, ProgressBar, Static
 
 from flextui.cost.estimate import duration
-from flextui.cost.liveprofile import LiveProfile, ProfileView
+from flextui.session.live_profile import LiveProfile, ProfileView
 from flextui.tui.widgets.stats import STATE_STYLES
 
 REFRESH_S = 0.25

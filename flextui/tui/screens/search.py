@@ -6,6 +6,7 @@ tables are redrawn only when the best strategy changes."""
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,13 +21,14 @@ from flextui.errors import FlextuiError
 from flextui.graph import OpGraph
 from flextui.machine import Cluster
 from flextui.search.files import default_export_path, searched_strategy_name
-from flextui.search.live import LiveSearch
+from flextui.session.live_search import LiveSearch
 from flextui.search.options import SearchOptions
-from flextui.search.playback import Playback
-from flextui.search.watch import SearchView
+from flextui.session.playback import Playback
+from flextui.session.search_watch import SearchView
+from flextui.session.source import SearchSource
 from flextui.strategy import Strategy, builtin_strategy, save_strategy
 from flextui.tui.widgets.chart import Chart
-from flextui.tui.widgets.searchcharts import cost_chart, frontier_chart
+from flextui.tui.widgets.search_charts import cost_chart, frontier_chart
 from flextui.tui.widgets.stats import SearchStats
 from flextui.tui.widgets.strategy import StrategyMap, StrategyTable
 
@@ -79,8 +81,13 @@ class SearchScreen(Screen):
     def __init__(self, source: LiveSearch | Playback, setup: SearchSetup,
                  log_path: str | None = None) -> None:
         super().__init__()
-        self.source, self.setup = source, setup
-        self.replay = isinstance(source, Playback)
+        self.source: SearchSource = source
+        self.setup = setup
+        #: the search's controls: a live search pauses and stops, a replay plays, steps
+        #: and changes speed; exactly one of the two is set
+        self.live = source if isinstance(source, LiveSearch) else None
+        self.playback = source if isinstance(source, Playback) else None
+        self.replay = self.playback is not None
         self.log_path = log_path
         self.by_time = False
         self.view: SearchView | None = None
@@ -122,11 +129,11 @@ class SearchScreen(Screen):
 
     def refresh_view(self) -> None:
         now = time.monotonic()
-        if self.replay:
-            self.source.advance(now - self._clock)
+        if self.playback is not None:
+            self.playback.advance(now - self._clock)
         self._clock = now
         view = self.view = self.source.view()
-        speed = self.source.speed if self.replay else None
+        speed = self.playback.speed if self.playback is not None else None
         self.query_one(SearchStats).show(view, budget_text(self.setup.options), speed)
         bar = self.query_one(ProgressBar)
         bar.update(total=1.0, progress=view.progress if view.progress is not None else 0.0)
@@ -140,7 +147,7 @@ class SearchScreen(Screen):
         if view.state == "failed" and not self._failure_shown:
             self._failure_shown = True
             self.app.show_error("The search failed", view.message or "")
-        ended = not self.replay and self.source.done
+        ended = self.live is not None and self.live.done
         actions_state = (ended, view.best is None)   # what check_action reads
         if actions_state != self._actions_state:   # the footer recomposes on a refresh
             self._actions_state = actions_state
@@ -150,7 +157,7 @@ class SearchScreen(Screen):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in LIVE_ONLY:   # hidden once the search has ended
-            return not self.replay and not self.source.done
+            return self.live is not None and not self.live.done
         if action in REPLAY_ONLY:
             return self.replay
         if action in ("timeline", "save"):
@@ -158,33 +165,37 @@ class SearchScreen(Screen):
         return True
 
     def action_pause(self) -> None:
-        paused = self.source.toggle_pause()
+        if self.live is None:
+            return
+        paused = self.live.toggle_pause()
         self.notify("search paused" if paused else "search resumed", timeout=2)
         self.refresh_view()
 
     def action_stop(self) -> None:
-        self.source.stop()
+        if self.live is None:
+            return
+        self.live.stop()
         self.notify("stopping: the best strategy found is kept", timeout=3)
 
     def action_play(self) -> None:
-        self.source.toggle()
-        self.refresh_view()
+        self._replay_control(lambda playback: playback.toggle())
 
     def action_step(self) -> None:
-        self.source.step()
-        self.refresh_view()
+        self._replay_control(lambda playback: playback.step())
 
     def action_faster(self) -> None:
-        self.source.faster(True)
-        self.refresh_view()
+        self._replay_control(lambda playback: playback.faster(True))
 
     def action_slower(self) -> None:
-        self.source.faster(False)
-        self.refresh_view()
+        self._replay_control(lambda playback: playback.faster(False))
 
     def action_to_end(self) -> None:
-        self.source.to_end()
-        self.refresh_view()
+        self._replay_control(lambda playback: playback.to_end())
+
+    def _replay_control(self, act: Callable[[Playback], object]) -> None:
+        if self.playback is not None:
+            act(self.playback)
+            self.refresh_view()
 
     def action_show_tab(self, tab: str) -> None:
         self.query_one("#search-tabs", TabbedContent).active = tab
@@ -237,7 +248,7 @@ class SearchScreen(Screen):
         self.app.call_from_thread(self.app.push_screen, screen)
 
     def action_back(self) -> None:
-        if not self.replay and not self.source.done:
-            self.source.stop()
+        if self.live is not None and not self.live.done:
+            self.live.stop()
             self.notify("search stopped; its log and best strategy are kept", timeout=3)
         self.app.pop_screen()

@@ -5,7 +5,7 @@ choice, and start a search with one key.
 The model and cluster load in thread workers (Inception takes a moment), a short
 while after the last keystroke; the search options are checked as they are typed.
 Every turning of text into values is a core call the CLI makes too
-(:mod:`flextui.search.setup`, :func:`flextui.search.options.search_options`); a bad
+(:mod:`flextui.session.choices`, :func:`flextui.search.options.search_options`); a bad
 value shows inline, next to its part of the form, and nothing starts."""
 
 from __future__ import annotations
@@ -32,10 +32,13 @@ from flextui.graph.summary import graph_summary
 from flextui.machine import Cluster, cluster_names
 from flextui.machine.library import LOCAL
 from flextui.machine.summary import cluster_summary
-from flextui.search.options import (BETA_SCALE, DEFAULT_BUDGET, MEMORY_POLICIES, FieldError,
-                                    SearchOptions, search_options)
-from flextui.search.setup import (FIRST_CLUSTER, FIRST_CLUSTER_NODES, FIRST_MODEL, FirstChoice,
-                                  first_choice, load_cluster_choice, load_model_choice)
+from flextui.errors import FieldError
+from flextui.search.options import (BETA_SCALE, DEFAULT_BUDGET, MEMORY_POLICIES, SearchOptions,
+                                    search_options)
+from flextui.defaults import DEFAULT_MODEL
+from flextui.session.choices import (FIRST_CLUSTER, FIRST_CLUSTER_NODES,
+                                     FirstChoice, first_choice, load_cluster_choice,
+                                     load_model_choice)
 from flextui.tui.widgets.summary import SetupSummary
 
 DEBOUNCE_S = 0.3
@@ -155,10 +158,10 @@ class SetupScreen(Screen):
         return Horizontal(Label(label, classes="setup-label"), field, classes="setup-row")
 
     def _model_rows(self) -> list[Widget]:
-        name, path = FIRST_MODEL, ""
+        name, path = DEFAULT_MODEL, ""
         if self.model_arg:
             name, path = (self.model_arg, "") if self.model_arg in model_names() \
-                else (FIRST_MODEL, self.model_arg)
+                else (DEFAULT_MODEL, self.model_arg)
         return [
             self._row("library", Select([(n, n) for n in model_names()], value=name,
                                         allow_blank=False, compact=True, id="model-name")),

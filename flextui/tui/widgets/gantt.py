@@ -1,6 +1,6 @@
 """The Gantt chart: a row per lane (device or link) under a time axis.
 
-It draws what ``flextui.sim.gantt`` computes: each visible row is one call to
+It draws what ``flextui.session.gantt`` computes: each visible row is one call to
 ``rasterize`` over the current window, so only what is on screen is rasterised.
 The selected task is drawn with ``SELECTED_GLYPH`` so it stands out without colour.
 """
@@ -15,7 +15,7 @@ from textual.message import Message
 from textual.strip import Strip
 from textual.widget import Widget
 
-from flextui.sim.gantt import (IDLE_GLYPH, KIND_GLYPHS, SELECTED_GLYPH, Cell, Lane, View,
+from flextui.session.gantt import (IDLE_GLYPH, KIND_GLYPHS, SELECTED_GLYPH, Cell, Lane, View,
                                build_lanes, nearest_task, rasterize, short_names, ticks)
 from flextui.sim.taskgraph import TaskKind
 from flextui.sim.timeline import TaskTiming, Timeline
@@ -33,6 +33,22 @@ class Gantt(Widget, can_focus=True):
 
     COMPONENT_CLASSES = {f"gantt--{kind.name.lower()}" for kind in TaskKind} | {
         "gantt--selected", "gantt--label", "gantt--lane-cursor", "gantt--axis"}
+    DEFAULT_CSS = """
+    Gantt {
+        height: 1fr;
+    }
+
+    Gantt > .gantt--forward { color: $primary; }
+    Gantt > .gantt--backward { color: $secondary; }
+    Gantt > .gantt--transfer { color: $warning; }
+    Gantt > .gantt--sync { color: $error; }
+    Gantt > .gantt--update { color: $success; }
+    Gantt > .gantt--selected { color: $accent; text-style: bold; }
+    Gantt > .gantt--label { color: $text-muted; }
+    Gantt > .gantt--lane-cursor { color: $text; background: $accent 30%; text-style: bold; }
+    Gantt:focus > .gantt--lane-cursor { background: $accent 60%; }
+    Gantt > .gantt--axis { color: $text-muted; }
+    """
     BINDINGS = [
         Binding("plus,equals_sign", "zoom(2)", "Zoom in", key_display="+", group=ZOOM),
         Binding("minus", "zoom(0.5)", "Zoom out", key_display="-", group=ZOOM),

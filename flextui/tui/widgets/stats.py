@@ -8,7 +8,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
-from flextui.search.watch import SearchView
+from flextui.session.search_watch import SearchView
 
 STATE_STYLES = {"starting": "yellow", "running": "bold green", "paused": "bold yellow",
                 "finished": "bold cyan", "stopped": "bold cyan", "failed": "bold red"}

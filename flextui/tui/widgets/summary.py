@@ -15,7 +15,7 @@ from rich.text import Text
 from textual.widgets import Static
 
 from flextui.search.options import SearchOptions
-from flextui.sim.gantt import format_bytes
+from flextui.machine.units import format_bytes
 
 Part = dict[str, Any] | str  # the data to show, or a note in its place
 

@@ -8,7 +8,8 @@ from rich.text import Text
 from textual.geometry import Size
 from textual.widget import Widget
 
-from flextui.sim.gantt import format_bytes, short_names
+from flextui.machine.units import format_bytes
+from flextui.session.gantt import short_names
 from flextui.sim.timeline import DeviceStats, Timeline
 
 EIGHTHS = " ▏▎▍▌▋▊▉"
@@ -28,6 +29,18 @@ class UsageBars(Widget):
     """A header and a line per device: name, busy bar and %, memory bar and bytes."""
 
     COMPONENT_CLASSES = {"usage--header", "usage--busy", "usage--memory", "usage--over"}
+    DEFAULT_CSS = """
+    UsageBars {
+        height: auto;
+        text-wrap: nowrap;
+        text-overflow: clip;
+    }
+
+    UsageBars > .usage--header { color: $text-muted; }
+    UsageBars > .usage--busy { color: $primary; }
+    UsageBars > .usage--memory { color: $success; }
+    UsageBars > .usage--over { color: $error; text-style: bold; }
+    """
 
     def __init__(self, timeline: Timeline, *, name: str | None = None, id: str | None = None,
                  classes: str | None = None) -> None:

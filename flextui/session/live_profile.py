@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from flextui.cost.compare import OpTypeComparison
 from flextui.cost.estimate import ProfileClock
 from flextui.graph import OpGraph
-from flextui.jobs import BackgroundJob
+from flextui.session.jobs import BackgroundJob
 
 
 @dataclass(frozen=True)

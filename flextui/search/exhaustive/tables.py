@@ -16,7 +16,7 @@ from flextui.errors import ClusterError
 from flextui.graph import OpGraph, intersect, region_volume
 from flextui.graph.tensor import dtype_bytes
 from flextui.machine import Cluster
-from flextui.search.taskbound import TaskBound
+from flextui.search.exhaustive.task_bound import TaskBound
 from flextui.sim.memory import PENALTY_S_PER_MB
 from flextui.sim.replicas import ParamBlock, replica_groups
 from flextui.sim.taskgraph import ring_allreduce_s, update_s

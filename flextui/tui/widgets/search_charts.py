@@ -3,7 +3,7 @@ against steps or time, and the time/memory frontier."""
 
 from __future__ import annotations
 
-from flextui.search.watch import SearchView
+from flextui.session.search_watch import SearchView
 from flextui.tui.widgets.canvas import padded_range
 from flextui.tui.widgets.chart import ChartData, Series
 

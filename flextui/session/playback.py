@@ -13,7 +13,7 @@ from typing import Any
 from flextui.search.events import RestartEvent
 from flextui.search.log import SearchLog
 from flextui.search.options import SearchOptions
-from flextui.search.watch import SearchView, SearchWatch
+from flextui.session.search_watch import SearchView, SearchWatch
 
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 50.0, 200.0)
 

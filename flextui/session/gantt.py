@@ -14,6 +14,7 @@ import math
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 
+from flextui.machine.units import format_bytes
 from flextui.graph import OpGraph, Region, intersect
 from flextui.sim.taskgraph import TaskKind
 from flextui.sim.timeline import TaskTiming, Timeline
@@ -222,13 +223,6 @@ def format_window(t0: float, t1: float) -> str:
     span_ms = max((t1 - t0) * 1e3, 1e-12)
     decimals = max(0, 3 - math.floor(math.log10(span_ms)))
     return f"{t0 * 1e3:.{decimals}f}–{t1 * 1e3:.{decimals}f} ms"
-
-
-def format_bytes(nbytes: float) -> str:
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if nbytes >= scale:
-            return f"{nbytes / scale:.1f} {unit}"
-    return f"{nbytes:.0f} B"
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Lower bounds on the schedules of a task graph: any schedule that respects the
 dependencies, starts no task before its *head* (a lower bound on its start), follows
 each task by at least its *tail* (a lower bound on the time from its end to the end),
-and runs one task at a time on each resource. ``taskbound`` applies them to the tasks
+and runs one task at a time on each resource. ``task_bound`` applies them to the tasks
 every completion of a partial assignment shares.
 
 ``raise_bounds`` raises heads (or tails) along the dependencies and by one-device
@@ -85,7 +85,7 @@ def raise_bounds(order: list[int], before: list[list[int]], dur: list[float],
 
 def _release_bound(mask: int, bound: list[float], dur: list[float]) -> float:
     """The least time by which the tasks in ``mask`` can all have run one at a time,
-    none before its ``bound``: max over h of h + the durations of those with bound >= h."""
+    none before its ``tables``: max over h of h + the durations of those with bound >= h."""
     members = []
     while mask:
         low = mask & -mask

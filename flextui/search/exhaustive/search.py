@@ -22,7 +22,7 @@ and runs one task at a time on each device and each link (an all-reduce holds al
 links of its ring), which every simulated schedule does. They hold for any partial
 assignment, not only a prefix of the search order.
 
-1. Critical paths (``bound``). A task starts no earlier than its predecessors end (a
+1. Critical paths (``tables``). A task starts no earlier than its predecessors end (a
    transfer chain adds its hops' durations), so the end of a task is at least the
    longest dependency path into it. ``E[v][c, k]`` bounds the end of forward task
    ``k`` of op ``v`` in config ``c``: its duration plus, over the producers, the
@@ -40,7 +40,7 @@ assignment, not only a prefix of the search order.
    for an unassigned op, at least the least over its configs of the largest ``B + R``
    over its tasks.
 
-2. Tasks (``taskbound``, ``schedbound``). The *certain* tasks, those every completion
+2. Tasks (``task_bound``, ``schedule_bound``). The *certain* tasks, those every completion
    has alike (the tasks of the assigned ops, the transfers between them, the
    all-reduces and updates of parameters whose users are all assigned), form a task
    graph of which every completion's schedule, cut down to them, is a schedule. Each
@@ -59,7 +59,7 @@ assignment, not only a prefix of the search order.
    the assigned ops, so the penalty of the assigned part's memory bounds the penalty of
    every completion. The bound is max(1, 2) + 3, the cost being makespan + penalty.
 
-4. The cutoff (``schedbound.cannot_finish_before``). To beat the best cost, a
+4. The cutoff (``schedule_bound.cannot_finish_before``). To beat the best cost, a
    completion's makespan must be below the best cost less the penalty bound. Suppose a
    schedule of the certain tasks does that: two of them that share a resource, neither
    depending on the other, run in some order, and an order that would end at or after
@@ -100,7 +100,7 @@ from flextui.cost.model import CostModel
 from flextui.errors import ClusterError, FlextuiError
 from flextui.graph import OpGraph
 from flextui.machine import Cluster
-from flextui.search.bound import BoundTables
+from flextui.search.exhaustive.tables import BoundTables
 from flextui.sim import DeltaSimulator, Simulator
 from flextui.strategy import (
     Strategy,
@@ -255,7 +255,7 @@ def exhaustive_search(graph: OpGraph, cluster: Cluster, cost_model: CostModel, *
     """The strategy of least simulated cost over the whole space of valid configs,
     by depth-first branch and bound (see the module docstring). With ``time_limit``
     (seconds) it may stop early: ``complete`` is then False, ``strategy`` and ``cost``
-    are the best found and ``bound`` a proven lower bound on the optimum.
+    are the best found and ``tables`` a proven lower bound on the optimum.
 
     The first bound to beat is the best of the built-in strategies (data parallel,
     expert, model parallel), every op on one device, and ``upper_bound`` (e.g. what an
@@ -338,7 +338,7 @@ class _Search:
 
     def children(self, depth: int, bound: float) -> list[tuple[float, int]]:
         """The configs of op ``order[depth]`` worth exploring, with their bounds. Once
-        only inputs remain, every routable config, with the parent's ``bound``: the
+        only inputs remain, every routable config, with the parent's ``tables``: the
         bound cannot tell an input's configs apart (they differ only in a transfer of
         a few hundred bytes), and computing it costs far more than simulating."""
         t, a, k = self.t, self.a, self.order[depth]

@@ -14,15 +14,14 @@ from flextui.errors import ClusterError
 from flextui.graph import OpGraph
 from flextui.graph.library import load_model
 from flextui.machine import Cluster, detect, load_named_cluster
-from flextui.machine.library import LOCAL
-from flextui.search.options import FieldError, parse_whole
+from flextui.defaults import DEFAULT_CLUSTER, DEFAULT_MODEL
+from flextui.machine.library import LOCAL, split_resized
+from flextui.errors import FieldError
+from flextui.search.options import parse_whole
 
-#: the model a first launch searches: on 4 simulated P100s the search finds a strategy
-#: ~12x faster than the best built-in one (18.3 -> 1.5 ms) within a second on a laptop
-#: CPU, so the curve visibly drops at once (AlexNet, LeNet, RNNTC gain <20% there)
-FIRST_MODEL = "mlp"
-#: the cluster a first launch uses when this machine has too few GPUs to split over
-FIRST_CLUSTER, FIRST_CLUSTER_NODES = "p100-4x4", 1
+#: the cluster a first launch uses when this machine has too few GPUs to split over,
+#: as the Setup form shows it (a library cluster and its node count)
+FIRST_CLUSTER, FIRST_CLUSTER_NODES = split_resized(DEFAULT_CLUSTER)
 #: the detected machine is the default only with at least this many GPUs
 MIN_LOCAL_GPUS = 2
 
@@ -84,5 +83,5 @@ def first_choice(local: Cluster | None = None) -> FirstChoice:
     that imports torch, so call it off a UI thread)."""
     local = local if local is not None else detect.detect_local()
     if gpu_count(local) >= MIN_LOCAL_GPUS:
-        return FirstChoice(FIRST_MODEL, LOCAL, None)
-    return FirstChoice(FIRST_MODEL, FIRST_CLUSTER, FIRST_CLUSTER_NODES)
+        return FirstChoice(DEFAULT_MODEL, LOCAL, None)
+    return FirstChoice(DEFAULT_MODEL, FIRST_CLUSTER, FIRST_CLUSTER_NODES)
