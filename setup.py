@@ -1,9 +1,15 @@
-"""Builds the simulator's C event loop; all other metadata is in pyproject.toml.
+"""Finds the packages and builds the simulator's C event loop; all other metadata is in
+pyproject.toml.
 
 The extension is optional: without a C compiler the install still succeeds and the
 simulator runs its pure-Python loop (same results, about 20x slower searches)."""
 
-from setuptools import Extension, setup
+from setuptools import Extension, find_packages, setup
 
-setup(ext_modules=[Extension("flextui.sim._ctaskstore", ["flextui/sim/_ctaskstore.c"],
+#: installed from the top of the repo under flextui (see [tool.setuptools.package-dir])
+TOP_LEVEL = ["flextui.library", "flextui.library.models", "flextui.library.clusters",
+             "flextui.profiles"]
+
+setup(packages=find_packages(include=["flextui", "flextui.*"]) + TOP_LEVEL,
+      ext_modules=[Extension("flextui.sim._ctaskstore", ["flextui/sim/_ctaskstore.c"],
                              optional=True)])

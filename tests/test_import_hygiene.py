@@ -1,8 +1,20 @@
-"""The core must import and run with Textual unavailable (DESIGN.md: headless core)."""
+"""Import hygiene (DESIGN.md, Layout): packages import only the layers below them and
+the core never imports Textual, as the import-linter contracts in pyproject.toml state;
+and the core imports and runs with Textual unavailable."""
 
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_import_contracts_hold(tmp_path, monkeypatch):
+    from importlinter.cli import lint_imports
+
+    monkeypatch.chdir(ROOT)   # lint-imports reads the contracts from pyproject.toml here
+    assert lint_imports(cache_dir=str(tmp_path), no_logo=True) == 0
 
 
 def test_core_imports_without_textual():
