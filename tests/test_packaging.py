@@ -26,3 +26,4 @@ def test_wheel_contains_the_libraries(tmp_path):
         assert init.relative_to(ROOT).as_posix() in names
     assert any(n.startswith("flextui/sim/_ctaskstore.") and n.endswith((".so", ".pyd"))
                for n in names)
+    assert "flextui/sim/_ctaskstore.pyi" in names     # its types, for type checkers

@@ -64,10 +64,31 @@ def test_bad_input_is_an_error_not_a_crash(store_type):
         store.add((0,), 1.0, tuple(range(9)))
     a = store.add((0,), 1.0, (0,))
     b = store.add((1,), 1.0, (1,))
+    for bad in (-1, 2):           # a negative id is refused too, not read from the end
+        for call in (lambda: store.link(a, bad), lambda: store.preds(bad),
+                     lambda: store.remove(bad), lambda: store.detach([bad]),
+                     lambda: store.alive(bad), lambda: store.duration_of(bad),
+                     lambda: store.reschedule(*columns(2), -1.0, [bad])):
+            with pytest.raises(IndexError, match="out of range"):
+                call()
+    assert store.succs(a) == [] and store.live_ids() == [a, b]
     store.link(a, b)
     store.link(b, a)
     with pytest.raises(RuntimeError, match="cycle"):
         store.reschedule(*columns(2), -1.0, [])
+
+
+@needs_c
+@pytest.mark.parametrize("value, chosen", [("1", "Python"), ("yes", "Python"), ("0", "C"),
+                                           ("false", "C"), ("", "C"), (None, "C")])
+def test_flextui_pure_python_selects_the_python_store_only_when_set_true(monkeypatch, value,
+                                                                         chosen):
+    if value is None:
+        monkeypatch.delenv("FLEXTUI_PURE_PYTHON", raising=False)
+    else:
+        monkeypatch.setenv("FLEXTUI_PURE_PYTHON", value)
+    assert taskstore.backend() == chosen
+    assert isinstance(taskstore.new_store(1), PyTaskStore) == (chosen == "Python")
 
 
 @needs_c

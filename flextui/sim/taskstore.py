@@ -25,19 +25,46 @@ from __future__ import annotations
 import heapq
 import os
 from array import array
+from typing import Protocol
 
 try:
     from flextui.sim._ctaskstore import CTaskStore
 except ImportError:  # built without a C compiler: the pure-Python store serves
-    CTaskStore = None
+    CTaskStore = None  # type: ignore[assignment,misc]
+
+#: values of FLEXTUI_PURE_PYTHON that leave the C store in use (unset is one too)
+_OFF = ("", "0", "false", "no", "off")
+
+
+class TaskStore(Protocol):
+    """What the scheduler and ``TaskGraph`` use of a store (``CTaskStore`` and
+    ``PyTaskStore``; ``_ctaskstore.pyi`` types the C one). An id out of range, a
+    negative one included, raises IndexError."""
+
+    def __len__(self) -> int: ...
+    def add(self, resources: tuple[int, ...], duration: float, key: tuple[int, ...]) -> int: ...
+    def link(self, a: int, b: int) -> None: ...
+    def remove(self, t: int) -> None: ...
+    def detach(self, tasks: list[int]) -> None: ...
+    def attach(self, tasks: list[int]) -> None: ...
+    def release(self, tasks: list[int]) -> None: ...
+    def preds(self, t: int) -> list[int]: ...
+    def succs(self, t: int) -> list[int]: ...
+    def alive(self, t: int) -> bool: ...
+    def duration_of(self, t: int) -> float: ...
+    def live_ids(self) -> list[int]: ...
+    def reschedule(self, times_ready: array, times_start: array, times_end: array, t0: float,
+                   changed: list[int]) -> float: ...
 
 
 def backend() -> str:
-    """Which store and event loop new task graphs use: "C" or "Python"."""
-    return "C" if CTaskStore is not None and not os.environ.get("FLEXTUI_PURE_PYTHON") else "Python"
+    """Which store and event loop new task graphs use: "C", unless it was not built or
+    FLEXTUI_PURE_PYTHON is set to anything but 0/false/no/off; else "Python"."""
+    pure = os.environ.get("FLEXTUI_PURE_PYTHON", "").strip().lower() not in _OFF
+    return "C" if CTaskStore is not None and not pure else "Python"
 
 
-def new_store(num_resources: int):
+def new_store(num_resources: int) -> TaskStore:
     return CTaskStore(num_resources) if backend() == "C" else PyTaskStore(num_resources)
 
 
@@ -71,11 +98,20 @@ class PyTaskStore:
             column.append(value)
         return len(self._alive) - 1
 
+    def _id(self, t: int) -> int:
+        """``t``, if it names a task slot; IndexError otherwise (as the C store)."""
+        if not 0 <= t < len(self._alive):
+            raise IndexError(f"task id {t} out of range")
+        return t
+
     def link(self, a: int, b: int) -> None:
+        self._id(a)
+        self._id(b)
         self._succs[a].append(b)
         self._preds[b].append(a)
 
     def remove(self, t: int) -> None:
+        self._id(t)
         for p in self._preds[t]:
             self._succs[p].remove(t)
         for s in self._succs[t]:
@@ -85,7 +121,7 @@ class PyTaskStore:
 
     def detach(self, tasks: list[int]) -> None:
         """Unhook ``tasks`` from the tasks outside them, keeping their own edge lists."""
-        gone = set(tasks)
+        gone = {self._id(t) for t in tasks}
         for t in tasks:
             for p in self._preds[t]:
                 if p not in gone:
@@ -97,7 +133,7 @@ class PyTaskStore:
 
     def attach(self, tasks: list[int]) -> None:
         """Undo ``detach``."""
-        back = set(tasks)
+        back = {self._id(t) for t in tasks}
         for t in tasks:
             for p in self._preds[t]:
                 if p not in back:
@@ -109,21 +145,21 @@ class PyTaskStore:
 
     def release(self, tasks: list[int]) -> None:
         """Free detached tasks for good."""
-        for t in tasks:
+        for t in map(self._id, tasks):
             self._preds[t], self._succs[t] = [], []
             self._free.append(t)
 
     def preds(self, t: int) -> list[int]:
-        return list(self._preds[t])
+        return list(self._preds[self._id(t)])
 
     def succs(self, t: int) -> list[int]:
-        return list(self._succs[t])
+        return list(self._succs[self._id(t)])
 
     def alive(self, t: int) -> bool:
-        return self._alive[t]
+        return self._alive[self._id(t)]
 
     def duration_of(self, t: int) -> float:
-        return self.duration[t]
+        return self.duration[self._id(t)]
 
     def live_ids(self) -> list[int]:
         return [t for t, alive in enumerate(self._alive) if alive]
@@ -134,7 +170,7 @@ class PyTaskStore:
         preds, succs, resources, duration, key = (self._preds, self._succs, self.resources,
                                                   self.duration, self.key)
         free = [0.0] * self.num_resources
-        todo = set(changed)
+        todo = {self._id(t) for t in changed}
         tasks = []
         for t, alive in enumerate(self._alive):
             if not alive:
