@@ -10,7 +10,7 @@ import zlib
 import msgpack
 import pytest
 
-from flextui.cost.cache import (BadProfileFile, ProfileCache, ProfileEntry, ProfileKey,
+from flextui.cost.cache import (BadDocument, ProfileCache, ProfileEntry, ProfileKey,
                                 decode_cache, device_kind_slug, encode_cache, merge_cache_files)
 from flextui.cost.cache_dirs import reference_profile_dir, user_profile_dir
 from flextui.errors import FlextuiError
@@ -281,7 +281,7 @@ def test_every_single_bit_flip_is_detected():
     for bit in range(len(data) * 8):
         flipped = bytearray(data)
         flipped[bit // 8] ^= 1 << (bit % 8)
-        with pytest.raises(BadProfileFile):
+        with pytest.raises(BadDocument):
             decode_cache(bytes(flipped), "nvidia-h100-80gb-hbm3")
 
 
@@ -381,7 +381,7 @@ def test_keys_are_decoded_only_where_they_are_read_as_keys():
     doc = msgpack.unpackb(good_file())
     doc["entries"][0][0] = b"\x81\xa3not a key"          # sealed, but no key
     data = decode_cache(reseal(doc))                      # lookups compare bytes: fine
-    with pytest.raises(BadProfileFile, match="key 0"):
+    with pytest.raises(BadDocument, match="key 0"):
         data.items()                                      # showing it: reported
     assert [k for k, _ in decode_cache(good_file()).items()] == [key("a"),
                                                                  key("b", training=False)]

@@ -69,7 +69,7 @@ def test_fit_edge_cases():
                                    ((100, math.nan),), ((200, 1.0), (100, 2.0)),
                                    ((100, 1.0), (100, 2.0)), ((100,),)])
 def test_bad_tables_are_refused(table):
-    with pytest.raises(FlextuiError, match="calibration table 'p2p'"):
+    with pytest.raises(FlextuiError, match="calibration: table 'p2p'"):
         calibration(p2p=table)
 
 
@@ -108,7 +108,7 @@ def _document(**changes):
                  "not a flextui communication", id="foreign-format"),
     pytest.param(msgpack.packb([1, 2, 3]), "not a flextui communication", id="foreign-list"),
     pytest.param(_document(version=99), "newer flextui", id="newer"),
-    pytest.param(_document(version="1"), "corrupt format version", id="bad-version"),
+    pytest.param(_document(version="1"), "not a format version", id="bad-version"),
     pytest.param(_document(calibrations={}), "bad layout", id="bad-layout"),
     pytest.param(_document(extra=1), "bad layout", id="unknown-key"),
     pytest.param(_document(calibrations=[{"device": "x"}]), r"corrupt \(calibration 0",

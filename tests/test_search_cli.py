@@ -73,7 +73,7 @@ def test_memory_budget_picks_the_fastest_that_fits(capsys, tmp_path):
 
 @pytest.mark.parametrize("argv, message", [
     (["--budget", "soon"], "give a number of iterations"),
-    (["--memory-budget", "12 parsecs"], "give a number and a unit"),
+    (["--memory-budget", "12 parsecs"], "not a size in bytes"),
     (["--workers", "0"], "--workers must be at least 1"),
     (["--init", "nowhere.json"], "nowhere.json"),
     (["--cluster", "local-cpu"], "at least two devices"),
@@ -116,7 +116,7 @@ ANALYTIC = ("analytic-roofline-v1(compute_efficiency={},memory_efficiency=0.8,"
     (lambda h: h.update(cost_model=ANALYTIC.format("e")), "parameters are not"),
     (lambda h: h.update(cost_model=ANALYTIC.format("nan")), "parameters are not"),
     (lambda h: h["options"].update(memory_budget="12GiB"), "options.memory_budget"),
-    (lambda h: h["options"].update(chains=0), "options.chains: must be at least 1"),
+    (lambda h: h["options"].update(chains=0), "options.chains: must be a whole number >= 1"),
     (lambda h: h["options"].update(chains="2"), "options.chains: must be a whole number"),
     (lambda h: h["options"].update(beta="hot"), "options.beta: must be a number"),
 ])

@@ -341,8 +341,8 @@ def test_newer_format_version(tmp_path):
     path = tmp_path / "a.ffsearch"
     newer = FORMAT_VERSION + 1
     SearchLogWriter(path, header(version=newer)).close()
-    with pytest.raises(SearchLogError, match=rf"was written by a newer flextui \(format "
-                                             rf"v{newer}\); upgrade flextui"):
+    with pytest.raises(SearchLogError, match=rf"written by a newer flextui \(search log format "
+                                             rf"version {newer}; .*\); upgrade flextui"):
         read_search_log(path)
 
 
@@ -656,7 +656,7 @@ def good_strategy_data():
 
 @pytest.mark.parametrize("record, message", [
     ([3, 0, 0, 0.0, ["dp", [[[1], 0]] * 3], 1.0, None, 1.0, None, []], "does not fit"),
-    ([3, 0, 0, 0.0, None, 1.0, None, 1.0, None, []], "must be a list"),
+    ([3, 0, 0, 0.0, None, 1.0, None, 1.0, None, []], "expected a list"),
     ([1, 0, 1, 0.0, 0, [[3, 1, 1, 1], 0], 1.0, None, None, True, 0], "does not fit"),
     ([1, 0, 1, 0.0, 0, [[1, 1, 1, 1], 16], 1.0, None, None, True, 0], "do not fit"),
     ([1, 0, 1, 0.0, 0, [[1, 1, 1, 1], [99]], 1.0, None, None, True, 0], "does not fit"),
@@ -670,7 +670,7 @@ def good_strategy_data():
      "others change 0 op index 99"),
     ([1, 0, 1, 0.0, 0, [[1, 1, 1, 1], 0], 1.0, None, None, True, 0, [[1, 0]]],
      "others change 0 config"),
-    ([1, 0, 1, 0.0, 0, [[1, 1, 1, 1], 0], 1.0, None, None, True, 0, {}], "others must be"),
+    ([1, 0, 1, 0.0, 0, [[1, 1, 1, 1], 0], 1.0, None, None, True, 0, {}], "step others: expected a list"),
     ([2, 0], "3 fields"),
     ([2, 0, -4], "restart iteration"),
     ([4, "bored", 1, 1.0, 1.0, None, 0, []], "final reason"),

@@ -89,15 +89,16 @@ def test_search_options_from_text_and_from_argparse_values():
     ({"seed": "x"}, "seed", "--seed 'x': give a whole number"),
     ({"beta": "-1"}, "beta", "--beta '-1': must be a positive number"),
     ({"beta": "hot"}, "beta", "--beta 'hot': give a positive number"),
-    ({"memory": "swap"}, "memory", "--memory 'swap': use one of"),
+    ({"memory": "swap"}, "memory", "--memory must be one of penalize, reject, ignore"),
     ({"memory_budget": "12 parsecs"}, "memory_budget", "--memory-budget '12 parsecs'"),
     ({"memory_budget": "0.5"}, "memory_budget", "--memory-budget '0.5' is 0 bytes, less "
                                                 "than 1 MiB"),
-    ({"memory_budget": "9" * 400 + "GiB"}, "memory_budget", "--memory-budget must be at most"),
+    ({"memory_budget": "9" * 400 + "GiB"}, "memory_budget", "--memory-budget '9999"),
+    ({"memory_budget": "9" * 30 + "GiB"}, "memory_budget", "--memory-budget must be at most"),
     ({"budget": "9" * 5000}, "budget", "--budget must be at most"),
     ({"workers": "100000"}, "workers", "--workers must be at most 256"),
-    ({"restart_every": 0}, "restart_every", "--restart-every must be at least 1"),
-    ({"restart_every": -3}, "restart_every", "--restart-every must be at least 1")])
+    ({"restart_every": 0}, "restart_every", "--restart-every must be a whole number >= 1"),
+    ({"restart_every": -3}, "restart_every", "--restart-every must be a whole number >= 1")])
 def test_bad_search_options_name_their_field_and_flag(changes, field, flag):
     with pytest.raises(FieldError) as info:
         search_options(**{"budget": "30s", **changes})
@@ -142,18 +143,19 @@ def test_switches_are_placed_in_their_node_or_the_network():
 
 
 @pytest.mark.parametrize("stored, message", [
-    ({"chains": 0}, "options.chains: must be at least 1"),
-    ({"chains": "4"}, "options.chains: must be a whole number"),
-    ({"beta": "hot"}, "options.beta: must be a number"),
-    ({"beta": -1.0}, "options.beta: -1.0: must be a positive number"),
-    ({"memory_budget": "12GiB"}, "options.memory_budget: must be a whole number of bytes"),
-    ({"memory_budget": 1000}, "options.memory_budget: must be at least 1 MiB"),
-    ({"restart_every": 0}, "options.restart_every: must be at least 1"),
+    ({"chains": 0}, "options.chains: must be a whole number >= 1, found 0"),
+    ({"chains": "4"}, "options.chains: must be a whole number >= 1, found '4'"),
+    ({"beta": "hot"}, "options.beta: must be a number, found 'hot'"),
+    ({"beta": -1.0}, "options.beta: must be a positive, finite number"),
+    ({"memory_budget": "12GiB"}, "options.memory_budget: must be a whole number >= 1048576, "
+                                 "found '12GiB'"),
+    ({"memory_budget": 1000}, "options.memory_budget: must be a whole number >= 1048576"),
+    ({"restart_every": 0}, "options.restart_every: must be a whole number >= 1"),
     ({"time_limit": -5}, "options.time_limit: must be a positive, finite number"),
-    ({"tied": 2}, "options.tied: must be a number from 0 to 1"),
+    ({"tied": 2}, "options.tied: must be a number <= 1, found 2.0"),
     ({"converge": 1}, "options.converge: must be true or false"),
-    ({"memory": "swap"}, "options.memory: 'swap': use one of"),
-    ({"init": 3}, "options.init: must be a string"),
+    ({"memory": "swap"}, "options.memory: must be one of penalize, reject, ignore"),
+    ({"init": 3}, "options.init: must be a string, found 3"),
     ({"shiny": True}, "unknown search options ['shiny']"),
 ])
 def test_stored_options_are_checked_by_the_same_rules(stored, message):

@@ -92,7 +92,7 @@ def _write(tmp_path, data):
     (lambda d: d["ops"]["fc1"].update(degrees={"height": 2}), "has no dim 'height'"),
     (lambda d: d["ops"].pop("fc1"), "no config for 1 ops"),
     (lambda d: d.update(format="something-else"), "is not a flextui strategy file"),
-    (lambda d: d.update(version=99), "version 99 is not supported"),
+    (lambda d: d.update(version=99), r"newer flextui \(strategy format version 99; "),
     (lambda d: d["ops"]["fc1"].update(devices="0-3"), "must be integers"),
     (lambda d: d["ops"]["fc1"].update(devices=0.5), "must be integers"),
     (lambda d: d.update(name=["best"]), "field \"name\" must be a string"),

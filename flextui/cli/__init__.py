@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from rich.console import Console
 
 from flextui import __version__
-from flextui.cli.common import cluster_arg, cost_args, model_args
+from flextui.cli.common import cluster_arg, cost_args, memory_arg, model_args
 from flextui.cli import profile, replay, search
 from flextui.cli.show import cmd_clusters, cmd_models, cmd_show
 from flextui.cli.simulate import cmd_simulate
@@ -61,8 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "expert, random")
     cluster_arg(p)
     p.add_argument("--inference", action="store_true", help="forward pass only")
-    p.add_argument("--memory", choices=("penalize", "reject", "ignore"), default="penalize",
-                   help="over a device's memory: +1 ms per MB over (default), reject, or ignore")
+    memory_arg(p)
     cost_args(p)
     p.add_argument("--trace", metavar="FILE", help="write the timeline as Chrome trace JSON")
     p.add_argument("--top", type=int, default=10, help="how many top ops to list")

@@ -12,6 +12,9 @@ from typing import Any
 
 from flextui.defaults import DEFAULT_CLUSTER, DEFAULT_MODEL
 from flextui.errors import FlextuiError
+from flextui.cost.choose import CostKind
+from flextui.cost.signatures import DTYPE_NAMES
+from flextui.sim.memory import MemoryPolicy
 
 
 
@@ -105,15 +108,25 @@ def stop_on_signals(stop: threading.Event):
             signal.signal(s, h)
 
 
+def memory_arg(p: argparse.ArgumentParser) -> None:
+    """--memory: what a strategy over a device's memory costs."""
+    p.add_argument("--memory", choices=tuple(MemoryPolicy), default=MemoryPolicy.PENALIZE,
+                   help="over a device's memory: +1 ms per MB over (default), reject, or ignore")
+
+
 def cost_args(p: argparse.ArgumentParser) -> None:
     """--cost, --profiles, --dtype: which task times a simulation uses."""
-    p.add_argument("--cost", choices=("analytic", "profiled"), default="analytic",
+    p.add_argument("--cost", choices=tuple(CostKind), default=CostKind.ANALYTIC,
                    help="task times: the analytic (roofline) model (default), or times measured "
                    "by `flextui profile` for the cluster's device kind, analytic where missing")
     p.add_argument("--profiles", metavar="DIR", help="with --cost profiled: the profile cache "
                    "directory (default $FLEXTUI_PROFILES, else the user's cache directory)")
-    p.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32",
-                   help="with --cost profiled: the dtype the profiles were measured in")
+    dtype_arg(p, "with --cost profiled: the dtype the profiles were measured in")
+
+
+def dtype_arg(p: argparse.ArgumentParser, help: str) -> None:
+    """--dtype: the dtype a profile is measured in, by its short name."""
+    p.add_argument("--dtype", choices=tuple(DTYPE_NAMES), default="fp32", help=help)
 
 
 def load_cost_model(args: argparse.Namespace, graph, cluster, training: bool):

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
-from flextui.cli.common import emit_json, load_graph, model_args, stop_on_signals
+from flextui.cli.common import dtype_arg, emit_json, load_graph, model_args, stop_on_signals
 from flextui.errors import FlextuiError
 
 PROGRESS_S = 1.0  # how often the plain (piped) progress prints a line
@@ -29,7 +29,7 @@ def add_parser(sub) -> None:
     p.add_argument("--device", help="cuda:N or cpu (default: cuda:0, else the CPU)")
     p.add_argument("--max-devices", type=int, default=16, metavar="N",
                    help="profile the blocks of every config over up to N devices (default 16)")
-    p.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), default="fp32")
+    dtype_arg(p, "the dtype to measure in")
     p.add_argument("--inference", action="store_true", help="forward only")
     p.add_argument("--repeats", type=int, default=10, help="timed runs per task (default 10)")
     p.add_argument("--warmup", type=int, default=2, help="untimed runs first (default 2)")
@@ -136,17 +136,17 @@ def _estimate_over(args, graph, run, num_devices: int) -> float:
 def _show(args, console: Console) -> None:
     from pathlib import Path
 
-    from flextui.cost.cache import BadProfileFile, decode_cache
+    from flextui.cost.cache import BadDocument, decode_cache
     path = Path(args.show)
     try:
         data = decode_cache(path.read_bytes())
     except OSError as exc:
         raise FlextuiError(f"{path}: cannot be read ({exc.strerror or exc})") from None
-    except BadProfileFile as bad:
+    except BadDocument as bad:
         raise FlextuiError(f"{path}: {bad.problem}") from None
     try:
         entries = sorted(data.items(), key=lambda ke: (ke[0].op_type, ke[0].output_shapes))
-    except BadProfileFile as bad:
+    except BadDocument as bad:
         raise FlextuiError(f"{path}: {bad.problem}") from None
     if args.json:
         emit_json({"device": data.device_name, "entries": [

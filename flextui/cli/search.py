@@ -18,7 +18,7 @@ from rich.console import Console
 
 from flextui.cli.common import (DEFAULT_CLUSTER, DEFAULT_MODEL, cluster_arg, cost_args,
                                 emit_json, load_cost_model, load_graph, load_strategy,
-                                model_args, stop_on_signals)
+                                memory_arg, model_args, stop_on_signals)
 from flextui.errors import FlextuiError
 from flextui.search.files import default_export_path, default_log_path
 from flextui.search.options import BETA_SCALE, DEFAULT_BUDGET
@@ -51,8 +51,7 @@ def add_parser(sub) -> None:
     p.add_argument("--memory-budget", metavar="SIZE",
                    help="per-device memory budget (12GiB, 16GB): the search penalises more, "
                    "and the fastest strategy within it is exported")
-    p.add_argument("--memory", choices=("penalize", "reject", "ignore"), default="penalize",
-                   help="over a device's memory: +1 ms per MB over (default), reject, or ignore")
+    memory_arg(p)
     p.add_argument("--inference", action="store_true", help="optimise the forward pass only")
     cost_args(p)
     p.add_argument("--out", metavar="FILE.ffsearch",

@@ -23,36 +23,30 @@ from __future__ import annotations
 
 import os
 import time
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import msgpack
-
 from flextui.cost.cache_dirs import reference_profile_dir, user_profile_dir
-from flextui.cost.cache_records import (ProfileEntry, ProfileKey, check_pair, device_kind_slug,
-                                       is_int, require_fields, require_text)
+from flextui.cost.cache_records import (FIELDS, ProfileEntry, ProfileKey, check_pair,
+                                       device_kind_slug)
 from flextui.cost.files import atomic_write, file_lock
+from flextui.documents import BadDocument, DocumentFormat
 from flextui.errors import FlextuiError
 
-__all__ = ["BadProfileFile", "CacheFile", "ProfileCache", "ProfileEntry", "ProfileKey",
-           "decode_cache", "device_kind_slug", "encode_cache", "merge_cache_files"]
+__all__ = ["PROFILES", "BadDocument", "CacheFile", "ProfileCache", "ProfileEntry",
+           "ProfileKey", "decode_cache", "device_kind_slug", "encode_cache",
+           "merge_cache_files"]
 
-FORMAT = "flextui-profiles"
-VERSION = 1
-_TOP_FIELDS = ("format", "version", "device", "device_kind", "entries")
+PROFILES = DocumentFormat("flextui-profiles", 1, "profile cache")
+_BODY_FIELDS = ("device", "device_kind", "entries")
 
 
 # ---- the file ----------------------------------------------------------------------
 
 Entries = dict[bytes, ProfileEntry]   # ProfileKey.encoded -> its entry
 MAX_KEY_BYTES = 1 << 16
-
-
-def _pack(data: Any) -> bytes:
-    return msgpack.packb(data, use_bin_type=True)
 
 
 def _merge_into(dst: Entries, src: Entries) -> None:
@@ -70,7 +64,7 @@ class CacheFile:
     entries: Entries
 
     def items(self) -> list[tuple[ProfileKey, ProfileEntry]]:
-        """Every entry with its key, decoded and validated; BadProfileFile if a key is
+        """Every entry with its key, decoded and validated; BadDocument if a key is
         not a valid key of this device kind."""
         found = []
         for i, (code, entry) in enumerate(self.entries.items()):
@@ -81,75 +75,41 @@ class CacheFile:
                                      f"{self.device_kind!r}")
                 check_pair(key, entry)
             except (TypeError, ValueError) as exc:
-                raise BadProfileFile(f"invalid (key {i}: {exc})") from None
+                raise BadDocument(f"invalid (key {i}: {exc})") from None
             found.append((key, entry))
         return found
 
 
-class BadProfileFile(FlextuiError):
-    """Raised by ``decode_cache`` for bytes that cannot be trusted; ``problem`` says
-    why, in a phrase; ``newer_version`` is set when a newer flextui wrote them."""
-
-    def __init__(self, problem: str, newer_version: int | None = None) -> None:
-        super().__init__(problem)
-        self.problem, self.newer_version = problem, newer_version
-
-
 def encode_cache(device_name: str, entries: Entries) -> bytes:
     """The bytes of a cache file (entries sorted by key, so equal caches are equal files)."""
-    body = {"format": FORMAT, "version": VERSION, "device": device_name,
-            "device_kind": device_kind_slug(device_name),
-            "entries": [[code, entry.to_map()] for code, entry in sorted(entries.items())]}
-    return _pack({**body, "checksum": zlib.crc32(_pack(body))})
+    return PROFILES.encode({
+        "device": device_name, "device_kind": device_kind_slug(device_name),
+        "entries": [[code, entry.to_map()] for code, entry in sorted(entries.items())]})
 
 
 def decode_cache(data: bytes, device_kind: str | None = None) -> CacheFile:
     """Parse and validate a cache file's bytes, expecting ``device_kind`` if given;
-    raise BadProfileFile saying what is wrong."""
-    if not data:
-        raise BadProfileFile("the file is empty")
-    try:
-        doc = msgpack.unpackb(data, raw=False)
-    except msgpack.ExtraData as exc:
-        if isinstance(exc.unpacked, dict) and exc.unpacked.get("format") == FORMAT:
-            raise BadProfileFile("corrupt (unexpected bytes after the data)") from None
-        raise BadProfileFile("not a flextui profile cache") from None
-    except Exception as exc:  # noqa: BLE001 (any decoding failure of untrusted bytes)
-        reason = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
-        raise BadProfileFile(f"corrupt or truncated (msgpack: {reason})") from None
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-        raise BadProfileFile("not a flextui profile cache")
-    version = doc.get("version")
-    if not is_int(version) or version < 1:
-        raise BadProfileFile(f"invalid (version: {version!r} is not a format version)")
-    body = {k: v for k, v in doc.items() if k != "checksum"}
-    if not is_int(doc.get("checksum")) or zlib.crc32(_pack(body)) != doc["checksum"]:
-        raise BadProfileFile("corrupt (checksum mismatch)")
-    if version > VERSION:
-        raise BadProfileFile(f"written by a newer flextui (profile format version {version}; "
-                             f"this flextui reads version {VERSION})", newer_version=version)
+    raise BadDocument saying what is wrong."""
+    _, body = PROFILES.decode(data)
     try:
         return _decode_body(body, device_kind)
     except (TypeError, ValueError) as exc:
-        raise BadProfileFile(f"invalid ({exc})") from None
+        raise BadDocument(f"invalid ({exc})") from None
 
 
 def _decode_body(body: dict[str, Any], device_kind: str | None) -> CacheFile:
-    require_fields(body, _TOP_FIELDS, "file")
-    device = require_text(body["device"], "device")
-    kind = require_text(body["device_kind"], "device_kind")
+    FIELDS.exact_keys(body, _BODY_FIELDS, "file")
+    device = FIELDS.string(body["device"], "device")
+    kind = FIELDS.string(body["device_kind"], "device_kind")
     if kind != device_kind_slug(device):
         raise ValueError(f"device_kind: {kind!r} is not the kind of device {device!r}")
     if device_kind is not None and kind != device_kind:
-        raise BadProfileFile(f"holds profiles for device kind {kind!r}, not {device_kind!r}")
-    if not isinstance(body["entries"], list):
-        raise ValueError("entries: expected a list")
+        raise BadDocument(f"holds profiles for device kind {kind!r}, not {device_kind!r}")
     entries: Entries = {}
-    for i, item in enumerate(body["entries"]):
+    for i, item in enumerate(FIELDS.items(body["entries"], "entries")):
         try:
-            if not (isinstance(item, list) and len(item) == 2):
-                raise ValueError("expected a [key, entry] pair")
-            code, entry = item[0], ProfileEntry.from_map(item[1])
+            code, entry = FIELDS.items(item, "a [key, entry] pair", 2)
+            entry = ProfileEntry.from_map(entry)
             if not isinstance(code, bytes) or not 0 < len(code) <= MAX_KEY_BYTES:
                 raise ValueError("the key is not an encoded profile key")
         except (TypeError, ValueError) as exc:
@@ -274,7 +234,7 @@ class ProfileCache:
             return {}
         except OSError as exc:
             self._notice(f"{path}: cannot be read ({exc.strerror or exc}); ignored")
-        except BadProfileFile as bad:
+        except BadDocument as bad:
             upgrade = "; upgrade flextui to use it" if bad.newer_version else ""
             self._notice(f"{path}: {bad.problem}{upgrade}; ignored (a read-only reference file)")
         return {}
@@ -286,7 +246,7 @@ class ProfileCache:
             return decode_cache(self.path.read_bytes(), self.device_kind).entries
         except FileNotFoundError:
             return {}
-        except BadProfileFile as bad:
+        except BadDocument as bad:
             if bad.newer_version:
                 self._notice(f"{self.path}: {bad.problem}; upgrade flextui to use it; left "
                              "untouched, and profiles measured now will not be saved to it")
@@ -315,7 +275,7 @@ def _read_strict(path: Path, device_kind: str | None = None) -> CacheFile:
         return decode_cache(path.read_bytes(), device_kind)
     except OSError as exc:
         raise FlextuiError(f"{path}: cannot be read ({exc.strerror or exc})") from None
-    except BadProfileFile as bad:
+    except BadDocument as bad:
         upgrade = "; upgrade flextui to read it" if bad.newer_version else ""
         raise FlextuiError(f"{path}: {bad.problem}{upgrade}") from None
 

@@ -1,8 +1,9 @@
 """What the profile cache stores: the key a measured time depends on, and the entry.
 
 Both validate and canonicalise themselves on construction, so a key or entry decoded
-from an untrusted file is as sound as one built from an op; the validation helpers are
-shared with the file reader (``flextui.cost.cache``).
+from an untrusted file is as sound as one built from an op. Fields are checked by
+``FIELDS`` (the shared checks, raising ValueError for the file reader,
+``flextui.cost.cache``, to word).
 """
 
 from __future__ import annotations
@@ -12,19 +13,23 @@ import numbers
 import re
 import time
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import msgpack
 
+from flextui.fields import FieldReader
+from flextui.graph.tensor import FLOAT_DTYPES
+
 if TYPE_CHECKING:
     from flextui.graph import Op
     from flextui.graph.region import Region
 
-DTYPES = ("float32", "bfloat16", "float16")
 INT_MIN, INT_MAX = -(2**63), 2**64 - 1   # what msgpack can hold
+#: the checks of a cache's fields; the reader adds the file and the entry
+FIELDS = FieldReader(error=ValueError)
 
 
 def device_kind_slug(name: str) -> str:
@@ -33,10 +38,6 @@ def device_kind_slug(name: str) -> str:
     text = re.sub(r"\((r|tm|c)\)", " ", name.lower())
     slug = re.sub(r"[^a-z0-9]+", "-", text).strip("-")[:100].strip("-")
     return slug or "unknown-device"
-
-
-def is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _freeze(value: Any, where: str) -> Any:
@@ -80,30 +81,8 @@ def canonical_attrs(attrs: Any) -> tuple[tuple[str, Any], ...]:
 
 
 def _shapes(value: Any, name: str) -> tuple[tuple[int, ...], ...]:
-    if not isinstance(value, (list, tuple)):
-        raise ValueError(f"{name}: expected a list of shapes, got {type(value).__name__}")
-    for shape in value:
-        if not (isinstance(shape, (list, tuple))
-                and all(is_int(d) and 0 <= d <= INT_MAX for d in shape)):
-            raise ValueError(f"{name}: {shape!r} is not a shape")
-    return tuple(tuple(shape) for shape in value)
-
-
-def require_text(value: Any, name: str) -> str:
-    if not isinstance(value, str) or not value:
-        raise ValueError(f"{name}: expected a non-empty string, got {value!r}")
-    return value
-
-
-def require_fields(data: Any, names: Sequence[str], what: str) -> None:
-    if not isinstance(data, dict):
-        raise ValueError(f"{what}: expected a map, got {type(data).__name__}")
-    missing = [n for n in names if n not in data]
-    unknown = [repr(n) for n in data if n not in names]
-    if missing or unknown:
-        raise ValueError(f"{what}: " + "; ".join(
-            part for part in (missing and f"missing {', '.join(missing)}",
-                              unknown and f"unknown {', '.join(unknown)}") if part))
+    return tuple(tuple(FIELDS.integer(d, name, 0) for d in FIELDS.items(shape, name))
+                 for shape in FIELDS.items(value, name))
 
 
 _OP_ATTRS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
@@ -149,16 +128,14 @@ class ProfileKey:
     torch_version: str
 
     def __post_init__(self) -> None:
-        require_text(self.op_type, "op_type")
+        FIELDS.string(self.op_type, "op_type")
         object.__setattr__(self, "attrs", canonical_attrs(self.attrs))
         for name in ("input_shapes", "param_shapes", "output_shapes"):
             object.__setattr__(self, name, _shapes(getattr(self, name), name))
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype: {self.dtype!r} is not one of {', '.join(DTYPES)}")
-        if not isinstance(self.training, bool):
-            raise ValueError(f"training: expected true or false, got {self.training!r}")
-        require_text(self.device_name, "device_name")
-        require_text(self.torch_version, "torch_version")
+        FIELDS.choice(self.dtype, "dtype", FLOAT_DTYPES)
+        FIELDS.boolean(self.training, "training")
+        FIELDS.string(self.device_name, "device_name")
+        FIELDS.string(self.torch_version, "torch_version")
 
     @classmethod
     def for_task(cls, op: Op, region: Region, dtype: str, training: bool, device_name: str,
@@ -168,7 +145,7 @@ class ProfileKey:
         and the shapes taken as they are (a search's tasks make thousands of keys)."""
         def shape(r: Region) -> tuple[int, ...]:
             return tuple(stop - start for start, stop in r)
-        if dtype not in DTYPES or not isinstance(training, bool) or not device_name \
+        if dtype not in FLOAT_DTYPES or not isinstance(training, bool) or not device_name \
                 or not torch_version:
             return cls(op.type, op.attrs, (), (), (), dtype, training, device_name,
                        torch_version)  # the checks say what is wrong
@@ -213,9 +190,8 @@ class ProfileKey:
 
     @classmethod
     def from_map(cls, data: Any) -> ProfileKey:
-        require_fields(data, [f.name for f in fields(cls)], "key")
-        if not isinstance(data["attrs"], dict):
-            raise ValueError("attrs: expected a map")
+        FIELDS.exact_keys(data, _FIELD_NAMES, "key")
+        FIELDS.mapping(data["attrs"], "attrs")
         return cls(**data)
 
 
@@ -240,16 +216,10 @@ class ProfileEntry:
             value = getattr(self, name)
             if value is None and name != "measured_at":
                 continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                    or not math.isfinite(value) or value < 0:
-                raise ValueError(f"{name}: expected a finite number >= 0, got {value!r}")
-            object.__setattr__(self, name, float(value))
+            object.__setattr__(self, name, FIELDS.number(value, name, minimum=0))
         for name in ("repeats", "peak_memory_bytes"):
-            value = getattr(self, name)
-            if not (is_int(value) and 0 <= value <= INT_MAX):
-                raise ValueError(f"{name}: expected a whole number >= 0, got {value!r}")
-        if not isinstance(self.oom, bool):
-            raise ValueError(f"oom: expected true or false, got {self.oom!r}")
+            FIELDS.integer(getattr(self, name), name, 0)
+        FIELDS.boolean(self.oom, "oom")
         if self.oom and (self.forward_s is not None or self.backward_s is not None):
             raise ValueError("an out-of-memory entry has no times")
         if not self.oom and self.forward_s is None:
@@ -264,7 +234,7 @@ class ProfileEntry:
 
     @classmethod
     def from_map(cls, data: Any) -> ProfileEntry:
-        require_fields(data, [f.name for f in fields(cls)], "entry")
+        FIELDS.exact_keys(data, _ENTRY_FIELD_NAMES, "entry")
         return cls(**data)
 
 
@@ -278,3 +248,4 @@ def check_pair(key: ProfileKey, entry: ProfileEntry) -> None:
 
 
 _FIELD_NAMES = tuple(f.name for f in fields(ProfileKey))
+_ENTRY_FIELD_NAMES = tuple(f.name for f in fields(ProfileEntry))

@@ -7,11 +7,12 @@ message size. Between measured sizes times are interpolated linearly; below the
 smallest the smallest's time is the floor (latency dominates); above the largest they
 grow at the bandwidth of the last measured segment.
 
-Files: ``<dir>/<device-kind-slug>.comm.msgpack``, a msgpack map (never pickle)
-``{"format": FORMAT_NAME, "version": FORMAT_VERSION, "calibrations": [entry, ...]}``
-with at most one entry per link kind (a new measurement over a link kind replaces the
-old one). Everything read is validated; a corrupt, foreign or newer file raises a
-one-line :class:`FlextuiError` naming the file and what to do.
+Files: ``<dir>/<device-kind-slug>.comm.msgpack``, a versioned msgpack document
+(``flextui.documents``; never pickle) ``{"format": "flextui-comm-calibration",
+"version": 1, "calibrations": [entry, ...]}`` with at most one entry per link kind (a
+new measurement over a link kind replaces the old one). Everything read is validated;
+a corrupt, foreign or newer file raises a one-line :class:`FlextuiError` naming the
+file and what to do.
 """
 
 from __future__ import annotations
@@ -22,17 +23,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import msgpack
 import numpy as np
 
 from flextui.cost.cache_records import device_kind_slug
 from flextui.cost.files import atomic_write, file_lock
+from flextui.documents import BadDocument, DocumentFormat
 from flextui.errors import FlextuiError
-from flextui.limits import NAME_CHARS
+from flextui.fields import FieldReader
 
-FORMAT_NAME = "flextui-comm-calibration"
-FORMAT_VERSION = 1
+#: version 1 has no checksum (a checksum would make it version 2)
+CALIBRATIONS = DocumentFormat("flextui-comm-calibration", 1, "communication calibration",
+                              checksum=False)
 SUFFIX = ".comm.msgpack"
+_FIELD_NAMES = ("device", "backend", "link_kind", "hops", "world_size", "torch_version",
+                "measured_at", "p2p", "allreduce")
 
 #: a table of (message bytes, seconds), sizes strictly increasing
 Table = tuple[tuple[int, float], ...]
@@ -63,16 +67,9 @@ class CommCalibration:
 
     def __post_init__(self) -> None:
         for name in ("device", "backend", "link_kind", "torch_version", "measured_at"):
-            value = getattr(self, name)
-            if not isinstance(value, str) or not value or NAME_CHARS.problem(len(value)):
-                raise FlextuiError(f"calibration field {name!r} must be a non-empty string "
-                                   f"of at most {NAME_CHARS.value} characters, "
-                                   f"found {value!r:.60}")
+            _FIELDS.string(getattr(self, name), f"{name!r}")
         for name, least in (("hops", 1), ("world_size", 2)):
-            value = getattr(self, name)
-            if not (isinstance(value, int) and not isinstance(value, bool) and value >= least):
-                raise FlextuiError(f"calibration field {name!r} must be a whole number "
-                                   f">= {least}, found {value!r}")
+            _FIELDS.integer(getattr(self, name), f"{name!r}", least)
         object.__setattr__(self, "p2p", _check_table("p2p", self.p2p))
         object.__setattr__(self, "allreduce", _check_table("allreduce", self.allreduce))
 
@@ -95,40 +92,31 @@ class CommCalibration:
     @classmethod
     def from_dict(cls, data: Any) -> "CommCalibration":
         """Validate plain data; anything malformed raises FlextuiError naming the field."""
-        if not isinstance(data, dict):
-            raise FlextuiError(f"a calibration must be a mapping, found {type(data).__name__}")
-        fields = ("device", "backend", "link_kind", "hops", "world_size", "torch_version",
-                  "measured_at", "p2p", "allreduce")
-        missing = [f for f in fields if f not in data]
-        unknown = sorted(str(k) for k in data if k not in fields)
-        if missing or unknown:
-            raise FlextuiError(f"calibration fields: missing {missing}, unknown {unknown}")
-        return cls(**{f: data[f] for f in fields})
+        data = _FIELDS.exact_keys(data, _FIELD_NAMES, "fields")
+        return cls(**{f: data[f] for f in _FIELD_NAMES})
+
+
+#: the checks of a calibration's fields (the file reader adds the file)
+_FIELDS = FieldReader("calibration")
 
 
 def _check_table(name: str, table: Any) -> Table:
     """A validated copy of ``table``: non-empty (bytes, seconds) pairs, sizes positive
     whole numbers strictly increasing, times positive and finite."""
-    if not isinstance(table, (list, tuple)) or not table:
-        raise FlextuiError(f"calibration table {name!r} must be a non-empty list of "
-                           f"[bytes, seconds] pairs")
+    where = f"table {name!r}"
     rows: list[tuple[int, float]] = []
-    for row in table:
-        if not (isinstance(row, (list, tuple)) and len(row) == 2):
-            raise FlextuiError(f"calibration table {name!r}: {row!r} is not a "
-                               f"[bytes, seconds] pair")
-        nbytes, seconds = row
-        if not (isinstance(nbytes, int) and not isinstance(nbytes, bool) and nbytes > 0):
-            raise FlextuiError(f"calibration table {name!r}: size {nbytes!r} is not a "
-                               f"positive whole number of bytes")
-        if not (isinstance(seconds, (int, float)) and not isinstance(seconds, bool)
-                and math.isfinite(seconds) and seconds > 0):
-            raise FlextuiError(f"calibration table {name!r}: time {seconds!r} for {nbytes} "
-                               f"bytes is not a positive number of seconds")
+    for row in _FIELDS.items(table, where):
+        nbytes, seconds = _FIELDS.items(row, f"{where} row", 2)
+        nbytes = _FIELDS.integer(nbytes, f"{where} size", 1)
+        seconds = _FIELDS.number(seconds, f"{where} time for {nbytes} bytes", minimum=0)
+        if seconds <= 0:
+            _FIELDS.fail(where, f"time {seconds!r} for {nbytes} bytes is not a positive "
+                                "number of seconds")
         if rows and nbytes <= rows[-1][0]:
-            raise FlextuiError(f"calibration table {name!r}: sizes must increase, "
-                               f"{nbytes} follows {rows[-1][0]}")
-        rows.append((nbytes, float(seconds)))
+            _FIELDS.fail(where, f"sizes must increase, {nbytes} follows {rows[-1][0]}")
+        rows.append((nbytes, seconds))
+    if not rows:
+        _FIELDS.fail(where, "expected a non-empty list of [bytes, seconds] pairs")
     return tuple(rows)
 
 
@@ -189,31 +177,28 @@ def read_calibrations(path: str | Path) -> list[CommCalibration]:
         raise FlextuiError(f"cannot read communication calibration {path}: "
                            f"{exc.strerror or exc}") from None
     try:
-        document = msgpack.unpackb(data, raw=False)
-    except Exception:  # noqa: BLE001 (any msgpack decoding failure: truncated, garbage)
-        raise FlextuiError(f"{path} is corrupt or truncated (not msgpack); {redo}") from None
-    if not isinstance(document, dict) or document.get("format") != FORMAT_NAME:
-        raise FlextuiError(f"{path} is not a flextui communication calibration; move it "
-                           f"away or give the directory of your calibrations")
-    version = document.get("version")
-    if not (isinstance(version, int) and not isinstance(version, bool) and version >= 1):
-        raise FlextuiError(f"{path} has a corrupt format version {version!r}; {redo}")
-    if version > FORMAT_VERSION:
-        raise FlextuiError(f"{path} was written by a newer flextui (calibration format "
-                           f"version {version}, this one reads up to {FORMAT_VERSION}); "
-                           f"upgrade flextui or {redo}")
-    entries = document.get("calibrations")
-    if not isinstance(entries, list) or set(document) != {"format", "version", "calibrations"}:
-        raise FlextuiError(f"{path} is corrupt (bad layout of a calibration file); {redo}")
+        _, body = CALIBRATIONS.decode(data)
+    except BadDocument as bad:
+        advice = ("move it away or give the directory of your calibrations"
+                  if bad.problem.startswith("not a flextui") else
+                  f"upgrade flextui or {redo}" if bad.newer_version else redo)
+        raise FlextuiError(f"{path}: {bad.problem}; {advice}") from None
+    layout = FieldReader()
+    try:
+        entries = layout.items(layout.exact_keys(body, ("calibrations",), "file")["calibrations"],
+                               "calibrations")
+    except FlextuiError as exc:
+        raise FlextuiError(f"{path}: corrupt (bad layout of a calibration file: {exc}); "
+                           f"{redo}") from None
     calibrations: list[CommCalibration] = []
     for i, entry in enumerate(entries):
         try:
             calibrations.append(CommCalibration.from_dict(entry))
         except FlextuiError as exc:
-            raise FlextuiError(f"{path} is corrupt (calibration {i}: {exc}); {redo}") from None
+            raise FlextuiError(f"{path}: corrupt (calibration {i}: {exc}); {redo}") from None
     kinds = [c.link_kind for c in calibrations]
     if len(set(kinds)) != len(kinds):
-        raise FlextuiError(f"{path} is corrupt (two calibrations of one link kind); {redo}")
+        raise FlextuiError(f"{path}: corrupt (two calibrations of one link kind); {redo}")
     return calibrations
 
 
@@ -231,7 +216,6 @@ def save_calibration(calibration: CommCalibration, directory: str | Path) -> Pat
     with file_lock(path):
         kept = [c for c in (read_calibrations(path) if path.exists() else [])
                 if c.link_kind != calibration.link_kind]
-        document = {"format": FORMAT_NAME, "version": FORMAT_VERSION,
-                    "calibrations": [c.to_dict() for c in [*kept, calibration]]}
-        atomic_write(path, msgpack.packb(document, use_bin_type=True))
+        atomic_write(path, CALIBRATIONS.encode(
+            {"calibrations": [c.to_dict() for c in [*kept, calibration]]}))
     return path

@@ -10,10 +10,11 @@ on: a laptop can simulate an H100 cluster from profiles measured on an H100 logi
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 
 from flextui.cost.analytic import AnalyticCostModel
-from flextui.cost.cache import BadProfileFile, ProfileCache, decode_cache, device_kind_slug
+from flextui.cost.cache import BadDocument, ProfileCache, decode_cache, device_kind_slug
 from flextui.cost.cache_dirs import reference_profile_dir, user_profile_dir
 from flextui.cost.calibrated import CalibratedCommModel
 from flextui.cost.calibration import SUFFIX as CALIBRATION_SUFFIX
@@ -25,7 +26,13 @@ from flextui.graph import OpGraph
 from flextui.machine import Cluster
 from flextui.machine.gpus import same_device_kind
 
-COST_MODELS = ("analytic", "profiled")
+
+
+class CostKind(StrEnum):
+    """Where a simulation's task times come from."""
+
+    ANALYTIC = "analytic"   # the roofline model
+    PROFILED = "profiled"   # measured by flextui profile, analytic where missing
 
 
 @dataclass
@@ -53,7 +60,7 @@ def profile_files(dirs: list[Path]) -> tuple[dict[str, Path], list[str]]:
                 continue
             try:
                 name = decode_cache(path.read_bytes(), path.stem).device_name
-            except (OSError, BadProfileFile):
+            except (OSError, BadDocument):
                 bad_kinds.append(path.stem)
                 continue
             found.setdefault(name, path)
@@ -62,16 +69,16 @@ def profile_files(dirs: list[Path]) -> tuple[dict[str, Path], list[str]]:
     return found, notices
 
 
-def choose_cost_model(graph: OpGraph, cluster: Cluster, cost: str = "analytic", *,
+def choose_cost_model(graph: OpGraph, cluster: Cluster, cost: CostKind | str = CostKind.ANALYTIC, *,
                       profiles: str | None = None, dtype: str = "fp32",
                       training: bool = True) -> CostChoice:
     """The cost model ``cost`` names for simulating ``graph`` on ``cluster``. "profiled"
     needs profiles of one of the cluster's device kinds (``flextui profile`` makes them)
     measured with this torch, and says how many of the search's tasks they cover; every
     profile file that cannot be used is named, in the notices or in the error."""
-    if cost not in COST_MODELS:
-        raise FlextuiError(f"--cost {cost!r}: choose {' or '.join(COST_MODELS)}")
-    if cost == "analytic":
+    if cost not in tuple(CostKind):
+        raise FlextuiError(f"--cost {cost!r:.40}: choose {' or '.join(CostKind)}")
+    if cost == CostKind.ANALYTIC:
         return CostChoice(AnalyticCostModel())
     if dtype not in DTYPE_NAMES:
         raise FlextuiError(f"--dtype {dtype!r}: choose one of {', '.join(DTYPE_NAMES)}")

@@ -32,9 +32,8 @@ from flextui.cost.signatures import (DTYPE_NAMES, Measurement, TaskSignature, or
                                      task_signatures)
 from flextui.errors import FlextuiError
 from flextui.graph import OpGraph
-from flextui.graph.kernels import block_tensors, kernel_for
+from flextui.graph.kernels import block_tensors, kernel_for, torch_dtype
 
-TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 SAVE_EVERY_S = 5.0
 
 
@@ -135,7 +134,7 @@ def time_task(signature: TaskSignature, device: torch.device, *, warmup: int = 2
     """Time one task on ``device`` (see the module docstring)."""
     key = signature.key
     try:
-        return _time_task(signature, device, TORCH_DTYPES[key.dtype], key.training,
+        return _time_task(signature, device, torch_dtype(key.dtype), key.training,
                           warmup, repeats)
     except torch.cuda.OutOfMemoryError:   # torch.OutOfMemoryError from 2.5 on
         _release(device)

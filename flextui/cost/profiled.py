@@ -21,12 +21,12 @@ from typing import Any
 import msgpack
 
 from flextui.cost.cache import ProfileCache
-from flextui.cost.cache_records import DTYPES, ProfileEntry, ProfileKey
+from flextui.cost.cache_records import FIELDS, ProfileEntry, ProfileKey
 from flextui.cost.model import CostModel, OpCost
 from flextui.cost.signatures import Measurement, task_signatures
 from flextui.errors import FlextuiError
-from flextui.limits import NAME_CHARS, decompress, read_json
-from flextui.graph import Op, OpGraph
+from flextui.limits import decompress, read_json
+from flextui.graph import FLOAT_DTYPES, Op, OpGraph
 from flextui.machine import Device, Link
 from flextui.machine.gpus import same_device_kind
 
@@ -141,13 +141,11 @@ def parse_identity(identity: str) -> tuple[Measurement, dict[bytes, Times], str]
             if entry.backward_s is None:
                 raise ValueError("a task has no backward time")
             times[ProfileKey.from_map(k).encoded] = (entry.forward_s, entry.backward_s)
-        texts = (body["device"], body["torch"], body["base"])
-        if body["dtype"] not in DTYPES or not isinstance(body["training"], bool) or not all(
-                isinstance(t, str) and t for t in texts) or not all(
-                len(t) <= NAME_CHARS.value for t in texts[:2]):
-            raise ValueError("its dtype, training, device, torch or base is malformed")
-        measurement = Measurement(body["dtype"], body["training"], body["device"], body["torch"])
-        return measurement, times, body["base"]
+        measurement = Measurement(FIELDS.choice(body["dtype"], "dtype", FLOAT_DTYPES),
+                                  FIELDS.boolean(body["training"], "training"),
+                                  FIELDS.string(body["device"], "device"),
+                                  FIELDS.string(body["torch"], "torch"))
+        return measurement, times, FIELDS.string(body["base"], "base", limit=None)
     except (ValueError, KeyError, TypeError, zlib.error, msgpack.UnpackException) as exc:
         raise FlextuiError(f"{where}: its recorded times cannot be read "
                            f"({str(exc)[:200]}); the search log is damaged") from None

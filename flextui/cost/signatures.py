@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from flextui.cost.cache_records import ProfileKey
-from flextui.graph import Op, OpGraph
+from flextui.graph import DType, Op, OpGraph
 from flextui.graph.region import Region
 from flextui.strategy import Strategy
 from flextui.strategy.enumerate import degree_choices
@@ -31,7 +31,7 @@ class TaskSignature:
 
 
 #: the dtypes a profile may be measured in, by their command-line names
-DTYPE_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+DTYPE_NAMES = {"fp32": DType.FLOAT32, "bf16": DType.BFLOAT16, "fp16": DType.FLOAT16}
 
 
 @dataclass(frozen=True)

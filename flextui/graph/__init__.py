@@ -6,8 +6,8 @@ from flextui.graph.graph import OpGraph
 from flextui.graph.op import Op
 from flextui.graph.ops import OP_TYPES, ParamSpec
 from flextui.graph.region import Region, full_region, intersect, region_volume
-from flextui.graph.tensor import Parameter, Tensor
+from flextui.graph.tensor import DTYPE_BYTES, FLOAT_DTYPES, DType, Parameter, Tensor
 
 __all__ = ["GraphBuilder", "graph_from_dict", "Dim", "DimKind", "OpGraph", "Op", "OP_TYPES",
            "ParamSpec", "Region", "full_region", "intersect", "region_volume",
-           "Parameter", "Tensor"]
+           "DTYPE_BYTES", "FLOAT_DTYPES", "DType", "Parameter", "Tensor"]

@@ -4,12 +4,27 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from flextui.graph.op import Op
 
-DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4}
+
+class DType(StrEnum):
+    """The element types of tensors and parameters (named as torch names them)."""
+
+    FLOAT32 = "float32"
+    FLOAT16 = "float16"
+    BFLOAT16 = "bfloat16"
+    INT64 = "int64"
+    INT32 = "int32"
+
+
+DTYPE_BYTES = {DType.FLOAT32: 4, DType.FLOAT16: 2, DType.BFLOAT16: 2, DType.INT64: 8,
+               DType.INT32: 4}
+#: the dtypes devices compute in and profiles are measured in, in their canonical order
+FLOAT_DTYPES = (DType.FLOAT32, DType.FLOAT16, DType.BFLOAT16)
 
 
 def dtype_bytes(dtype: str) -> int:

@@ -20,12 +20,11 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from flextui.errors import ClusterError
+from flextui.graph.tensor import FLOAT_DTYPES
 from flextui.limits import DEVICES, LINKS, NAME_CHARS, TEXT_CHARS
 from flextui.machine.routes import Router
 
-__all__ = ["DTYPES", "DeviceSpec", "Device", "Link", "Cluster"]
-
-DTYPES = ("float32", "float16", "bfloat16")
+__all__ = ["DeviceSpec", "Device", "Link", "Cluster"]
 
 
 def _is_number(x: object) -> bool:
@@ -59,9 +58,9 @@ class DeviceSpec:
             raise ClusterError(f"device kind {self.kind!r}: peak_flops must give at least "
                                f"float32, found {self.peak_flops!r:.60}")
         for dtype, rate in self.peak_flops.items():
-            if dtype not in DTYPES:
+            if dtype not in FLOAT_DTYPES:
                 raise ClusterError(f"device kind {self.kind!r}: peak_flops has unknown dtype "
-                                   f"{dtype!r:.60}; use {', '.join(DTYPES)}")
+                                   f"{dtype!r:.60}; use {', '.join(FLOAT_DTYPES)}")
             if not _positive(rate):
                 raise ClusterError(f"device kind {self.kind!r}: peak_flops.{dtype} must be "
                                    f"positive, found {rate!r:.60}")
@@ -69,7 +68,8 @@ class DeviceSpec:
             raise ClusterError(f"device kind {self.kind!r}: mem_bandwidth must be positive, "
                                f"found {self.mem_bandwidth!r:.60}")
         # Own copy (never alias the caller's dict), floats, canonical dtype order.
-        flops = {d: float(self.peak_flops[d]) for d in DTYPES if d in self.peak_flops}
+        flops = {d.value: float(self.peak_flops[d]) for d in FLOAT_DTYPES
+                 if d in self.peak_flops}
         object.__setattr__(self, "peak_flops", flops)
         object.__setattr__(self, "mem_bandwidth", float(self.mem_bandwidth))
 

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from flextui.limits import DEVICES, LINKS
-from flextui.machine.fields import what
+from flextui.fields import describe
 from flextui.machine.layout import Layout
 
 __all__ = ["build_explicit"]
@@ -49,7 +49,7 @@ def _devices(value: object, layout: Layout, names: dict[str, str]) -> None:
 def _switches(value: object, layout: Layout, names: dict[str, str]) -> None:
     f = layout.fields
     if not isinstance(value, list):
-        f.fail("switches", f"expected an array, found {what(value)}; write "
+        f.fail("switches", f"expected an array, found {describe(value)}; write "
                            f'[[switches]] blocks with name = "...", or switches = ["sw0"]')
     for i, s in enumerate(value):
         field = f"switches[{i}]"

@@ -85,9 +85,11 @@ from pathlib import Path
 
 from flextui.errors import ClusterError
 from flextui.limits import TEXT_CHARS, nesting_problem, parsing
-from flextui.machine.cluster import DTYPES, Cluster, DeviceSpec
+from flextui.graph.tensor import FLOAT_DTYPES
+from flextui.machine.cluster import Cluster, DeviceSpec
 from flextui.machine.explicit import build_explicit
-from flextui.machine.fields import Fields, what
+from flextui.fields import describe
+from flextui.machine.fields import Fields
 from flextui.machine.layout import Layout
 from flextui.machine.regular import build_regular
 from flextui.machine.units import parse_bandwidth, parse_bytes, parse_flops
@@ -125,7 +127,7 @@ def parse_cluster(data: dict, source: str = "<cluster>") -> Cluster:
     """Build a Cluster from parsed TOML ``data``; ``source`` names it in error messages."""
     f = Fields(source)
     if not isinstance(data, dict):
-        f.fail("", f"a cluster description must be a table, found {what(data)}")
+        f.fail("", f"a cluster description must be a table, found {describe(data)}")
     nesting = nesting_problem(data)
     if nesting is not None:
         f.fail("", nesting)
@@ -134,7 +136,7 @@ def parse_cluster(data: dict, source: str = "<cluster>") -> Cluster:
     name = f.string(data.get("name", default_name), "name")
     description = data.get("description", "")
     if not isinstance(description, str):
-        f.fail("description", f"expected a string, found {what(description)}")
+        f.fail("description", f"expected a string, found {describe(description)}")
     f.within(TEXT_CHARS, len(description), "description")
     specs = _device_kinds(f, f.required(data, "device_kinds", "",
                                         '[device_kinds.P100] with memory, peak_flops and '
@@ -175,7 +177,7 @@ def _device_kinds(f: Fields, value: object) -> dict[str, DeviceSpec]:
         flops_value = f.required(spec, "peak_flops", field,
                                  'peak_flops = { float32 = "10.6 TFLOPS" }')
         if isinstance(flops_value, dict):
-            f.check_keys(flops_value, DTYPES, f"{field}.peak_flops")
+            f.check_keys(flops_value, FLOAT_DTYPES, f"{field}.peak_flops")
             if "float32" not in flops_value:
                 f.fail(f"{field}.peak_flops.float32",
                        'missing; peak_flops needs at least float32, e.g. '

@@ -66,7 +66,7 @@ def parse_bytes(value: object) -> int:
     """A size in bytes: ``"16GiB"``, ``"16 GB"``, ``"512 MiB"``, ``17179869184``."""
     number, unit = _split(value, "a size in bytes", _BYTES_EXAMPLE)
     if unit == "":
-        return round(number)
+        return _whole_bytes(value, number)
     if unit.endswith("b") or unit.lower().endswith("bit") or unit.lower().endswith("bits"):
         raise ValueError(f"{value!r:.60} is in bits, but sizes are in bytes; "
                          f"write a capital B, e.g. {_BYTES_EXAMPLE}")
@@ -75,9 +75,15 @@ def parse_bytes(value: object) -> int:
     if unit.endswith("B"):
         scale = _prefix(unit[:-1])
         if scale is not None:
-            return round(number * scale)
+            return _whole_bytes(value, number * scale)
     raise ValueError(f"{value!r:.60} is not a size in bytes (unknown unit {unit!r}); "
                      f"write e.g. {_BYTES_EXAMPLE}")
+
+
+def _whole_bytes(value: object, nbytes: float) -> int:
+    if not math.isfinite(nbytes):
+        raise ValueError(f"{value!r:.60} is too large a size; write e.g. {_BYTES_EXAMPLE}")
+    return round(nbytes)
 
 
 _BANDWIDTH_EXAMPLE = '"25 GB/s" or "100 Gb/s"'

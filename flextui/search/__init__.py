@@ -1,13 +1,13 @@
 """Strategy search: MCMC over the delta simulator, exhaustive search for small graphs,
 the time/memory frontier, and search logs (.ffsearch)."""
 
-from flextui.search.events import RestartEvent, StepEvent
+from flextui.search.events import RestartEvent, StepEvent, StopReason
 from flextui.search.exhaustive import ExhaustiveResult, exhaustive_search
 from flextui.search.frontier import Frontier
 from flextui.search.log import SearchLog, SearchLogWriter, read_search_log
 from flextui.search.options import SearchOptions, parse_budget, parse_size
 from flextui.search.runner import SearchResult, run_search
 
-__all__ = ["RestartEvent", "StepEvent", "ExhaustiveResult", "exhaustive_search", "Frontier",
+__all__ = ["RestartEvent", "StepEvent", "StopReason", "ExhaustiveResult", "exhaustive_search", "Frontier",
            "SearchLog", "SearchLogWriter", "read_search_log", "SearchOptions", "parse_budget",
            "parse_size", "SearchResult", "run_search"]

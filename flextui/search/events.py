@@ -12,8 +12,19 @@ time/memory frontier is drawn over.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 from flextui.strategy import ParallelConfig
+
+
+class StopReason(StrEnum):
+    """Why a chain, or a whole search, stopped. Members are in order of precedence: a
+    search's reason is the first of its chains' reasons in this order."""
+
+    INTERRUPTED = "interrupted"   # stopped by the user (a key, a signal) or a failure
+    TIME = "time"                 # the time budget ran out
+    ITERATIONS = "iterations"     # the iteration budget ran out
+    CONVERGED = "converged"       # the best stopped improving (paper 6.2)
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,15 +10,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
 
-import msgpack
 
+from flextui.documents import BadDocument, pack, unpack
 from flextui.errors import SearchLogError
-from flextui.search.events import StepEvent
+from flextui.search.events import StepEvent, StopReason
 from flextui.search.logfile import LogFile, scan_frames
 from flextui.search.logformat import (
     FORMAT_VERSION,
     MAGIC,
-    REASONS,
     TAG_CHECKPOINT,
     TAG_FINAL,
     TAG_HEADER,
@@ -42,7 +41,7 @@ from flextui.search.logformat import (
 )
 from flextui.strategy import Strategy
 
-__all__ = ["FORMAT_VERSION", "MAGIC", "REASONS", "Checkpoint", "FinalRecord", "FrontierPoint",
+__all__ = ["FORMAT_VERSION", "MAGIC", "Checkpoint", "FinalRecord", "FrontierPoint",
            "SearchHeader", "SearchLog", "SearchLogWriter", "read_search_log"]
 
 
@@ -117,7 +116,7 @@ class SearchLogWriter:
     @staticmethod
     def _pack(record: list) -> bytes:
         try:
-            return msgpack.packb(record, use_bin_type=True)
+            return pack(record)
         except (TypeError, ValueError, OverflowError) as exc:
             raise SearchLogError(f"cannot store a search-log record: {exc}") from None
 
@@ -150,10 +149,10 @@ class SearchLogWriter:
                    [version, list(internal), gauss], self._enc.frontier(frontier)])
 
     def final(self, record: FinalRecord) -> None:
-        if record.reason not in REASONS:
-            raise ValueError(f"final reason must be one of {', '.join(REASONS)}, "
-                             f"not {record.reason!r}")
-        self._add([TAG_FINAL, record.reason, int(record.iterations), float(record.elapsed),
+        if record.reason not in tuple(StopReason):
+            raise ValueError(f"final reason must be one of {', '.join(StopReason)}, "
+                             f"not {record.reason!r:.40}")
+        self._add([TAG_FINAL, str(record.reason), int(record.iterations), float(record.elapsed),
                    float(record.best_cost), self._enc.strategy(record.best), int(record.best_chain),
                    self._enc.frontier(record.frontier)])
         self.flush()
@@ -354,10 +353,10 @@ def read_search_log(path: str | Path) -> SearchLog:
     records: list[tuple[int, Any]] = []       # (offset, unpacked body)
     for n, (pos, body) in enumerate(frames.bodies):
         try:
-            records.append((pos, msgpack.unpackb(body, raw=False, strict_map_key=False)))
-        except Exception as exc:  # noqa: BLE001 (any msgpack decoding failure)
+            records.append((pos, unpack(body)))
+        except BadDocument as bad:
             raise SearchLogError(f"{path}: record {n} at byte {pos} is malformed "
-                                 f"({type(exc).__name__}: {exc})") from None
+                                 f"({bad.problem})") from None
     truncated, complete, size = frames.truncated, frames.end, len(data)
     if not records:
         raise SearchLogError(f"{path}: the search log's header is "
@@ -450,9 +449,11 @@ def _record(log: SearchLog, dec: Decoder, num_ops: int, hist: dict, rec: Any) ->
     elif tag == TAG_FINAL:
         if len(rec) != 8:
             raise BadRecord(f"a final record has 8 fields, found {len(rec)}")
-        reason = as_str(rec[1], "final reason")
-        if reason not in REASONS:
-            raise BadRecord(f"final reason {reason!r:.40} is not one of {', '.join(REASONS)}")
+        try:
+            reason = StopReason(as_str(rec[1], "final reason"))
+        except ValueError:
+            raise BadRecord(f"final reason {rec[1]!r:.40} is not one of "
+                            f"{', '.join(StopReason)}") from None
         log.final = FinalRecord(reason=reason, iterations=as_int(rec[2], "final iterations"),
                                 elapsed=as_float(rec[3], "final elapsed", True),
                                 best_cost=as_float(rec[4], "final best cost"),

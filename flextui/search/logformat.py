@@ -56,17 +56,21 @@ from typing import Any
 
 from flextui import __version__
 from flextui.cost.identity import check_identity
+from flextui.documents import BadDocument, DocumentFormat
 from flextui.errors import FlextuiError, SearchLogError
+from flextui.fields import FieldReader
 from flextui.graph import OpGraph
 from flextui.graph.builder import graph_from_dict
-from flextui.limits import NAME_CHARS, nesting_problem
+from flextui.limits import nesting_problem
 from flextui.machine import Cluster
+from flextui.search.events import StopReason
 from flextui.search.options import SearchOptions
 from flextui.strategy import ParallelConfig, Strategy
 
 FORMAT_VERSION = 2  # v2: step records may set other ops than the picked one
+#: the version rule (records are framed, not one document: the name is not stored)
+SEARCH_LOG = DocumentFormat("ffsearch", FORMAT_VERSION, "search log", checksum=False)
 MAGIC = b"FFSEARCH\n"
-REASONS = ("iterations", "time", "converged", "interrupted")
 
 FRAME = struct.Struct("<IIH")
 HEAD_CRC_INIT = 0xFFFF
@@ -109,7 +113,7 @@ class FrontierPoint:
 
 @dataclass
 class FinalRecord:
-    reason: str                       # one of REASONS
+    reason: StopReason
     iterations: int
     elapsed: float
     best_cost: float
@@ -172,41 +176,30 @@ class BadRecord(Exception):
     """Malformed record content; the reader adds the file and record number."""
 
 
+#: the checks of a record's fields; the reader adds the file and the record
+RECORD = FieldReader(error=BadRecord)
+
+
 def as_int(v: Any, what: str, lo: int | None = 0) -> int:
-    if type(v) is not int or (lo is not None and v < lo):
-        raise BadRecord(f"{what} must be an integer" + (f" >= {lo}" if lo is not None else "")
-                   + f", found {v!r:.40}")
-    return v
+    return RECORD.integer(v, what, lo)
 
 
 def as_float(v: Any, what: str, nonneg: bool = False) -> float:
-    if type(v) is int:
-        v = float(v)
-    if type(v) is not float or (nonneg and not v >= 0):
-        raise BadRecord(f"{what} must be a {'non-negative ' if nonneg else ''}number, found {v!r:.40}")
-    return v
+    """A cost or a time: infinite costs pass (a strategy rejected for its memory)."""
+    return RECORD.number(v, what, 0.0 if nonneg else None, finite=False)
 
 
 def as_str(v: Any, what: str) -> str:
-    if type(v) is not str:
-        raise BadRecord(f"{what} must be a string, found {type(v).__name__}")
-    return v
+    return RECORD.string(v, what, limit=None, empty=True)
 
 
 def as_name(v: Any, what: str) -> str:
     """A string no longer than a name may be (it is shown to people)."""
-    problem = NAME_CHARS.problem(len(as_str(v, what)))
-    if problem is not None:
-        raise BadRecord(f"{what}: {problem}")
-    return v
+    return RECORD.string(v, what, empty=True)
 
 
 def as_list(v: Any, what: str, n: int | None = None) -> list:
-    if type(v) is not list or (n is not None and len(v) != n):
-        raise BadRecord(f"{what} must be a list" + (f" of {n} items" if n is not None else "")
-                   + (f", found {len(v)} items" if type(v) is list else
-                      f", found {type(v).__name__}"))
-    return v
+    return RECORD.items(v, what, n)
 
 
 class Decoder:
@@ -290,13 +283,12 @@ def decode_header(path: Path, data: Any) -> SearchHeader:
     if type(data) is not list or len(data) != 2 or data[0] != TAG_HEADER or type(data[1]) is not dict:
         raise BadRecord("the first record is not a search-log header")
     h = data[1]
-    version = h.get("version")
-    if type(version) is not int or version < 1:
-        raise BadRecord(f"header version must be a positive integer, found {version!r:.40}")
-    if version > FORMAT_VERSION:
-        raise SearchLogError(f"{path} was written by a newer flextui (format v{version}); "
-                             f"upgrade flextui to read it (this one reads format "
-                             f"v{FORMAT_VERSION})")
+    try:
+        version = SEARCH_LOG.check_version(h.get("version"))
+    except BadDocument as bad:
+        if bad.newer_version:
+            raise SearchLogError(f"{path}: {bad.problem}; upgrade flextui to read it") from None
+        raise BadRecord(f"header: {bad.problem}") from None
     missing = [k for k in ("flextui", "created", "graph", "graph_hash", "cluster", "cluster_hash",
                            "cost_model", "seed", "options") if k not in h]
     if missing:

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from flextui.errors import FieldError, FlextuiError
+from flextui.fields import FormFields
 from flextui.limits import CHAINS, MAX_INTEGER, TEXT_CHARS, integer_problem
+from flextui.machine.units import parse_bytes
+from flextui.sim.memory import MemoryPolicy
 
 INITS = ("auto", "data-parallel", "expert", "model-parallel", "random")
-MEMORY_POLICIES = ("penalize", "reject", "ignore")
 DEFAULT_BUDGET = "30s"
 BETA_SCALE = 300  # the default beta is BETA_SCALE / (the initial cost in ms)
 #: the smallest memory budget: anything less is a mistake (a size typed without a unit)
@@ -70,7 +73,7 @@ class SearchOptions:
     converge: bool = True
     min_steps: int = 1000
     training: bool = True
-    memory: str = "penalize"
+    memory: MemoryPolicy = MemoryPolicy.PENALIZE
     memory_budget: int | None = None
 
     def __post_init__(self) -> None:
@@ -103,8 +106,6 @@ class SearchOptions:
 
 
 _TIME_UNITS = {"s": 1, "m": 60, "h": 3600}
-_SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-               "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
 
 def parse_budget(text: str) -> tuple[int | None, float | None]:
@@ -120,19 +121,18 @@ def parse_budget(text: str) -> tuple[int | None, float | None]:
 
 
 def parse_size(text: str, field: str = "memory_size", minimum: int = 1) -> int:
-    """``"12GiB"``, ``"16GB"``, ``"800MiB"`` -> bytes, at least ``minimum``; a FieldError
+    """``"12GiB"``, ``"16GB"``, ``"800MiB"`` -> bytes, at least ``minimum``, read as a
+    cluster file's sizes are (:func:`flextui.machine.units.parse_bytes`); a FieldError
     names ``field``."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
-    unit = match[2].lower() if match else ""
-    if not match or unit not in _SIZE_UNITS or float(match[1]) <= 0:
-        raise FieldError(field, f"{text!r:.40}: give a number and a unit, such as 12GiB, "
-                         "16GB or 800MiB")
-    nbytes = float(match[1]) * _SIZE_UNITS[unit]
+    try:
+        nbytes = parse_bytes(text)
+    except ValueError as e:
+        raise FieldError(field, str(e)) from None
     if nbytes < minimum:
-        raise FieldError(field, f"{text!r:.40} is {int(nbytes):,} bytes, less than "
+        raise FieldError(field, f"{text!r:.40} is {nbytes:,} bytes, less than "
                          f"{_shown(field, minimum)}; give a number and a unit, such as 12GiB, "
                          "16GB or 800MiB")
-    return _whole(field, int(nbytes) if math.isfinite(nbytes) else MAX_INTEGER + 1, minimum)
+    return _whole(field, nbytes, minimum)
 
 
 def parse_whole(field: str, value: int | str, minimum: int | None = None,
@@ -184,97 +184,62 @@ def parse_beta(value: float | str | None) -> float | None:
 
 # -- the checks SearchOptions makes of each field (type, then range) ------------------
 
-
-def _typed(kinds: tuple[type, ...], what: str, optional: bool = False):
-    """A check that the value is one of ``kinds`` (never a bool unless asked), or None
-    if ``optional``; it returns the value as it is."""
-    def check(field: str, value: Any) -> Any:
-        if value is None and optional:
-            return None
-        if (isinstance(value, bool) and bool not in kinds) or not isinstance(value, kinds):
-            raise FieldError(field, f"must be {what}{' or null' if optional else ''}, found "
-                             f"{value!r:.40} ({type(value).__name__})")
-        return value
-    return check
+_FIELDS = FormFields()
 
 
-def _then(first, then):
-    """``first`` (a type check), then ``then`` on a value that is not None."""
-    def check(field: str, value: Any) -> Any:
-        value = first(field, value)
-        return value if value is None else then(field, value)
-    return check
+def _optional(check: Callable[[str, Any], Any]) -> Callable[[str, Any], Any]:
+    """``check``, letting None (not set) pass."""
+    return lambda field, value: None if value is None else check(field, value)
 
 
-_INT = (int,)
-
-
-def _number(what: str, optional: bool = False):
-    """A check that the value is a number (an int becomes a float), or None if
-    ``optional``."""
-    typed = _typed((int, float), what, optional)
-
-    def check(field: str, value: Any) -> Any:
-        value = typed(field, value)
-        if isinstance(value, int):
-            if integer_problem(value):
-                raise FieldError(field, f"must be at most {MAX_INTEGER:,}")
-            value = float(value)
-        return value
-    return check
-
-
-def _init(field: str, value: str) -> str:
+def _init(field: str, value: Any) -> str:
+    value = _FIELDS.string(value, field, limit=None, empty=True)
     if not value or TEXT_CHARS.problem(len(value)):
         raise FieldError(field, f"must name a start ({', '.join(INITS)}) or a strategy "
                          f"file of at most {TEXT_CHARS.value:,} characters")
     return value
 
 
-def _memory(field: str, value: str) -> str:
-    if value not in MEMORY_POLICIES:
-        raise FieldError(field, f"{value!r:.40}: use one of {', '.join(MEMORY_POLICIES)}")
-    return value
+def _memory(field: str, value: Any) -> MemoryPolicy:
+    return MemoryPolicy(_FIELDS.choice(value, field, tuple(MemoryPolicy)))
 
 
-def _fraction(field: str, value: float) -> float:
-    if not 0 <= value <= 1:
-        raise FieldError(field, f"must be a number from 0 to 1, found {value!r:.40}")
-    return value
+def _fraction(field: str, value: Any) -> float:
+    return _FIELDS.number(value, field, 0.0, 1.0)
 
 
-_CHECKS = {
-    "iterations": _then(_typed(_INT, "a whole number", True), lambda f, v: _whole(f, v, 1)),
-    "time_limit": _then(_number("a number of seconds", True), _positive),
-    "seed": _then(_typed(_INT, "a whole number"), _whole),
-    "chains": _then(_typed(_INT, "a whole number"), lambda f, v: _whole(f, v, 1, CHAINS.value)),
-    "beta": _then(_number("a number", True), lambda f, v: parse_beta(v)),
-    "init": _then(_typed((str,), "a string"), _init),
-    "restart_every": _then(_typed(_INT, "a whole number", True), lambda f, v: _whole(f, v, 1)),
-    "propagation": _then(_number("a number"), _fraction),
-    "tied": _then(_number("a number"), _fraction),
-    "converge": _typed((bool,), "true or false"),
-    "min_steps": _then(_typed(_INT, "a whole number"), lambda f, v: _whole(f, v, 0)),
-    "training": _typed((bool,), "true or false"),
-    "memory": _then(_typed((str,), "a string"), _memory),
-    "memory_budget": _then(_typed(_INT, "a whole number of bytes", True),
-                           lambda f, v: _whole(f, v, MIN_MEMORY_BUDGET)),
+_CHECKS: dict[str, Callable[[str, Any], Any]] = {
+    "iterations": _optional(lambda f, v: _FIELDS.integer(v, f, 1)),
+    "time_limit": _optional(lambda f, v: _positive(f, _FIELDS.number(v, f))),
+    "seed": lambda f, v: _FIELDS.integer(v, f),
+    "chains": lambda f, v: _FIELDS.integer(v, f, 1, CHAINS.value),
+    "beta": _optional(lambda f, v: _positive(f, _FIELDS.number(v, f))),
+    "init": _init,
+    "restart_every": _optional(lambda f, v: _FIELDS.integer(v, f, 1)),
+    "propagation": _fraction,
+    "tied": _fraction,
+    "converge": lambda f, v: _FIELDS.boolean(v, f),
+    "min_steps": lambda f, v: _FIELDS.integer(v, f, 0),
+    "training": lambda f, v: _FIELDS.boolean(v, f),
+    "memory": _memory,
+    "memory_budget": _optional(lambda f, v: _FIELDS.integer(v, f, MIN_MEMORY_BUDGET)),
 }
 
 
 def search_options(budget: str = DEFAULT_BUDGET, *, seed: int | str = 0,
                    workers: int | str = 1, beta: float | str | None = None,
-                   memory: str = "penalize", memory_budget: str | None = None,
+                   memory: MemoryPolicy | str = MemoryPolicy.PENALIZE,
+                   memory_budget: str | None = None,
                    **more: Any) -> SearchOptions:
     """SearchOptions from what a person typed, in the CLI or the app's Setup form: the
     budget ("30s", "5000"), seed, workers (chains), beta, memory policy and memory
     budget ("12GiB", blank for none); ``more`` are other SearchOptions fields as they
     are. A bad value raises FieldError naming its field."""
     iterations, seconds = parse_budget(budget)
-    memory = _memory("memory", memory)
+    policy = _memory("memory", memory)
     limit = parse_size(memory_budget, "memory_budget", MIN_MEMORY_BUDGET) if memory_budget \
         and memory_budget.strip() else None
     return SearchOptions(iterations=iterations, time_limit=seconds,
                          seed=parse_whole("seed", seed),
                          chains=parse_whole("workers", workers, 1, CHAINS.value),
-                         beta=parse_beta(beta), memory=memory, memory_budget=limit, **more)
+                         beta=parse_beta(beta), memory=policy, memory_budget=limit, **more)

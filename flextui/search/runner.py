@@ -26,7 +26,7 @@ from flextui.cost.model import CostModel
 from flextui.errors import FlextuiError, SearchLogError
 from flextui.graph import OpGraph, graph_from_dict
 from flextui.machine import Cluster
-from flextui.search.events import RestartEvent, StepEvent
+from flextui.search.events import RestartEvent, StepEvent, StopReason
 from flextui.search.frontier import Frontier
 from flextui.search.log import (
     Checkpoint,
@@ -45,7 +45,6 @@ from flextui.strategy import Strategy, builtin_strategy, random_strategy
 BATCH_S = 0.1        # how often a chain hands its events on
 PARENT_POLL_S = 0.2  # how often a worker checks that the process that started it lives
 CHECKPOINT_S = 5.0   # how often a chain checkpoints into the log
-REASONS = ("interrupted", "time", "iterations", "converged")  # the final reason, by precedence
 
 EventSink = Callable[[list[StepEvent]], None]
 ResetSink = Callable[[Checkpoint | RestartEvent], None]
@@ -69,7 +68,7 @@ class ChainSummary:
     accepted: int
     initial_cost: float
     best_cost: float
-    reason: str
+    reason: StopReason
     best: Strategy = field(repr=False)
 
 
@@ -78,7 +77,7 @@ class SearchResult:
     best: Strategy
     best_cost: float
     best_chain: int
-    reason: str
+    reason: StopReason
     elapsed: float
     chains: list[ChainSummary]
     frontier: list[FrontierPoint]
@@ -122,7 +121,8 @@ def hash_seed(text: str) -> int:
 # -- one chain's loop, the same in-process and in a worker --------------------------------
 
 def drive(chain: Chain, options: SearchOptions, stopped: Callable[[], bool],
-          emit: Callable[[list], None], held: Callable[[], bool] = lambda: False) -> str:
+          emit: Callable[[list], None], held: Callable[[], bool] = lambda: False
+          ) -> StopReason:
     """Step ``chain`` until a stop rule fires; hand events on in batches. Returns why it
     stopped. The last item emitted is always the chain's final checkpoint. While
     ``held()`` the chain waits, and the wait does not count towards its elapsed time."""
@@ -136,13 +136,13 @@ def drive(chain: Chain, options: SearchOptions, stopped: Callable[[], bool],
                 pending = []
             _wait_while_held(chain, held, stopped)
         if options.iterations is not None and chain.iteration >= options.iterations:
-            reason = "iterations"
+            reason = StopReason.ITERATIONS
         elif options.time_limit is not None and chain.elapsed >= options.time_limit:
-            reason = "time"
+            reason = StopReason.TIME
         elif chain.converged(by_time):
-            reason = "converged"
+            reason = StopReason.CONVERGED
         elif stopped():
-            reason = "interrupted"
+            reason = StopReason.INTERRUPTED
         else:
             pending.append(chain.step())
             if chain.restart_due():
@@ -361,14 +361,14 @@ def run_search(graph: OpGraph, cluster: Cluster, cost_model: CostModel,
 
 
 def _run_here(start: ChainStart, graph, cluster, cost_model, options, stop, pause,
-              collector) -> str:
+              collector) -> StopReason:
     chain = start.chain(graph, cluster, cost_model, options)
     collector.started(chain.index, chain.initial_cost, _first_items(start, chain))
     return drive(chain, options, stop.is_set, collector.take, pause.is_set)
 
 
 def _run_workers(starts, graph, cluster, cost_model, options, stop, pause,
-                 collector) -> list[str]:
+                 collector) -> list[StopReason]:
     """One process per chain; this thread collects their batches until all are done."""
     identity = cost_model.identity
     cost_model_from_identity(identity)  # fail here, not in a worker
@@ -381,7 +381,7 @@ def _run_workers(starts, graph, cluster, cost_model, options, stop, pause,
                for start in starts]
     for w in workers:
         w.start()
-    reasons: dict[int, str] = {}
+    reasons: dict[int, StopReason] = {}
     try:
         while len(reasons) < len(workers):
             if stop.is_set():
@@ -453,13 +453,13 @@ def _first_items(start: ChainStart, chain: Chain) -> list:
     return [(chain.checkpoint(), chain.frontier_points())] if start.checkpoint is None else []
 
 
-def _result(collector: _Collector, reasons: list[str], elapsed: float) -> SearchResult:
+def _result(collector: _Collector, reasons: list[StopReason], elapsed: float) -> SearchResult:
     chains = []
     for index, reason in enumerate(reasons):
         cp = collector.last[index]
         chains.append(ChainSummary(index, cp.iteration, collector.accepted.get(index, 0),
                                    collector.initial_cost[index], cp.best_cost, reason, cp.best))
     best = min(chains, key=lambda c: (c.best_cost, c.chain))
-    reason = min(set(reasons), key=REASONS.index)
+    reason = min(set(reasons), key=list(StopReason).index)
     return SearchResult(best.best, best.best_cost, best.chain, reason, elapsed, chains,
                         collector.frontier_points())

@@ -17,7 +17,7 @@ from flextui.cost.model import CostModel
 from flextui.graph import OpGraph
 from flextui.session.jobs import BackgroundJob
 from flextui.machine import Cluster
-from flextui.search.events import RestartEvent, StepEvent
+from flextui.search.events import RestartEvent, StepEvent, StopReason
 from flextui.search.log import SearchLog
 from flextui.search.logformat import Checkpoint
 from flextui.search.options import SearchOptions
@@ -81,7 +81,7 @@ class LiveSearch(BackgroundJob):
                             resume=self._resume, on_events=self._take,
                             on_reset=self._reset, stop=self._stop, pause=self._pause,
                             processes=self._processes)
-        self._end("stopped" if result.reason == "interrupted" else "finished", result)
+        self._end("stopped" if result.reason == StopReason.INTERRUPTED else "finished", result)
 
     def _failed(self, message: str) -> None:
         """The log, if this search started one, is kept as written, and the message says

@@ -1,10 +1,10 @@
 """The execution simulator: task graphs, full and delta simulation, memory, Timeline."""
 
 from flextui.sim.delta import DeltaSimulator
-from flextui.sim.memory import MemoryUsage
+from flextui.sim.memory import MemoryPolicy, MemoryUsage
 from flextui.sim.simulator import Simulator
 from flextui.sim.taskgraph import TaskGraph, TaskKind
 from flextui.sim.timeline import DeviceStats, LinkStats, TaskTiming, Timeline
 
-__all__ = ["DeltaSimulator", "MemoryUsage", "Simulator", "TaskGraph", "TaskKind", "DeviceStats", "LinkStats",
+__all__ = ["DeltaSimulator", "MemoryPolicy", "MemoryUsage", "Simulator", "TaskGraph", "TaskKind", "DeviceStats", "LinkStats",
            "TaskTiming", "Timeline"]

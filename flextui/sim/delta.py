@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from flextui.cost.model import CostModel
 from flextui.graph import Op, OpGraph
 from flextui.machine import Cluster
-from flextui.sim.memory import MemoryTracker, memory_penalty_s
+from flextui.sim.memory import MemoryPolicy, MemoryTracker, memory_penalty_s
 from flextui.sim.schedule import Times, reschedule, schedule
 from flextui.sim.simulator import Simulator
 from flextui.sim.taskgraph import Change, TaskGraph
@@ -31,7 +31,8 @@ class DeltaSimulator:
     """Holds a current strategy and its simulation; see the module docstring."""
 
     def __init__(self, graph: OpGraph, cluster: Cluster, cost_model: CostModel,
-                 training: bool = True, memory: str = "penalize") -> None:
+                 training: bool = True, memory: MemoryPolicy | str = MemoryPolicy.PENALIZE
+                 ) -> None:
         self.simulator = Simulator(graph, cluster, cost_model, training, memory)
         self.graph, self.cluster = graph, cluster
         self._pending: tuple | None = None

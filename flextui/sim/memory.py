@@ -6,18 +6,28 @@ task's outputs and every input block received from another device; in inference 
 an upper bound) + the largest workspace of any of its tasks.
 
 Over capacity, a strategy is penalised (FlexFlow's rule: +1 ms per MB over, summed
-over devices) or rejected (infinite cost), by the simulator's ``memory`` option.
+over devices) or rejected (infinite cost), by the simulator's ``memory`` option (a
+:class:`MemoryPolicy`).
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from enum import StrEnum
 
 from flextui.sim.taskgraph import TaskGraph
 
 PENALTY_S_PER_MB = 1e-3
-MEMORY_POLICIES = ("penalize", "reject", "ignore")
+
+
+class MemoryPolicy(StrEnum):
+    """What a strategy over a device's memory costs."""
+
+    PENALIZE = "penalize"   # FlexFlow's rule: +1 ms per MB over, summed over devices
+    REJECT = "reject"       # infinite cost
+    IGNORE = "ignore"       # nothing
+
 
 
 @dataclass(frozen=True)
@@ -36,8 +46,6 @@ class MemoryUsage:
     @property
     def over(self) -> int:
         return max(0, self.total - self.capacity)
-
-
 
 
 class MemoryTracker:
@@ -80,10 +88,10 @@ def memory_usage(tg: TaskGraph) -> list[MemoryUsage]:
     return MemoryTracker(tg).usage()
 
 
-def memory_penalty_s(usage: list[MemoryUsage], policy: str) -> float:
+def memory_penalty_s(usage: list[MemoryUsage], policy: MemoryPolicy) -> float:
     over = sum(u.over for u in usage)
-    if policy == "ignore" or over == 0:
+    if policy == MemoryPolicy.IGNORE or over == 0:
         return 0.0
-    if policy == "reject":
+    if policy == MemoryPolicy.REJECT:
         return float("inf")
     return over / 1e6 * PENALTY_S_PER_MB

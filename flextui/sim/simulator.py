@@ -6,7 +6,7 @@ from flextui.cost.model import CostModel
 from flextui.errors import FlextuiError
 from flextui.graph import OpGraph
 from flextui.machine import Cluster
-from flextui.sim.memory import MEMORY_POLICIES, memory_penalty_s, memory_usage
+from flextui.sim.memory import MemoryPolicy, memory_penalty_s, memory_usage
 from flextui.sim.schedule import schedule
 from flextui.sim.taskgraph import TaskGraph
 from flextui.sim.timeline import Timeline, build_timeline
@@ -16,14 +16,19 @@ from flextui.strategy import Strategy
 class Simulator:
     """Simulates one training (or, with ``training=False``, inference) iteration of
     ``graph`` on ``cluster``. ``memory`` says what a strategy over a device's capacity
-    costs: "penalize" (+1 ms per MB over), "reject" (infinite cost) or "ignore"."""
+    costs: "penalize" (+1 ms per MB over), "reject" (infinite cost) or "ignore" (a
+    :class:`MemoryPolicy` or its name)."""
 
     def __init__(self, graph: OpGraph, cluster: Cluster, cost_model: CostModel,
-                 training: bool = True, memory: str = "penalize") -> None:
-        if memory not in MEMORY_POLICIES:
-            raise FlextuiError(f"memory policy {memory!r}: use one of {', '.join(MEMORY_POLICIES)}")
+                 training: bool = True, memory: MemoryPolicy | str = MemoryPolicy.PENALIZE
+                 ) -> None:
+        try:
+            self.memory = MemoryPolicy(memory)
+        except ValueError:
+            raise FlextuiError(f"memory policy {str(memory)!r:.40}: use one of "
+                               f"{', '.join(MemoryPolicy)}") from None
         self.graph, self.cluster, self.cost_model = graph, cluster, cost_model
-        self.training, self.memory = training, memory
+        self.training = training
 
     def task_graph(self, strategy: Strategy) -> TaskGraph:
         strategy.check(self.graph, self.cluster.num_devices)

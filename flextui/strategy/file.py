@@ -21,6 +21,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from flextui.documents import BadDocument, DocumentFormat
 from flextui.errors import StrategyError
 from flextui.limits import NAME_CHARS, read_json
 from flextui.graph import Op, OpGraph
@@ -28,7 +29,8 @@ from flextui.machine import Cluster
 from flextui.strategy.config import ParallelConfig
 from flextui.strategy.strategy import Strategy
 
-FORMAT, VERSION = "flextui-strategy", 1
+#: JSON, not msgpack: the name and version rule only (people read and write these)
+STRATEGY = DocumentFormat("flextui-strategy", 1, "strategy", checksum=False)
 
 
 def config_to_json(op: Op, config: ParallelConfig) -> dict[str, Any]:
@@ -38,7 +40,7 @@ def config_to_json(op: Op, config: ParallelConfig) -> dict[str, Any]:
 
 def strategy_to_json(strategy: Strategy, graph: OpGraph, cluster: Cluster) -> dict[str, Any]:
     return {
-        "format": FORMAT, "version": VERSION, "name": strategy.name,
+        "format": STRATEGY.name, "version": STRATEGY.version, "name": strategy.name,
         "model": graph.meta.get("model", graph.name), "graph": graph.fingerprint,
         "cluster": cluster.name, "devices": cluster.num_devices,
         "ops": {op.name: config_to_json(op, strategy[op.name]) for op in graph.ops},
@@ -78,11 +80,14 @@ def config_from_json(op: Op, data: Any, where: str) -> ParallelConfig:
 
 
 def strategy_from_json(data: Any, graph: OpGraph, cluster: Cluster, source: str) -> Strategy:
-    if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise StrategyError(f"{source} is not a flextui strategy file (no \"format\": \"{FORMAT}\")")
-    if data.get("version") != VERSION:
-        raise StrategyError(f"{source}: strategy format version {data.get('version')!r:.40} is not "
-                            f"supported (this flextui reads version {VERSION})")
+    if not isinstance(data, dict) or data.get("format") != STRATEGY.name:
+        raise StrategyError(f"{source} is not a flextui strategy file (no \"format\": "
+                            f"\"{STRATEGY.name}\")")
+    try:
+        STRATEGY.check_version(data.get("version"))
+    except BadDocument as bad:
+        upgrade = "; upgrade flextui to read it" if bad.newer_version else ""
+        raise StrategyError(f"{source}: {bad.problem}{upgrade}") from None
     ops = data.get("ops")
     if not isinstance(ops, dict):
         raise StrategyError(f"{source}: field \"ops\" must be an object of op name -> config")

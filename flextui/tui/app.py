@@ -24,7 +24,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 
 from flextui.cost import AnalyticCostModel, CostModel, cost_model_from_identity
-from flextui.cost.choose import choose_cost_model
+from flextui.cost.choose import CostKind, choose_cost_model
 from flextui.session.live_profile import LiveProfile
 from flextui.errors import FlextuiError
 from flextui.search.files import default_log_path
@@ -82,7 +82,7 @@ class FlextuiApp(App):
     # -- searches -----------------------------------------------------------------------
 
     def on_setup_screen_start_search(self, message: SetupScreen.StartSearch) -> None:
-        if message.cost == "analytic":
+        if message.cost == CostKind.ANALYTIC:
             self.start_search(message, AnalyticCostModel())
             return
         self.notify("loading the profiled task times…", timeout=2)

@@ -30,11 +30,16 @@ from flextui.graph.kernels import attention, basic, conv, dense, recurrent  # no
 from flextui.graph.kernels.base import KERNELS, Kernel, Tensors, kernel_for, region_shape
 from flextui.graph.op import Op
 from flextui.graph.region import Region
+from flextui.graph.tensor import FLOAT_DTYPES, DType
 
-__all__ = ["KERNELS", "Kernel", "kernel_for", "operand_regions", "forward_block", "loss_block",
+__all__ = ["KERNELS", "Kernel", "kernel_for", "torch_dtype", "operand_regions", "forward_block", "loss_block",
            "backward_block", "block_tensors"]
 
-_INT_DTYPES = {"int64": torch.int64, "int32": torch.int32}
+
+
+def torch_dtype(dtype: str) -> torch.dtype:
+    """The torch dtype of a graph's dtype name (:class:`~flextui.graph.tensor.DType`)."""
+    return getattr(torch, DType(dtype).value)
 
 
 def operand_regions(op: Op, region: Region) -> list[Region]:
@@ -115,7 +120,8 @@ def block_tensors(op: Op, region: Region, *, dtype: torch.dtype = torch.float32,
             t = torch.randint(0, bound, shape, dtype=int_dtype, device=where, generator=generator)
         return t.to(device)
 
-    inputs = [draw(region_shape(r), _INT_DTYPES.get(t.dtype), kernel.index_bound(op, i))
+    inputs = [draw(region_shape(r), None if t.dtype in FLOAT_DTYPES else torch_dtype(t.dtype),
+                   kernel.index_bound(op, i))
               for i, (r, t) in enumerate(zip(kernel.operand_regions(op, region),
                                              kernel.operands(op)))]
     params = [draw(region_shape(op.param_region(i, region)), None, 0)

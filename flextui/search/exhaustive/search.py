@@ -101,7 +101,7 @@ from flextui.errors import ClusterError, FlextuiError
 from flextui.graph import OpGraph
 from flextui.machine import Cluster
 from flextui.search.exhaustive.tables import BoundTables
-from flextui.sim import DeltaSimulator, Simulator
+from flextui.sim import DeltaSimulator, MemoryPolicy, Simulator
 from flextui.strategy import (
     Strategy,
     builtin_strategy,
@@ -132,7 +132,7 @@ def space_size(graph: OpGraph, num_devices: int) -> int:
 class _Leaves:
     """Costs of complete assignments, by delta simulation from the previous leaf."""
 
-    def __init__(self, tables: BoundTables, training: bool, memory: str) -> None:
+    def __init__(self, tables: BoundTables, training: bool, memory: MemoryPolicy) -> None:
         self.t = tables
         self.delta = DeltaSimulator(tables.graph, tables.cluster, tables.cost_model, training, memory)
         self.current: list[int] | None = None
@@ -248,7 +248,7 @@ def _descend(t: BoundTables, delta: DeltaSimulator, a: list[int], order: list[in
 
 
 def exhaustive_search(graph: OpGraph, cluster: Cluster, cost_model: CostModel, *,
-                      training: bool = True, memory: str = "penalize",
+                      training: bool = True, memory: MemoryPolicy | str = MemoryPolicy.PENALIZE,
                       upper_bound: Strategy | None = None,
                       time_limit: float | None = None,
                       order: Sequence[str] | None = None) -> ExhaustiveResult:
@@ -265,7 +265,7 @@ def exhaustive_search(graph: OpGraph, cluster: Cluster, cost_model: CostModel, *
     depends on the order a lot."""
     start = time.perf_counter()
     deadline = math.inf if time_limit is None else start + time_limit
-    t = BoundTables(graph, cluster, cost_model, training, memory)
+    t = BoundTables(graph, cluster, cost_model, training, MemoryPolicy(memory))
     if order is None:
         order = search_order(graph)
     else:

@@ -17,7 +17,7 @@ from flextui.graph import OpGraph, intersect, region_volume
 from flextui.graph.tensor import dtype_bytes
 from flextui.machine import Cluster
 from flextui.search.exhaustive.task_bound import TaskBound
-from flextui.sim.memory import PENALTY_S_PER_MB
+from flextui.sim.memory import PENALTY_S_PER_MB, MemoryPolicy
 from flextui.sim.replicas import ParamBlock, replica_groups
 from flextui.sim.taskgraph import ring_allreduce_s, update_s
 from flextui.strategy import (
@@ -54,7 +54,7 @@ class BoundTables:
     """Everything the bound needs, per op config and per edge config pair."""
 
     def __init__(self, graph: OpGraph, cluster: Cluster, cost_model: CostModel,
-                 training: bool, memory: str) -> None:
+                 training: bool, memory: MemoryPolicy) -> None:
         self.graph, self.cluster, self.cost_model = graph, cluster, cost_model
         self.training, self.memory = training, memory
         self.ops = ops = graph.ops
@@ -348,7 +348,7 @@ class BoundTables:
         return E, B, R, best
 
     def _penalty(self, a: list[int]) -> float:
-        if self.memory == "ignore":
+        if self.memory == MemoryPolicy.IGNORE:
             return 0.0
         D = self.D
         total, ws, params = np.zeros(D), np.zeros(D), np.zeros(D)
@@ -367,16 +367,16 @@ class BoundTables:
         over = float(np.maximum(total - self.capacity, 0.0).sum())
         if over <= 0:
             return 0.0
-        return math.inf if self.memory == "reject" else over / 1e6 * PENALTY_S_PER_MB
+        return math.inf if self.memory == MemoryPolicy.REJECT else over / 1e6 * PENALTY_S_PER_MB
 
 
 def lower_bound(graph: OpGraph, cluster: Cluster, cost_model: CostModel,
                 assigned: dict[str, ParallelConfig], *, training: bool = True,
-                memory: str = "penalize") -> float:
+                memory: MemoryPolicy | str = MemoryPolicy.PENALIZE) -> float:
     """The branch-and-bound lower bound on the cost of every strategy that gives the ops
     in ``assigned`` those configs (the others any valid config). For tests and
     diagnostics: it builds the tables each call."""
-    tables = BoundTables(graph, cluster, cost_model, training, memory)
+    tables = BoundTables(graph, cluster, cost_model, training, MemoryPolicy(memory))
     a = [tables.configs[op.index].index(assigned[op.name]) if op.name in assigned else -1
          for op in graph.ops]
     return tables.bound(a)

@@ -24,7 +24,7 @@ from textual.widget import Widget
 from textual.widgets import Button, Footer, Input, Label, Select, Static
 from textual.worker import Worker, WorkerState
 
-from flextui.cost.choose import COST_MODELS
+from flextui.cost.choose import CostKind
 from flextui.errors import FlextuiError
 from flextui.graph import OpGraph
 from flextui.graph.library import model_info, model_names
@@ -33,9 +33,9 @@ from flextui.machine import Cluster, cluster_names
 from flextui.machine.library import LOCAL
 from flextui.machine.summary import cluster_summary
 from flextui.errors import FieldError
-from flextui.search.options import (BETA_SCALE, DEFAULT_BUDGET, MEMORY_POLICIES, SearchOptions,
-                                    search_options)
+from flextui.search.options import BETA_SCALE, DEFAULT_BUDGET, SearchOptions, search_options
 from flextui.defaults import DEFAULT_MODEL
+from flextui.sim.memory import MemoryPolicy
 from flextui.session.choices import (FIRST_CLUSTER, FIRST_CLUSTER_NODES,
                                      FirstChoice, first_choice, load_cluster_choice,
                                      load_model_choice)
@@ -44,10 +44,10 @@ from flextui.tui.widgets.summary import SetupSummary
 DEBOUNCE_S = 0.3
 DIGITS = r"[0-9]*"
 LOCAL_LABEL = "local: detected machine"
-COST_LABELS = {"analytic": "analytic (roofline)",
-               "profiled": "profiled (flextui profile; analytic where missing)"}
-MEMORY_LABELS = {"penalize": "penalize (+1 ms/MB over)", "reject": "reject over memory",
-                 "ignore": "ignore memory"}
+COST_LABELS = {CostKind.ANALYTIC: "analytic (roofline)",
+               CostKind.PROFILED: "profiled (flextui profile; analytic where missing)"}
+MEMORY_LABELS = {MemoryPolicy.PENALIZE: "penalize (+1 ms/MB over)",
+                 MemoryPolicy.REJECT: "reject over memory", MemoryPolicy.IGNORE: "ignore memory"}
 #: the inputs of each part that loads in the background, in the order its loader takes them
 PARTS = {"model": ("model-name", "model-path", "batch-size", "model-options"),
          "cluster": ("cluster-name", "cluster-path", "nodes")}
@@ -110,7 +110,8 @@ class SetupScreen(Screen):
         for people ("mlp (batch 64)", "p100-4x4@1node")."""
 
         def __init__(self, graph: OpGraph, cluster: Cluster, options: SearchOptions,
-                     model_label: str, cluster_label: str, cost: str = "analytic") -> None:
+                     model_label: str, cluster_label: str,
+                     cost: CostKind = CostKind.ANALYTIC) -> None:
             super().__init__()
             self.graph, self.cluster, self.options = graph, cluster, options
             self.model_label, self.cluster_label = model_label, cluster_label
@@ -195,13 +196,13 @@ class SetupScreen(Screen):
             self._row("β", Input(placeholder=f"auto ({BETA_SCALE} / initial ms)", compact=True, id="beta")),
             self._row("workers", Input("1", restrict=DIGITS, compact=True, id="workers")),
             self._row("seed", Input("0", restrict=r"-?[0-9]*", compact=True, id="seed")),
-            self._row("memory", Select([(MEMORY_LABELS[p], p) for p in MEMORY_POLICIES],
-                                       value="penalize", allow_blank=False, compact=True,
+            self._row("memory", Select([(MEMORY_LABELS[p], p) for p in MemoryPolicy],
+                                       value=MemoryPolicy.PENALIZE, allow_blank=False, compact=True,
                                        id="memory")),
             self._row("mem budget", Input(placeholder="none, or 12GiB per device",
                                           compact=True, id="memory-budget")),
-            self._row("task times", Select([(COST_LABELS[c], c) for c in COST_MODELS],
-                                           value="analytic", allow_blank=False, compact=True,
+            self._row("task times", Select([(COST_LABELS[c], c) for c in CostKind],
+                                           value=CostKind.ANALYTIC, allow_blank=False, compact=True,
                                            id="cost"))]
 
     # -- lifecycle and events -----------------------------------------------------------
@@ -364,7 +365,8 @@ class SetupScreen(Screen):
         model, cluster = parts
         self.post_message(wanted(model.value, cluster.value, options,
                                  self._label("model", model.value),
-                                 self._label("cluster", cluster.value), self._text("cost")))
+                                 self._label("cluster", cluster.value),
+                                 CostKind(self._text("cost"))))
 
     def _stop_wanting(self, field: str | None) -> None:
         """Do not start; focus the input the error is about."""
