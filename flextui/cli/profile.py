@@ -195,7 +195,7 @@ def _merge(args, console: Console) -> None:
     first = Path(args.merge[0])
     try:
         kind = decode_cache(first.read_bytes()).device_kind
-    except Exception:   # merge_cache_files reports what is wrong with it
+    except Exception:  # noqa: BLE001 (merge_cache_files reports what is wrong with it)
         kind = first.stem
     out = user_profile_dir(args.profiles) / f"{kind}.msgpack"
     count = merge_cache_files(args.merge[0], args.merge[1], out)

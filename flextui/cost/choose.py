@@ -75,8 +75,8 @@ def choose_cost_model(graph: OpGraph, cluster: Cluster, cost: str = "analytic", 
         return CostChoice(AnalyticCostModel())
     if dtype not in DTYPE_NAMES:
         raise FlextuiError(f"--dtype {dtype!r}: choose one of {', '.join(DTYPE_NAMES)}")
-    import torch   # noqa: PLC0415 (profile keys carry the torch version)
-    from flextui.cost.profiled import ProfiledCostModel  # noqa: PLC0415
+    import torch  # imported here, as only profiles need it: their keys carry its version
+    from flextui.cost.profiled import ProfiledCostModel
     dirs = [user_profile_dir(profiles), reference_profile_dir()]
     kinds = sorted({d.spec.kind for d in cluster.devices})
     files, problems = profile_files(dirs)

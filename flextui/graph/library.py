@@ -49,7 +49,7 @@ def _module(name: str) -> ModuleType:
         module = importlib.util.module_from_spec(spec)
         try:
             spec.loader.exec_module(module)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (a user's model file may raise anything)
             raise ModelError(f"model file {name} failed to load: {exc!r}") from None
     elif name in model_names():
         module = importlib.import_module(f"{LIBRARY_PACKAGE}.{name}")

@@ -52,8 +52,8 @@ def _physical_memory() -> int:
 
 def _torch() -> Any | None:
     try:
-        import torch  # noqa: PLC0415 (lazy on purpose)
-    except Exception:  # not installed, or a broken install: treat as CPU-only
+        import torch  # lazy on purpose
+    except Exception:  # noqa: BLE001 (not installed, or a broken install: treat as CPU-only)
         return None
     return torch
 
@@ -63,7 +63,7 @@ def _cuda_available(torch: Any | None) -> bool:
         return False
     try:
         return bool(torch.cuda.is_available()) and torch.cuda.device_count() > 0
-    except Exception:
+    except Exception:  # noqa: BLE001 (a broken CUDA setup reads as no GPU)
         return False
 
 
@@ -178,7 +178,7 @@ def describe_local() -> dict[str, Any]:
         try:
             peer = [[i == j or bool(torch.cuda.can_device_access_peer(i, j))
                      for j in range(count)] for i in range(count)]
-        except Exception:
+        except Exception:  # noqa: BLE001 (peer access unknown: report none)
             peer = []
         info["peer_access"] = peer
     else:

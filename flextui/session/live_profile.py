@@ -70,7 +70,7 @@ class LiveProfile(BackgroundJob):
     # -- the profiling thread -----------------------------------------------------------
 
     def _work(self) -> None:
-        from flextui.cost.profile import prepare_profile   # noqa: PLC0415 (imports torch)
+        from flextui.cost.profile import prepare_profile  # imported here: it imports torch
         device, dtype, training, profiles, warmup, repeats = self._settings
         run = prepare_profile(self.graph, self.num_devices, device=device, dtype=dtype,
                               training=training, profiles=profiles)
