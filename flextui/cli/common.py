@@ -14,7 +14,6 @@ from flextui.defaults import DEFAULT_CLUSTER, DEFAULT_MODEL
 from flextui.errors import FlextuiError
 
 
-
 def model_options(args: argparse.Namespace) -> dict[str, str]:
     from flextui.errors import FieldError
     from flextui.session.choices import parse_model_options

@@ -19,7 +19,6 @@ from flextui.errors import FlextuiError
 from flextui.graph import Op
 from flextui.machine import Device, Link
 
-
 IDENTITY_PREFIX = "analytic-roofline-v1"
 _NUMBER = r"([0-9.eE+-]+)"
 _IDENTITY = re.compile(re.escape(IDENTITY_PREFIX) + r"\(compute_efficiency=" + _NUMBER
@@ -57,7 +56,7 @@ class AnalyticCostModel:
                 f"launch_overhead_s={self.launch_overhead_s!r})")
 
     @classmethod
-    def from_identity(cls, identity: str) -> "AnalyticCostModel | None":
+    def from_identity(cls, identity: str) -> AnalyticCostModel | None:
         """The model an ``identity`` string names, or None if it is not this model's;
         FlextuiError if it is this model's but damaged."""
         if not identity.startswith(IDENTITY_PREFIX + "("):

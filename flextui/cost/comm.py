@@ -103,7 +103,7 @@ def measure_comm(devices: Sequence[str], sizes: Sequence[int] | None = None, rep
     return CommCalibration(
         device=kind, backend=backend, link_kind=link_kind, hops=hops, world_size=len(devices),
         torch_version=torch.__version__.split("+")[0],
-        measured_at=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        measured_at=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         p2p=tuple((s, statistics.median(p2p[s])) for s in sizes),
         allreduce=tuple((s, max(allreduce[s])) for s in sizes))
 

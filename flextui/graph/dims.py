@@ -48,7 +48,7 @@ class Dim:
         return _divisors(self.splits) if self.parallel else (1,)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _divisors(n: int) -> tuple[int, ...]:
     small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
     return tuple(sorted(set(small + [n // d for d in small])))

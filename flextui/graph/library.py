@@ -90,7 +90,7 @@ def load_model(name: str, **options: Any) -> OpGraph:
     try:
         graph = module.build(**merged)
     except FlextuiError as exc:
-        raise ModelError(f"model {name!r} with {str(merged):.300}: {str(exc):.300}") from None
+        raise ModelError(f"model {name!r} with {merged!s:.300}: {exc!s:.300}") from None
     if not isinstance(graph, OpGraph):
         raise ModelError(f"model {name!r}: build() returned {type(graph).__name__}, not an OpGraph")
     graph.meta.setdefault("model", Path(name).stem)

@@ -24,8 +24,13 @@ from typing import Any
 
 from flextui.machine.cluster import Cluster, Device, DeviceSpec, Link
 from flextui.machine.gpus import device_kind_name, lookup_gpu
-from flextui.machine.nvtopo import (NVLINK_LANE_BANDWIDTH, NVLINK_LATENCY, Lanes, detect_nvlink,
-                                    is_switched)
+from flextui.machine.nvtopo import (
+    NVLINK_LANE_BANDWIDTH,
+    NVLINK_LATENCY,
+    Lanes,
+    detect_nvlink,
+    is_switched,
+)
 
 __all__ = ["detect_local", "describe_local", "CPU_CLOCK_HZ", "CPU_FLOP_PER_CYCLE"]
 

@@ -14,7 +14,8 @@ one Dijkstra per source device answers every destination from it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import networkx as nx
 
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 ROUTE_REFERENCE_BYTES = 2**20
 
 
-def link_weight(link: "Link") -> float:
+def link_weight(link: Link) -> float:
     """The routing cost of one link: seconds to move ``ROUTE_REFERENCE_BYTES`` over it."""
     return link.latency + ROUTE_REFERENCE_BYTES / link.bandwidth
 
@@ -32,14 +33,14 @@ def link_weight(link: "Link") -> float:
 class Router:
     """Cached shortest paths between the compute devices of one topology."""
 
-    def __init__(self, device_names: list[str], switches: list[str], links: list["Link"]) -> None:
+    def __init__(self, device_names: list[str], switches: list[str], links: list[Link]) -> None:
         self._devices = set(device_names)
         self._graph = nx.DiGraph()
         self._graph.add_nodes_from(device_names)
         self._graph.add_nodes_from(switches)
         for link in links:
             self._graph.add_edge(link.src, link.dst, link=link, weight=link_weight(link))
-        self._paths: dict[str, dict[str, tuple["Link", ...]]] = {}
+        self._paths: dict[str, dict[str, tuple[Link, ...]]] = {}
 
     @property
     def graph(self) -> nx.DiGraph:
@@ -57,7 +58,7 @@ class Router:
 
         return weight
 
-    def route(self, src: str, dst: str) -> tuple["Link", ...] | None:
+    def route(self, src: str, dst: str) -> tuple[Link, ...] | None:
         """The directed links from device ``src`` to device ``dst``; ``None`` if unreachable."""
         if src == dst:
             return ()

@@ -8,10 +8,10 @@ from flextui.cost.identity import cost_model_label
 from flextui.cost.model import CostModel
 from flextui.graph import OpGraph
 from flextui.machine import Cluster
+from flextui.search.compute_bound import work_lower_bound
 from flextui.search.log import SearchLog
 from flextui.search.options import SearchOptions
 from flextui.search.runner import SearchResult
-from flextui.search.compute_bound import work_lower_bound
 from flextui.sim import Simulator
 from flextui.strategy import Strategy, builtin_strategy
 

@@ -14,8 +14,8 @@ import math
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 
-from flextui.machine.units import format_bytes
 from flextui.graph import OpGraph, Region, intersect
+from flextui.machine.units import format_bytes
 from flextui.sim.taskgraph import TaskKind
 from flextui.sim.timeline import TaskTiming, Timeline
 from flextui.strategy import Strategy

@@ -15,7 +15,6 @@ from pathlib import Path
 
 from flextui.cost.model import CostModel
 from flextui.graph import OpGraph
-from flextui.session.jobs import BackgroundJob
 from flextui.machine import Cluster
 from flextui.search.events import RestartEvent, StepEvent
 from flextui.search.log import SearchLog
@@ -23,6 +22,7 @@ from flextui.search.logformat import Checkpoint
 from flextui.search.options import SearchOptions
 from flextui.search.runner import SearchResult, run_search
 from flextui.search.summary import baseline_costs
+from flextui.session.jobs import BackgroundJob
 from flextui.session.search_watch import SearchView, SearchWatch
 from flextui.strategy import Strategy
 

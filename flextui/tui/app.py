@@ -25,14 +25,14 @@ from textual.screen import Screen
 
 from flextui.cost import AnalyticCostModel, CostModel, cost_model_from_identity
 from flextui.cost.choose import choose_cost_model
-from flextui.session.live_profile import LiveProfile
 from flextui.errors import FlextuiError
 from flextui.search.files import default_log_path
-from flextui.session.live_search import LiveSearch
 from flextui.search.log import read_search_log
 from flextui.search.options import SearchOptions
-from flextui.session.playback import Playback
 from flextui.search.summary import baseline_costs
+from flextui.session.live_profile import LiveProfile
+from flextui.session.live_search import LiveSearch
+from flextui.session.playback import Playback
 from flextui.tui.screens.dialogs import ErrorDialog, OpenLogDialog
 from flextui.tui.screens.help import HelpScreen
 from flextui.tui.screens.profile import ProfileScreen

@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 from flextui.graph.dims import Dim, DimKind
-from flextui.graph.ops.base import (OpType, ParamSpec, out_size, pair, register, require,
-                                    window_range)
+from flextui.graph.ops.base import (
+    OpType,
+    ParamSpec,
+    out_size,
+    pair,
+    register,
+    require,
+    window_range,
+)
 from flextui.graph.region import region_volume
 
 

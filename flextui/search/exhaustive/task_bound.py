@@ -20,7 +20,12 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from flextui.search.exhaustive.schedule_bound import cannot_finish_before, one_resource, raise_bounds, topological
+from flextui.search.exhaustive.schedule_bound import (
+    cannot_finish_before,
+    one_resource,
+    raise_bounds,
+    topological,
+)
 from flextui.sim.taskgraph import block_overlaps
 
 if TYPE_CHECKING:

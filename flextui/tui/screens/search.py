@@ -21,8 +21,8 @@ from flextui.errors import FlextuiError
 from flextui.graph import OpGraph
 from flextui.machine import Cluster
 from flextui.search.files import default_export_path, searched_strategy_name
-from flextui.session.live_search import LiveSearch
 from flextui.search.options import SearchOptions
+from flextui.session.live_search import LiveSearch
 from flextui.session.playback import Playback
 from flextui.session.search_watch import SearchView
 from flextui.session.source import SearchSource

@@ -25,20 +25,29 @@ from textual.widgets import Button, Footer, Input, Label, Select, Static
 from textual.worker import Worker, WorkerState
 
 from flextui.cost.choose import COST_MODELS
-from flextui.errors import FlextuiError
+from flextui.defaults import DEFAULT_MODEL
+from flextui.errors import FieldError, FlextuiError
 from flextui.graph import OpGraph
 from flextui.graph.library import model_info, model_names
 from flextui.graph.summary import graph_summary
 from flextui.machine import Cluster, cluster_names
 from flextui.machine.library import LOCAL
 from flextui.machine.summary import cluster_summary
-from flextui.errors import FieldError
-from flextui.search.options import (BETA_SCALE, DEFAULT_BUDGET, MEMORY_POLICIES, SearchOptions,
-                                    search_options)
-from flextui.defaults import DEFAULT_MODEL
-from flextui.session.choices import (FIRST_CLUSTER, FIRST_CLUSTER_NODES,
-                                     FirstChoice, first_choice, load_cluster_choice,
-                                     load_model_choice)
+from flextui.search.options import (
+    BETA_SCALE,
+    DEFAULT_BUDGET,
+    MEMORY_POLICIES,
+    SearchOptions,
+    search_options,
+)
+from flextui.session.choices import (
+    FIRST_CLUSTER,
+    FIRST_CLUSTER_NODES,
+    FirstChoice,
+    first_choice,
+    load_cluster_choice,
+    load_model_choice,
+)
 from flextui.tui.widgets.summary import SetupSummary
 
 DEBOUNCE_S = 0.3

@@ -15,7 +15,13 @@ from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from flextui.graph import OpGraph
-from flextui.session.gantt import KIND_GLYPHS, SELECTED_GLYPH, format_ms, format_window, task_details
+from flextui.session.gantt import (
+    KIND_GLYPHS,
+    SELECTED_GLYPH,
+    format_ms,
+    format_window,
+    task_details,
+)
 from flextui.sim.timeline import Timeline
 from flextui.strategy import Strategy
 from flextui.tui.widgets.gantt import Gantt

@@ -15,8 +15,19 @@ from textual.message import Message
 from textual.strip import Strip
 from textual.widget import Widget
 
-from flextui.session.gantt import (IDLE_GLYPH, KIND_GLYPHS, SELECTED_GLYPH, Cell, Lane, View,
-                               build_lanes, nearest_task, rasterize, short_names, ticks)
+from flextui.session.gantt import (
+    IDLE_GLYPH,
+    KIND_GLYPHS,
+    SELECTED_GLYPH,
+    Cell,
+    Lane,
+    View,
+    build_lanes,
+    nearest_task,
+    rasterize,
+    short_names,
+    ticks,
+)
 from flextui.sim.taskgraph import TaskKind
 from flextui.sim.timeline import TaskTiming, Timeline
 

@@ -14,8 +14,8 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
-from flextui.search.options import SearchOptions
 from flextui.machine.units import format_bytes
+from flextui.search.options import SearchOptions
 
 Part = dict[str, Any] | str  # the data to show, or a note in its place
 
