@@ -67,7 +67,8 @@ def model_args(p: argparse.ArgumentParser, default: str | None = DEFAULT_MODEL) 
 
 def cluster_arg(p: argparse.ArgumentParser, default: str | None = DEFAULT_CLUSTER) -> None:
     p.add_argument("--cluster", "-c", default=default,
-                   help=f"library cluster name, a .toml file, or 'local' (default {DEFAULT_CLUSTER})")
+                   help="library cluster name, a .toml file, or 'local' "
+                        f"(default {DEFAULT_CLUSTER})")
 
 
 class StopSignal:

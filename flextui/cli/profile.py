@@ -249,7 +249,8 @@ def _comm(args, console: Console) -> None:
 
 def _comparison_table(rows) -> Table:
     table = Table(title="measured vs analytic (sum over the tasks measured)")
-    for col in ("op type", "tasks", "forward", "analytic", "ratio", "backward", "analytic", "ratio"):
+    for col in ("op type", "tasks", "forward", "analytic", "ratio",
+                "backward", "analytic", "ratio"):
         table.add_column(col, justify="left" if col == "op type" else "right")
     for r in rows:
         table.add_row(r.op_type, f"{r.tasks:,}", _ms(r.measured_forward_s),

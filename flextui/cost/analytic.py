@@ -22,7 +22,8 @@ from flextui.machine import Device, Link
 IDENTITY_PREFIX = "analytic-roofline-v1"
 _NUMBER = r"([0-9.eE+-]+)"
 _IDENTITY = re.compile(re.escape(IDENTITY_PREFIX) + r"\(compute_efficiency=" + _NUMBER
-                       + r",memory_efficiency=" + _NUMBER + r",launch_overhead_s=" + _NUMBER + r"\)")
+                       + r",memory_efficiency=" + _NUMBER
+                       + r",launch_overhead_s=" + _NUMBER + r"\)")
 
 
 @dataclass

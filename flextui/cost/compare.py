@@ -27,7 +27,9 @@ class OpTypeComparison:
 
     @property
     def forward_ratio(self) -> float | None:
-        return self.measured_forward_s / self.analytic_forward_s if self.analytic_forward_s else None
+        if not self.analytic_forward_s:
+            return None
+        return self.measured_forward_s / self.analytic_forward_s
 
     @property
     def backward_ratio(self) -> float | None:

@@ -189,7 +189,7 @@ def _time_task(signature: TaskSignature, device: torch.device, dtype: torch.dtyp
         if i >= warmup:
             fwd.append(took)
         if training:
-            took, held = timer(lambda: backward(outputs, loss))
+            took, held = timer(lambda: backward(outputs, loss))  # noqa: B023 (called at once)
             if i >= warmup:
                 bwd.append(took)
     if cuda:

@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 
 
-class DimKind(str, enum.Enum):
+class DimKind(str, enum.Enum):  # noqa: UP042 (a StrEnum would print differently)
     """How partitioning an op's output along a dim affects the op.
 
     SAMPLE splits the batch; ATTRIBUTE splits along another dim without splitting any

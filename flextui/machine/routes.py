@@ -14,6 +14,7 @@ one Dijkstra per source device answers every destination from it.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -69,6 +70,6 @@ class Router:
             for target, path in nodes.items():
                 if target in self._devices and target != src:
                     paths[target] = tuple(self._graph.edges[u, v]["link"]
-                                          for u, v in zip(path, path[1:]))
+                                          for u, v in itertools.pairwise(path))
             self._paths[src] = paths
         return paths.get(dst)

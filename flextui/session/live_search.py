@@ -34,7 +34,8 @@ class LiveSearch(BackgroundJob):
                  options: SearchOptions, *, log_path: str | Path | None = None,
                  initial: Strategy | None = None, resume: SearchLog | None = None,
                  processes: bool = True) -> None:
-        self.graph, self.cluster, self.cost_model, self.options = graph, cluster, cost_model, options
+        self.graph, self.cluster = graph, cluster
+        self.cost_model, self.options = cost_model, options
         self.log_path = Path(log_path) if log_path is not None else None
         self._initial, self._resume, self._processes = initial, resume, processes
         super().__init__()

@@ -52,7 +52,7 @@ def replica_plan(blocks: tuple[tuple[tuple[tuple[int, int], ...], int], ...],
     cuts = [sorted({r[d][0] for r, _ in regions} | {r[d][1] for r, _ in regions})
             for d in range(rank)]
     groups: dict[tuple[int, ...], tuple[int, set[int]]] = {}
-    for cell in itertools.product(*(list(zip(c, c[1:])) for c in cuts)):
+    for cell in itertools.product(*(list(itertools.pairwise(c)) for c in cuts)):
         devices: set[int] = set()
         users: set[int] = set()
         for region, (held_on, by) in regions:

@@ -18,9 +18,10 @@ import termios
 from collections.abc import Iterable
 from multiprocessing import resource_tracker
 from pathlib import Path
+from typing import ClassVar
 
 from textual.app import App, SystemCommand
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.screen import Screen
 
 from flextui.cost import AnalyticCostModel, CostModel, cost_model_from_identity
@@ -51,7 +52,7 @@ class FlextuiApp(App):
     TITLE = "flextui"
     #: every screen's footer ends with these two, so help and a way out are always
     #: visible at 80 columns (the Help screen and ctrl+p list every key, ctrl+o too)
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("question_mark,f1", "help", "Keys"),
         Binding("ctrl+q", "quit", "Quit", priority=True),
         Binding("ctrl+o", "open_log", "Replay a log", show=False),

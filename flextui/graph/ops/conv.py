@@ -60,7 +60,8 @@ class Conv2d(OpType):
     def params(self, op):
         cin = op.inputs[0].shape[1]
         kh, kw = pair(op.attrs["kernel"])
-        specs = [ParamSpec("weight", (op.attrs["out_channels"], cin, kh, kw), (1, None, None, None))]
+        specs = [ParamSpec("weight", (op.attrs["out_channels"], cin, kh, kw),
+                           (1, None, None, None))]
         if op.attrs["bias"]:
             specs.append(ParamSpec("bias", (op.attrs["out_channels"],), (1,)))
         return specs

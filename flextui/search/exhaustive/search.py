@@ -134,7 +134,8 @@ class _Leaves:
 
     def __init__(self, tables: BoundTables, training: bool, memory: str) -> None:
         self.t = tables
-        self.delta = DeltaSimulator(tables.graph, tables.cluster, tables.cost_model, training, memory)
+        self.delta = DeltaSimulator(tables.graph, tables.cluster, tables.cost_model, training,
+                                    memory)
         self.current: list[int] | None = None
 
     def strategy(self, a: list[int]) -> Strategy:
@@ -164,7 +165,8 @@ class _Leaves:
         return self.delta.reset(self.strategy(a))
 
 
-def _initial_candidates(graph: OpGraph, cluster: Cluster, upper_bound: Strategy | None) -> list[Strategy]:
+def _initial_candidates(graph: OpGraph, cluster: Cluster,
+                        upper_bound: Strategy | None) -> list[Strategy]:
     out = []
     for name in ("data-parallel", "expert", "model-parallel"):
         try:
@@ -286,8 +288,9 @@ def exhaustive_search(graph: OpGraph, cluster: Cluster, cost_model: CostModel, *
         bound = min([search.best] + unexplored)
     else:
         bound = search.best
-    return ExhaustiveResult(search.leaves.strategy(search.best_a), search.best, search.stats["leaves"],
-                            search.stats["nodes"], search.stats["pruned"], not search.stopped,
+    return ExhaustiveResult(search.leaves.strategy(search.best_a), search.best,
+                            search.stats["leaves"], search.stats["nodes"],
+                            search.stats["pruned"], not search.stopped,
                             time.perf_counter() - start, bound)
 
 

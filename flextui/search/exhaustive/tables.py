@@ -175,7 +175,8 @@ class BoundTables:
                         if src != dst:
                             nbytes = region_volume(overlap) * width
                             recv[a, b, dst] += nbytes
-                            for direction, (x, y) in enumerate(((src, dst), (dst, src))[:1 + backward]):
+                            pairs = ((src, dst), (dst, src))[:1 + backward]
+                            for direction, (x, y) in enumerate(pairs):
                                 hops = self.hops(x, y, nbytes)
                                 if hops is None:
                                     total = math.inf
@@ -307,7 +308,8 @@ class BoundTables:
             acc = None
             for p in self.preds[v]:
                 # max over the producer's tasks, then min over its configs
-                t = (E[p].T[:, :, None, None] + edges[(p, v)].fwd[:, sel[p], rv]).max(axis=0).min(axis=0)
+                t = (E[p].T[:, :, None, None]
+                     + edges[(p, v)].fwd[:, sel[p], rv]).max(axis=0).min(axis=0)
                 acc = t if acc is None else np.maximum(acc, t, out=acc)
             E[v] = self.dF[v][rv] + (self.mask_off[v][rv] if acc is None else
                                      np.maximum(acc, self.mask_off[v][rv], out=acc))
@@ -320,7 +322,8 @@ class BoundTables:
             rv = sel[v]
             acc = E[v].copy()
             for s in self.succs[v]:
-                t = (B[s].T[:, :, None, None] + edges[(v, s)].gradT[:, sel[s], rv]).max(axis=0).min(axis=0)
+                t = (B[s].T[:, :, None, None]
+                     + edges[(v, s)].gradT[:, sel[s], rv]).max(axis=0).min(axis=0)
                 np.maximum(acc, t, out=acc)
             B[v] = acc + self.dB[v][rv]
         best = 0.0
@@ -341,7 +344,8 @@ class BoundTables:
                 if not self.has_bwd[p]:
                     continue
                 x = self.dB[p][sel[p]] + R[p]
-                t = (x.T[:, :, None, None] + edges[(p, v)].grad[:, sel[p], rv]).max(axis=0).min(axis=0)
+                t = (x.T[:, :, None, None]
+                     + edges[(p, v)].grad[:, sel[p], rv]).max(axis=0).min(axis=0)
                 np.maximum(acc, t, out=acc)
             R[v] = acc
             best = max(best, float((B[v] + acc).max(axis=1).min()))

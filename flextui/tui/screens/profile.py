@@ -4,10 +4,12 @@ measured times compare with the analytic model's per op type."""
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, ProgressBar, Static
@@ -47,7 +49,7 @@ def _ratio(value: float | None) -> str:
 
 
 class ProfileScreen(Screen):
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("x", "stop", "Stop"),
         Binding("escape", "back", "Back"),
     ]

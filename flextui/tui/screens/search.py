@@ -9,9 +9,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, Header, ProgressBar, TabbedContent, TabPane
@@ -62,7 +63,7 @@ def budget_text(options: SearchOptions) -> str:
 class SearchScreen(Screen):
     #: the footer shows what fits in 80 columns (with the app's Keys and Quit); the
     #: Help screen and ctrl+p list every key
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("space", "pause", "Pause"),
         Binding("x", "stop", "Stop"),
         Binding("space", "play", "Play/pause"),

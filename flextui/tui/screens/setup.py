@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, ClassVar
 
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
@@ -104,7 +104,7 @@ class SetupScreen(Screen):
     TOML file or "local") preselect the form; with no cluster, the screen detects this
     machine and opens on it when it has GPUs, else on one node of the paper's P100s."""
 
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("s", "start", "Search"),
         Binding("ctrl+s", "start", "Search", priority=True),
         Binding("m", "focus_field('model-name')", "Model"),
@@ -201,7 +201,8 @@ class SetupScreen(Screen):
         return [
             self._row("budget", Input(DEFAULT_BUDGET, placeholder="30s, 2m or 5000 steps",
                                       compact=True, id="budget")),
-            self._row("β", Input(placeholder=f"auto ({BETA_SCALE} / initial ms)", compact=True, id="beta")),
+            self._row("β", Input(placeholder=f"auto ({BETA_SCALE} / initial ms)", compact=True,
+                                 id="beta")),
             self._row("workers", Input("1", restrict=DIGITS, compact=True, id="workers")),
             self._row("seed", Input("0", restrict=r"-?[0-9]*", compact=True, id="seed")),
             self._row("memory", Select([(MEMORY_LABELS[p], p) for p in MEMORY_POLICIES],
