@@ -48,12 +48,14 @@ def add_parser(sub) -> None:
 
 def cmd_profile(args: argparse.Namespace, console: Console) -> int | None:
     if args.merge:
-        return _merge(args, console)
-    if args.show:
-        return _show(args, console)
-    if args.comm:
-        return _comm(args, console)
-    return _measure(args, console)
+        _merge(args, console)
+    elif args.show:
+        _show(args, console)
+    elif args.comm:
+        _comm(args, console)
+    else:
+        return _measure(args, console)
+    return None
 
 
 def _measure(args, console: Console) -> int:

@@ -71,7 +71,8 @@ class AnalyticCostModel:
             raise FlextuiError(f"cost model {identity[:120]!r}: its parameters are not "
                                f"{IDENTITY_PREFIX}(compute_efficiency=N,memory_efficiency=N,"
                                "launch_overhead_s=N) with numbers N; the search log is damaged")
-        return cls(*values)
+        compute, memory, overhead = values
+        return cls(compute, memory, overhead)
 
     def op_cost(self, op: Op, block_shape: tuple[int, ...], device: Device) -> OpCost:
         per_op = self._memo.setdefault(op, {})

@@ -159,7 +159,8 @@ def _gather(procs: list[Any], results: Any, plan: _Plan, progress: Progress | No
     p2p: dict[int, list[float]] = {}
     allreduce: dict[int, list[float]] = {}
     total = len(plan.sizes) * (len(plan.pairs) + 1)
-    step, done = 0, set()
+    step = 0
+    done: set[int] = set()
     while len(done) < len(procs):
         if time.monotonic() > deadline:
             waiting = [r for r in range(len(procs)) if r not in done]
@@ -264,7 +265,7 @@ def _measure(rank: int, plan: _Plan, results: Any) -> None:
         else:
             dist.barrier()
 
-    def timed(run: Callable[[], None]) -> float:
+    def timed(run: Callable[[], object]) -> float:
         """Median seconds of ``run`` over the repeats, after the warm-up runs."""
         times = []
         for i in range(plan.warmup + plan.repeats):

@@ -46,6 +46,7 @@ def _module(name: str) -> ModuleType:
         if not path.is_file():
             raise ModelError(f"model file {name} does not exist")
         spec = importlib.util.spec_from_file_location(f"flextui_user_model_{path.stem}", path)
+        assert spec is not None and spec.loader is not None  # None unless a .py file
         module = importlib.util.module_from_spec(spec)
         try:
             spec.loader.exec_module(module)

@@ -166,7 +166,7 @@ def describe_local() -> dict[str, Any]:
         "memory_bytes": _physical_memory(),
         "devices": [],
     }
-    if info["cuda_available"]:
+    if torch is not None and info["cuda_available"]:  # (CUDA is never available without torch)
         count = torch.cuda.device_count()
         for i in range(count):
             name = torch.cuda.get_device_name(i)

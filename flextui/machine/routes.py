@@ -36,7 +36,7 @@ class Router:
 
     def __init__(self, device_names: list[str], switches: list[str], links: list[Link]) -> None:
         self._devices = set(device_names)
-        self._graph = nx.DiGraph()
+        self._graph: nx.DiGraph[str] = nx.DiGraph()
         self._graph.add_nodes_from(device_names)
         self._graph.add_nodes_from(switches)
         for link in links:
@@ -65,7 +65,8 @@ class Router:
             return ()
         paths = self._paths.get(src)
         if paths is None:
-            _, nodes = nx.single_source_dijkstra(self._graph, src, weight=self._weight_from(src))
+            nodes = nx.single_source_dijkstra_path(self._graph, src,
+                                                   weight=self._weight_from(src))
             paths = {}
             for target, path in nodes.items():
                 if target in self._devices and target != src:

@@ -204,6 +204,7 @@ class FlextuiApp(App):
 def terminal_hung_up() -> bool:
     """The terminal Textual draws on (its stderr) is gone: a closed ssh session or tmux
     window. A hung-up terminal answers every request with EIO."""
+    assert sys.__stderr__ is not None  # Textual draws on it
     try:
         termios.tcgetattr(sys.__stderr__.fileno())
     except termios.error as exc:

@@ -23,6 +23,8 @@ softmax_ce's loss is the mean over the whole op's labels, shared out among block
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 
 from flextui.errors import GraphError
@@ -93,7 +95,8 @@ def backward_block(op: Op, region: Region, inputs: Tensors, params: Tensors,
     for t in leaves:
         grad = next(found_iter) if t.requires_grad else None
         grads.append(torch.zeros_like(t) if grad is None and t.requires_grad else grad)
-    return grads[:len(inputs)], grads[len(inputs):]
+    # parameters are floating point, so each has a gradient (zeros if unused)
+    return grads[:len(inputs)], cast(list[torch.Tensor], grads[len(inputs):])
 
 
 def block_tensors(op: Op, region: Region, *, dtype: torch.dtype = torch.float32,

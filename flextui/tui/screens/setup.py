@@ -10,9 +10,10 @@ value shows inline, next to its part of the form, and nothing starts."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
@@ -80,7 +81,8 @@ def load_cluster_part(name: str, path: str, nodes: str) -> tuple[Cluster, dict]:
     return cluster, cluster_summary(cluster)
 
 
-LOADERS = {"model": load_model_part, "cluster": load_cluster_part}
+LOADERS: dict[str, Callable[..., tuple[OpGraph | Cluster, dict]]] = {
+    "model": load_model_part, "cluster": load_cluster_part}
 
 
 @dataclass(frozen=True)
@@ -271,7 +273,8 @@ class SetupScreen(Screen):
             return  # a load the form has moved on from
         key = self.pending[part][1]
         if event.state == WorkerState.SUCCESS:
-            self._show_loaded(part, Loaded(key, value=worker.result[0]), worker.result[1])
+            value, summary = cast(tuple[Any, dict], worker.result)  # what LOADERS return
+            self._show_loaded(part, Loaded(key, value=value), summary)
         elif event.state in (WorkerState.ERROR, WorkerState.CANCELLED):
             self._show_loaded(part, self._failed(part, key, worker.error), None)
 
@@ -366,12 +369,14 @@ class SetupScreen(Screen):
         if self.detecting or any(p is None or p.key != self.pending[name][1]
                                  for p, name in zip(parts, PARTS)):
             return  # a load that finishes tries again
-        failed = next((part for part, p in zip(PARTS, parts) if p.error), None)
+        loaded = cast(list[Loaded], parts)  # none is None now
+        failed = next((part for part, p in zip(PARTS, loaded) if p.error), None)
         if failed:
             self._stop_wanting(self.loaded[failed].field)
             return
         wanted, self.start_wanted = self.start_wanted, None
-        model, cluster = parts
+        assert wanted is not None  # this runs only while a start is wanted
+        model, cluster = loaded
         self.post_message(wanted(model.value, cluster.value, options,
                                  self._label("model", model.value),
                                  self._label("cluster", cluster.value), self._text("cost")))
@@ -403,5 +408,6 @@ class SetupScreen(Screen):
         if value is None:
             return ""
         if part == "model":
-            return f"{value.meta.get('model', value.name)} (batch {value.batch_size})"
+            graph = cast(OpGraph, value)
+            return f"{graph.meta.get('model', graph.name)} (batch {graph.batch_size})"
         return value.name
