@@ -28,9 +28,9 @@ from flextui.cost import AnalyticCostModel
 from flextui.graph.library import load_model, model_info
 from flextui.machine import load_named_cluster
 from flextui.search import SearchOptions, parse_budget, run_search
+from flextui.search.compute_bound import work_lower_bound
 from flextui.search.exhaustive.search import exhaustive_search
 from flextui.search.summary import baseline_costs
-from flextui.search.compute_bound import work_lower_bound
 
 PAPER_MODELS = ["alexnet", "inception_v3", "resnet101", "rnntc", "rnnlm", "nmt"]
 

@@ -95,7 +95,8 @@ class DocumentFormat:
         try:
             document = msgpack.unpackb(data, raw=False, strict_map_key=False)
         except msgpack.ExtraData as exc:  # another format's file may go on after a value
-            raise BadDocument(_decoding_problem(exc) if self._is_ours(exc.unpacked)
+            unpacked = exc.unpacked  # type: ignore[attr-defined]  # msgpack-types lacks it
+            raise BadDocument(_decoding_problem(exc) if self._is_ours(unpacked)
                               else f"not a flextui {self.what}") from None
         except Exception as exc:  # noqa: BLE001 (any decoding failure of untrusted bytes)
             raise BadDocument(_decoding_problem(exc)) from None

@@ -141,7 +141,8 @@ class FieldReader:
         if not isinstance(value, int) or isinstance(value, bool) \
                 or (minimum is not None and value < minimum):
             at_least = f" >= {minimum}" if minimum is not None else ""
-            self.fail(field, f"{self.expected} a whole number{at_least}, found {describe(value)}{hint}")
+            self.fail(field, f"{self.expected} a whole number{at_least}, found "
+                             f"{describe(value)}{hint}")
         self.fail(field, f"{self.expected} a whole number <= {maximum:,}, found {value:,}{hint}")
 
     def number(self, value: object, field: str, minimum: float | None = None,
@@ -165,7 +166,8 @@ class FieldReader:
     def choice(self, value: object, field: str, choices: Collection[str]) -> str:
         """One of ``choices`` (names of a closed set, such as an enum's)."""
         if not isinstance(value, str) or value not in choices:
-            self.fail(field, f"{self.expected} one of {', '.join(choices)}, found {describe(value)}")
+            self.fail(field, f"{self.expected} one of {', '.join(choices)}, found "
+                             f"{describe(value)}")
         return value
 
     def boolean(self, value: object, field: str) -> bool:

@@ -10,8 +10,16 @@ import zlib
 import msgpack
 import pytest
 
-from flextui.cost.cache import (BadDocument, ProfileCache, ProfileEntry, ProfileKey,
-                                decode_cache, device_kind_slug, encode_cache, merge_cache_files)
+from flextui.cost.cache import (
+    BadDocument,
+    ProfileCache,
+    ProfileEntry,
+    ProfileKey,
+    decode_cache,
+    device_kind_slug,
+    encode_cache,
+    merge_cache_files,
+)
 from flextui.cost.cache_dirs import reference_profile_dir, user_profile_dir
 from flextui.errors import FlextuiError
 from flextui.graph import GraphBuilder

@@ -8,14 +8,19 @@ import time
 import msgpack
 import pytest
 import torch.multiprocessing as mp
-from conftest import cluster, model
 
-from flextui.cost import AnalyticCostModel, cost_model_from_identity
-from flextui.cost import comm
+from conftest import cluster, model
+from flextui.cost import AnalyticCostModel, comm, cost_model_from_identity
 from flextui.cost.calibrated import CalibratedCommModel
-from flextui.cost.calibration import (CommCalibration, calibration_path, fit_latency_bandwidth,
-                                      interpolate, load_calibrations, read_calibrations,
-                                      save_calibration)
+from flextui.cost.calibration import (
+    CommCalibration,
+    calibration_path,
+    fit_latency_bandwidth,
+    interpolate,
+    load_calibrations,
+    read_calibrations,
+    save_calibration,
+)
 from flextui.cost.ring import ring_allreduce_s
 from flextui.errors import FlextuiError
 from flextui.sim import DeltaSimulator, Simulator, TaskKind

@@ -9,13 +9,12 @@ import torch
 
 from conftest import line_cluster, model
 from flextui.cli import main
-from flextui.cost import AnalyticCostModel, cost_model_from_identity
+from flextui.cost import AnalyticCostModel, cost_model_from_identity, profile as profiler
 from flextui.cost.cache import ProfileCache, ProfileEntry
 from flextui.cost.calibrated import CalibratedCommModel
 from flextui.cost.calibration import CommCalibration, read_calibrations, save_calibration
 from flextui.cost.choose import choose_cost_model
 from flextui.cost.localdevice import cpu_name, resolve_device
-from flextui.cost import profile as profiler
 from flextui.cost.profile import profile_tasks, time_task
 from flextui.cost.profiled import ProfiledCostModel
 from flextui.cost.signatures import Measurement, block_shapes, task_signatures
@@ -132,7 +131,7 @@ def test_measured_times_where_present_analytic_elsewhere():
 def test_a_simulation_uses_the_measured_times_exactly():
     graph = lenet()
     names = [op.name for op in graph.ops if op.type != "input"]
-    profiled = hand_model(graph, {name: (0.001, 0.002) for name in names})
+    profiled = hand_model(graph, dict.fromkeys(names, (0.001, 0.002)))
     cluster = line_cluster(1, spec=CPU)
     timeline = Simulator(graph, cluster, profiled, memory="ignore").simulate(
         builtin_strategy("data-parallel", graph, cluster))

@@ -5,7 +5,7 @@ import math
 import pytest
 
 from flextui.errors import GraphError
-from flextui.graph import DimKind, GraphBuilder, graph_from_dict, full_region
+from flextui.graph import DimKind, GraphBuilder, full_region, graph_from_dict
 
 S, A, P = DimKind.SAMPLE, DimKind.ATTRIBUTE, DimKind.PARAMETER
 

@@ -15,8 +15,15 @@ import torch.nn.functional as F
 
 from flextui.errors import GraphError
 from flextui.graph import OP_TYPES, GraphBuilder, Op, Region, full_region
-from flextui.graph.kernels import (KERNELS, backward_block, block_tensors, forward_block,
-                                   kernel_for, loss_block, operand_regions)
+from flextui.graph.kernels import (
+    KERNELS,
+    backward_block,
+    block_tensors,
+    forward_block,
+    kernel_for,
+    loss_block,
+    operand_regions,
+)
 from flextui.strategy import valid_configs
 
 DTYPE = torch.float64

@@ -8,8 +8,13 @@ import pytest
 
 from flextui.machine import Device, DeviceSpec, detect
 from flextui.machine.cluster import Cluster
-from flextui.machine.nvtopo import (detect_nvlink, is_switched, nvlink_lanes, parse_topology,
-                                    visible_rows)
+from flextui.machine.nvtopo import (
+    detect_nvlink,
+    is_switched,
+    nvlink_lanes,
+    parse_topology,
+    visible_rows,
+)
 
 SPEC = DeviceSpec("A100-SXM4-80GB", 80 * 2**30, {"float32": 19.5e12}, 2.0e12)
 

@@ -12,8 +12,8 @@ import pytest
 
 from conftest import edit_log_header
 from flextui.cli import main
-from flextui.sim import taskstore
 from flextui.search import read_search_log
+from flextui.sim import taskstore
 
 
 def run(capsys, *argv):

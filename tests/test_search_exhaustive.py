@@ -6,22 +6,26 @@ import math
 import random
 
 import pytest
-from conftest import TEST_SPEC as SPEC
-from conftest import line_cluster
 
+from conftest import TEST_SPEC as SPEC, line_cluster
 from flextui.cost import AnalyticCostModel, OpCost
 from flextui.errors import ClusterError, FlextuiError, StrategyError
 from flextui.graph import GraphBuilder
 from flextui.graph.library import load_model
 from flextui.machine import Cluster, Device, DeviceSpec, Link, load_named_cluster
-from flextui.search.exhaustive.tables import BoundTables, lower_bound
-from flextui.search.exhaustive.schedule_bound import cannot_finish_before, one_resource, raise_bounds, topological
+from flextui.search.exhaustive.schedule_bound import (
+    cannot_finish_before,
+    one_resource,
+    raise_bounds,
+    topological,
+)
 from flextui.search.exhaustive.search import (
     ExhaustiveResult,
     exhaustive_search,
     search_order,
     space_size,
 )
+from flextui.search.exhaustive.tables import BoundTables, lower_bound
 from flextui.sim import Simulator
 from flextui.strategy import ParallelConfig, Strategy, count_configs, valid_configs
 

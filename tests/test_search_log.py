@@ -21,8 +21,17 @@ from flextui.cost.profiled import IDENTITY_PREFIX as PROFILED_PREFIX
 from flextui.errors import FlextuiError, SearchLogError
 from flextui.search import SearchOptions, runner
 from flextui.search.events import StepEvent
-from flextui.search.log import (FORMAT_VERSION, MAGIC, Checkpoint, FinalRecord, FrontierPoint,
-                                SearchHeader, SearchLog, SearchLogWriter, read_search_log)
+from flextui.search.log import (
+    FORMAT_VERSION,
+    MAGIC,
+    Checkpoint,
+    FinalRecord,
+    FrontierPoint,
+    SearchHeader,
+    SearchLog,
+    SearchLogWriter,
+    read_search_log,
+)
 from flextui.search.logfile import scan_frames
 from flextui.search.logformat import frame
 from flextui.strategy import ParallelConfig, Strategy, data_parallel, random_config

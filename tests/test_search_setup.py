@@ -4,17 +4,22 @@ and the app's Setup screen), the first-launch default, and the cluster summary."
 import pytest
 
 from conftest import TEST_SPEC
-from flextui.errors import ClusterError, FlextuiError, ModelError
-from flextui.machine import Cluster, Device, DeviceSpec, Link, load_named_cluster
-from flextui.machine.summary import NETWORK, cluster_summary, place_endpoints
-from flextui.session import choices as setup
-from flextui.errors import FieldError
-from flextui.search.options import SearchOptions, parse_beta, search_options
 from flextui.defaults import DEFAULT_CLUSTER, DEFAULT_MODEL
-from flextui.machine import load_named_cluster
+from flextui.errors import ClusterError, FieldError, FlextuiError, ModelError
+from flextui.machine import Cluster, Device, DeviceSpec, Link, load_named_cluster
 from flextui.machine.library import split_resized
-from flextui.session.choices import (FIRST_CLUSTER, FIRST_CLUSTER_NODES, first_choice, load_cluster_choice,
-                                  load_model_choice, parse_model_options, split_options)
+from flextui.machine.summary import NETWORK, cluster_summary, place_endpoints
+from flextui.search.options import SearchOptions, parse_beta, search_options
+from flextui.session import choices as setup
+from flextui.session.choices import (
+    FIRST_CLUSTER,
+    FIRST_CLUSTER_NODES,
+    first_choice,
+    load_cluster_choice,
+    load_model_choice,
+    parse_model_options,
+    split_options,
+)
 
 GPU = DeviceSpec("gpu", 2**34, {"float32": 1e13}, 1e12)
 

@@ -3,8 +3,8 @@
 import math
 
 import pytest
-from conftest import cluster, line_cluster, model
 
+from conftest import cluster, line_cluster, model
 from flextui.cost import AnalyticCostModel, OpCost
 from flextui.graph import GraphBuilder
 from flextui.machine import Cluster

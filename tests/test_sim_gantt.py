@@ -2,17 +2,34 @@
 
 import pytest
 
+from conftest import model
 from flextui.cost import AnalyticCostModel
 from flextui.graph import region_volume
 from flextui.graph.tensor import dtype_bytes
 from flextui.machine import load_named_cluster
-from flextui.sim import (DeviceStats, LinkStats, MemoryUsage, Simulator, TaskKind, TaskTiming,
-                         Timeline)
 from flextui.machine.units import format_bytes
-from flextui.session.gantt import (IDLE_CELL, Cell, View, build_lanes, format_window,
-                                   nearest_task, rasterize, short_names, task_details, ticks)
+from flextui.session.gantt import (
+    IDLE_CELL,
+    Cell,
+    View,
+    build_lanes,
+    format_window,
+    nearest_task,
+    rasterize,
+    short_names,
+    task_details,
+    ticks,
+)
+from flextui.sim import (
+    DeviceStats,
+    LinkStats,
+    MemoryUsage,
+    Simulator,
+    TaskKind,
+    TaskTiming,
+    Timeline,
+)
 from flextui.strategy import builtin_strategy
-from conftest import model
 
 F, B, T, S, U = (TaskKind.FORWARD, TaskKind.BACKWARD, TaskKind.TRANSFER, TaskKind.SYNC,
                  TaskKind.UPDATE)
@@ -100,8 +117,8 @@ def test_view_reveal_and_cells():
     assert view.reveal(task(F, 3.0, 3.5)) == View(1.5, 3.5, 4.0)
     assert view.reveal(task(F, 0.0, 4.0)) == View(0.0, 2.0, 4.0)  # too long: its start
     assert view.cells(1.5, 2.0, 4) == range(1, 2)
-    assert view.cells(1.25, 1.25, 4) == range(0, 1)  # zero-length: the cell it starts in
-    assert view.cells(0.0, 9.0, 4) == range(0, 4)
+    assert view.cells(1.25, 1.25, 4) == range(1)  # zero-length: the cell it starts in
+    assert view.cells(0.0, 9.0, 4) == range(4)
     assert view.cells(3.5, 4.0, 4) == range(4, 4)
 
 

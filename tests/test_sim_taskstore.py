@@ -8,8 +8,7 @@ import pytest
 
 from conftest import cluster, model
 from flextui.cost import AnalyticCostModel
-from flextui.sim import DeltaSimulator, Simulator
-from flextui.sim import taskstore
+from flextui.sim import DeltaSimulator, Simulator, taskstore
 from flextui.sim.schedule import Times
 from flextui.sim.taskstore import PyTaskStore
 from flextui.strategy import builtin_strategy, random_config

@@ -8,9 +8,17 @@ import pytest
 from conftest import cluster, model
 from flextui.errors import FlextuiError, StrategyError
 from flextui.graph import region_volume
-from flextui.strategy import (BUILTIN_STRATEGIES, ParallelConfig, builtin_strategy, count_configs,
-                              load_strategy, random_config, save_strategy, strategy_to_json,
-                              valid_configs)
+from flextui.strategy import (
+    BUILTIN_STRATEGIES,
+    ParallelConfig,
+    builtin_strategy,
+    count_configs,
+    load_strategy,
+    random_config,
+    save_strategy,
+    strategy_to_json,
+    valid_configs,
+)
 
 
 @pytest.mark.parametrize("name", BUILTIN_STRATEGIES)

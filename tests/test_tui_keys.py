@@ -7,9 +7,9 @@ import pytest
 from textual.widgets import Static
 
 from conftest import lenet_node, start_lenet_search, wait_for
-from flextui.session.live_profile import LiveProfile
 from flextui.machine import load_named_cluster
 from flextui.search import SearchOptions
+from flextui.session.live_profile import LiveProfile
 from flextui.tui.app import FlextuiApp
 from flextui.tui.screens.help import HelpScreen
 from flextui.tui.screens.profile import ProfileScreen

@@ -9,9 +9,9 @@ import torch
 from rich.console import Console
 
 from conftest import wait_for
-from flextui.session.live_profile import LiveProfile
 from flextui.cost.profiled import ProfiledCostModel
 from flextui.search import read_search_log
+from flextui.session.live_profile import LiveProfile
 from flextui.tui.app import FlextuiApp
 from flextui.tui.screens.dialogs import ErrorDialog
 from flextui.tui.screens.profile import ProfileScreen

@@ -12,8 +12,8 @@ import pytest
 from conftest import edit_log_header, lenet_node, start_lenet_search, wait_for
 from flextui.cost import AnalyticCostModel
 from flextui.search import SearchOptions, read_search_log
-from flextui.session.playback import Playback
 from flextui.search.summary import baseline_costs
+from flextui.session.playback import Playback
 from flextui.sim import Simulator
 from flextui.strategy import load_strategy
 from flextui.tui.app import FlextuiApp

@@ -8,16 +8,16 @@ from textual.app import App
 from textual.widgets import Static
 
 import flextui
+from conftest import model
 from flextui.cost import AnalyticCostModel
 from flextui.machine import load_named_cluster
-from flextui.sim import Simulator, TaskKind
 from flextui.machine.units import format_bytes
 from flextui.session.gantt import KIND_GLYPHS, SELECTED_GLYPH, task_details
+from flextui.sim import Simulator, TaskKind
 from flextui.strategy import builtin_strategy
 from flextui.tui.screens.timeline import TimelineScreen
 from flextui.tui.widgets.gantt import Gantt
 from flextui.tui.widgets.usage import UsageBars, bar
-from conftest import model
 
 CSS = Path(flextui.__file__).parent / "tui" / "app.tcss"
 GRAPH = model("lenet")

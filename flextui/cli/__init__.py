@@ -12,8 +12,8 @@ from collections.abc import Callable, Sequence
 from rich.console import Console
 
 from flextui import __version__
-from flextui.cli.common import cluster_arg, cost_args, memory_arg, model_args
 from flextui.cli import profile, replay, search
+from flextui.cli.common import cluster_arg, cost_args, memory_arg, model_args
 from flextui.cli.show import cmd_clusters, cmd_models, cmd_show
 from flextui.cli.simulate import cmd_simulate
 from flextui.errors import FlextuiError

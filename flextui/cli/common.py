@@ -10,12 +10,11 @@ import sys
 import threading
 from typing import Any
 
-from flextui.defaults import DEFAULT_CLUSTER, DEFAULT_MODEL
-from flextui.errors import FlextuiError
 from flextui.cost.choose import CostKind
 from flextui.cost.signatures import DTYPE_NAMES
+from flextui.defaults import DEFAULT_CLUSTER, DEFAULT_MODEL
+from flextui.errors import FlextuiError
 from flextui.sim.memory import MemoryPolicy
-
 
 
 def model_options(args: argparse.Namespace) -> dict[str, str]:
@@ -71,7 +70,8 @@ def model_args(p: argparse.ArgumentParser, default: str | None = DEFAULT_MODEL) 
 
 def cluster_arg(p: argparse.ArgumentParser, default: str | None = DEFAULT_CLUSTER) -> None:
     p.add_argument("--cluster", "-c", default=default,
-                   help=f"library cluster name, a .toml file, or 'local' (default {DEFAULT_CLUSTER})")
+                   help="library cluster name, a .toml file, or 'local' "
+                        f"(default {DEFAULT_CLUSTER})")
 
 
 class StopSignal:

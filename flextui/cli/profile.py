@@ -48,12 +48,14 @@ def add_parser(sub) -> None:
 
 def cmd_profile(args: argparse.Namespace, console: Console) -> int | None:
     if args.merge:
-        return _merge(args, console)
-    if args.show:
-        return _show(args, console)
-    if args.comm:
-        return _comm(args, console)
-    return _measure(args, console)
+        _merge(args, console)
+    elif args.show:
+        _show(args, console)
+    elif args.comm:
+        _comm(args, console)
+    else:
+        return _measure(args, console)
+    return None
 
 
 def _measure(args, console: Console) -> int:
@@ -195,7 +197,7 @@ def _merge(args, console: Console) -> None:
     first = Path(args.merge[0])
     try:
         kind = decode_cache(first.read_bytes()).device_kind
-    except Exception:   # merge_cache_files reports what is wrong with it
+    except Exception:  # noqa: BLE001 (merge_cache_files reports what is wrong with it)
         kind = first.stem
     out = user_profile_dir(args.profiles) / f"{kind}.msgpack"
     count = merge_cache_files(args.merge[0], args.merge[1], out)
@@ -249,7 +251,8 @@ def _comm(args, console: Console) -> None:
 
 def _comparison_table(rows) -> Table:
     table = Table(title="measured vs analytic (sum over the tasks measured)")
-    for col in ("op type", "tasks", "forward", "analytic", "ratio", "backward", "analytic", "ratio"):
+    for col in ("op type", "tasks", "forward", "analytic", "ratio",
+                "backward", "analytic", "ratio"):
         table.add_column(col, justify="left" if col == "op type" else "right")
     for r in rows:
         table.add_row(r.op_type, f"{r.tasks:,}", _ms(r.measured_forward_s),

@@ -9,9 +9,9 @@ from rich.console import Console
 from rich.table import Table
 
 from flextui.cli.common import emit_json
-from flextui.strategy.summary import device_list
 from flextui.errors import FlextuiError
 from flextui.graph.dims import DimKind
+from flextui.strategy.summary import device_list
 
 
 def add_parser(sub) -> None:
@@ -46,8 +46,8 @@ def cmd_replay(args: argparse.Namespace, console: Console) -> int | None:
 
 def _replay_headless(args: argparse.Namespace, console: Console) -> None:
     from flextui.cost import cost_model_from_identity
-    from flextui.search.log import read_search_log
     from flextui.search.files import searched_strategy_name
+    from flextui.search.log import read_search_log
     from flextui.search.options import SearchOptions
     from flextui.search.summary import log_summary, search_simulator
     from flextui.sim.trace import write_trace

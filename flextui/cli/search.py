@@ -16,10 +16,21 @@ from pathlib import Path
 
 from rich.console import Console
 
-from flextui.cli.common import (DEFAULT_CLUSTER, DEFAULT_MODEL, cluster_arg, cost_args,
-                                emit_json, load_cost_model, load_graph, load_strategy,
-                                memory_arg, model_args, stop_on_signals)
+from flextui.cli.common import (
+    DEFAULT_CLUSTER,
+    DEFAULT_MODEL,
+    cluster_arg,
+    cost_args,
+    emit_json,
+    load_cost_model,
+    load_graph,
+    load_strategy,
+    memory_arg,
+    model_args,
+    stop_on_signals,
+)
 from flextui.errors import FlextuiError
+from flextui.search.events import StepEvent
 from flextui.search.files import default_export_path, default_log_path
 from flextui.search.options import BETA_SCALE, DEFAULT_BUDGET
 
@@ -84,9 +95,9 @@ def cmd_search(args: argparse.Namespace, console: Console) -> int:
         with stop_on_signals(stop) as caught:
             result = _run(graph, cluster, cost_model, options, initial, log_path, resume, args,
                           console, stop, notice)
-    except SearchLogFailed as failed:
+    except SearchLogFailed as failed:  # a log was being written: a new one or the resumed one
         raise _log_failure(failed, graph, cluster, options, export,
-                           log_path or resume.path) from None
+                           log_path or (resume.path if resume else None)) from None
     _report(result, graph, cluster, cost_model, options, log_path or (resume and resume.path),
             export, args, console)
     return caught.exit_status
@@ -96,8 +107,8 @@ def _inputs(args, resume):
     """Graph, cluster, cost model, options and initial strategy, from the command line
     or, resuming, from the log (which a --model/--cluster given too must match)."""
     from flextui.cost import cost_model_from_identity
-    from flextui.machine import load_named_cluster
     from flextui.errors import FieldError
+    from flextui.machine import load_named_cluster
     from flextui.search.options import INITS, SearchOptions, search_options
     try:
         given = search_options(
@@ -191,7 +202,7 @@ class _Progress:
     def __init__(self, console: Console, options, quiet: bool,
                  notice: str | None = None) -> None:
         self.console, self.options, self.quiet, self.notice = console, options, quiet, notice
-        self.latest: dict[int, object] = {}
+        self.latest: dict[int, StepEvent] = {}
         self.shown = 0.0
         self.width = 0      # of the longest line shown in place, which a shorter one covers
 
@@ -256,8 +267,8 @@ def _log_failure(failed, graph, cluster, options, export, log_path) -> FlextuiEr
 
 
 def _report(result, graph, cluster, cost_model, options, log_path, export, args, console):
-    from flextui.search.summary import search_summary, strategy_figures
     from flextui.machine.units import format_bytes
+    from flextui.search.summary import search_summary, strategy_figures
     chosen, note = _export(result, graph, cluster, options, export)
     summary = search_summary(result, graph, cluster, cost_model, options)
     summary.update(log=str(log_path) if log_path else None, strategy=str(export), note=note,
@@ -271,7 +282,8 @@ def _report(result, graph, cluster, cost_model, options, log_path, export, args,
         f"[bold]{summary['model']}[/] on {summary['cluster']}: best "
         f"{summary['best_s'] * 1e3:.3f} ms per iteration after {summary['iterations']:,} "
         f"steps in {summary['elapsed_s']:.1f} s ({summary['reason']}); data parallel "
-        f"{summary['data_parallel_s'] * 1e3:.3f} ms ({summary['speedup_over_data_parallel']:.2f}x), "
+        f"{summary['data_parallel_s'] * 1e3:.3f} ms "
+        f"({summary['speedup_over_data_parallel']:.2f}x), "
         f"expert {summary['expert_s'] * 1e3:.3f} ms; acceptance {summary['acceptance_rate']:.0%}; "
         f"no strategy is faster than {summary['lower_bound_s'] * 1e3:.3f} ms (its compute "
         "spread evenly over the devices)")

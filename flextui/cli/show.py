@@ -9,8 +9,8 @@ from rich.console import Console
 from rich.table import Table
 
 from flextui.cli.common import emit_json, load_graph, load_strategy, si
-from flextui.strategy.summary import device_list
 from flextui.errors import FlextuiError
+from flextui.strategy.summary import device_list
 
 
 def cmd_models(args: argparse.Namespace, console: Console) -> None:

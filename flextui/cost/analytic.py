@@ -19,11 +19,11 @@ from flextui.errors import FlextuiError
 from flextui.graph import Op
 from flextui.machine import Device, Link
 
-
 IDENTITY_PREFIX = "analytic-roofline-v1"
 _NUMBER = r"([0-9.eE+-]+)"
 _IDENTITY = re.compile(re.escape(IDENTITY_PREFIX) + r"\(compute_efficiency=" + _NUMBER
-                       + r",memory_efficiency=" + _NUMBER + r",launch_overhead_s=" + _NUMBER + r"\)")
+                       + r",memory_efficiency=" + _NUMBER
+                       + r",launch_overhead_s=" + _NUMBER + r"\)")
 
 
 @dataclass
@@ -57,7 +57,7 @@ class AnalyticCostModel:
                 f"launch_overhead_s={self.launch_overhead_s!r})")
 
     @classmethod
-    def from_identity(cls, identity: str) -> "AnalyticCostModel | None":
+    def from_identity(cls, identity: str) -> AnalyticCostModel | None:
         """The model an ``identity`` string names, or None if it is not this model's;
         FlextuiError if it is this model's but damaged."""
         if not identity.startswith(IDENTITY_PREFIX + "("):
@@ -71,7 +71,8 @@ class AnalyticCostModel:
             raise FlextuiError(f"cost model {identity[:120]!r}: its parameters are not "
                                f"{IDENTITY_PREFIX}(compute_efficiency=N,memory_efficiency=N,"
                                "launch_overhead_s=N) with numbers N; the search log is damaged")
-        return cls(*values)
+        compute, memory, overhead = values
+        return cls(compute, memory, overhead)
 
     def op_cost(self, op: Op, block_shape: tuple[int, ...], device: Device) -> OpCost:
         per_op = self._memo.setdefault(op, {})

@@ -11,11 +11,12 @@ format version keeps it. A key is stored as its canonical encoding (``ProfileKey
 a msgpack map in bytes), so a lookup compares bytes and opening a cache decodes no
 keys: a stored key that equals a lookup's encoding is valid by construction, and keys are
 decoded, and validated, only where they are read as keys (``CacheFile.items``: showing a
-cache). That keeps a warm profiling run cheap (``benchmarks/profile_speed.py``). Everything read is validated; nothing is unpickled. A file
-that is corrupt, truncated or foreign (not a profile cache, or another device kind's) is
-never trusted: the cache reports it in ``notices``, moves it aside (renamed to
-``<name>.corrupt-<timestamp>``, never deleted) when it is the user's own file, ignores
-it when it is a read-only reference file, and starts without it. A file from a newer
+cache). That keeps a warm profiling run cheap (``benchmarks/profile_speed.py``).
+Everything read is validated; nothing is unpickled. A file that is corrupt, truncated
+or foreign (not a profile cache, or another device kind's) is never trusted: the cache
+reports it in ``notices``, moves it aside (renamed to ``<name>.corrupt-<timestamp>``,
+never deleted) when it is the user's own file, ignores it when it is a read-only
+reference file, and starts without it. A file from a newer
 format version is reported and left untouched; ``save`` refuses to replace it.
 """
 
@@ -29,8 +30,13 @@ from pathlib import Path
 from typing import Any
 
 from flextui.cost.cache_dirs import reference_profile_dir, user_profile_dir
-from flextui.cost.cache_records import (FIELDS, ProfileEntry, ProfileKey, check_pair,
-                                       device_kind_slug)
+from flextui.cost.cache_records import (
+    FIELDS,
+    ProfileEntry,
+    ProfileKey,
+    check_pair,
+    device_kind_slug,
+)
 from flextui.cost.files import atomic_write, file_lock
 from flextui.documents import BadDocument, DocumentFormat
 from flextui.errors import FlextuiError

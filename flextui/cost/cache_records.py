@@ -74,7 +74,7 @@ def canonical_attrs(attrs: Any) -> tuple[tuple[str, Any], ...]:
     if not all(isinstance(p, (list, tuple)) and len(p) == 2 and isinstance(p[0], str)
                for p in pairs):
         raise ValueError("attrs: expected a map of names (strings) to values")
-    frozen = dict((name, _freeze(value, name)) for name, value in pairs)
+    frozen = {name: _freeze(value, name) for name, value in pairs}
     if len(frozen) != len(pairs):
         raise ValueError("attrs: a name appears twice")
     return tuple(sorted(frozen.items()))
@@ -147,8 +147,8 @@ class ProfileKey:
             return tuple(stop - start for start, stop in r)
         if dtype not in FLOAT_DTYPES or not isinstance(training, bool) or not device_name \
                 or not torch_version:
-            return cls(op.type, op.attrs, (), (), (), dtype, training, device_name,
-                       torch_version)  # the checks say what is wrong
+            return cls(op.type, canonical_attrs(op.attrs), (), (), (), dtype, training,
+                       device_name, torch_version)  # the checks say what is wrong
         key = object.__new__(cls)
         values = (op.type, _op_attrs(op), tuple(shape(r) for r in op.input_regions(region)),
                   tuple(shape(op.param_region(i, region)) for i in range(len(op.params))),

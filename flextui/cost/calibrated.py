@@ -24,8 +24,8 @@ from flextui.cost.calibration import CommCalibration
 from flextui.cost.model import CostModel, OpCost
 from flextui.cost.ring import ring_allreduce_s
 from flextui.errors import FlextuiError
-from flextui.limits import read_json
 from flextui.graph import Op
+from flextui.limits import read_json
 from flextui.machine import Cluster, Device, Link
 
 IDENTITY_PREFIX = "calibrated-comm-v1"

@@ -90,7 +90,7 @@ class CommCalibration:
                 "allreduce": [list(row) for row in self.allreduce]}
 
     @classmethod
-    def from_dict(cls, data: Any) -> "CommCalibration":
+    def from_dict(cls, data: Any) -> CommCalibration:
         """Validate plain data; anything malformed raises FlextuiError naming the field."""
         data = _FIELDS.exact_keys(data, _FIELD_NAMES, "fields")
         return cls(**{f: data[f] for f in _FIELD_NAMES})

@@ -17,15 +17,17 @@ from flextui.cost.analytic import AnalyticCostModel
 from flextui.cost.cache import BadDocument, ProfileCache, decode_cache, device_kind_slug
 from flextui.cost.cache_dirs import reference_profile_dir, user_profile_dir
 from flextui.cost.calibrated import CalibratedCommModel
-from flextui.cost.calibration import SUFFIX as CALIBRATION_SUFFIX
-from flextui.cost.calibration import CommCalibration, read_calibrations
+from flextui.cost.calibration import (
+    SUFFIX as CALIBRATION_SUFFIX,
+    CommCalibration,
+    read_calibrations,
+)
 from flextui.cost.model import CostModel
 from flextui.cost.signatures import DTYPE_NAMES, Measurement
 from flextui.errors import FlextuiError
 from flextui.graph import OpGraph
 from flextui.machine import Cluster
 from flextui.machine.gpus import same_device_kind
-
 
 
 class CostKind(StrEnum):
@@ -82,8 +84,9 @@ def choose_cost_model(graph: OpGraph, cluster: Cluster, cost: CostKind | str = C
         return CostChoice(AnalyticCostModel())
     if dtype not in DTYPE_NAMES:
         raise FlextuiError(f"--dtype {dtype!r}: choose one of {', '.join(DTYPE_NAMES)}")
-    import torch   # noqa: PLC0415 (profile keys carry the torch version)
-    from flextui.cost.profiled import ProfiledCostModel  # noqa: PLC0415
+    import torch  # imported here, as only profiles need it: their keys carry its version
+
+    from flextui.cost.profiled import ProfiledCostModel
     dirs = [user_profile_dir(profiles), reference_profile_dir()]
     kinds = sorted({d.spec.kind for d in cluster.devices})
     files, problems = profile_files(dirs)

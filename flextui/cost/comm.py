@@ -99,11 +99,12 @@ def measure_comm(devices: Sequence[str], sizes: Sequence[int] | None = None, rep
         p2p, allreduce = _gather(procs, results, plan, progress, time.monotonic() + timeout_s)
     finally:
         _stop(procs)
-    kind = "cpu" if device_type == "cpu" else device_kind_name(torch.cuda.get_device_name(indices[0]))
+    kind = ("cpu" if device_type == "cpu"
+            else device_kind_name(torch.cuda.get_device_name(indices[0])))
     return CommCalibration(
         device=kind, backend=backend, link_kind=link_kind, hops=hops, world_size=len(devices),
         torch_version=torch.__version__.split("+")[0],
-        measured_at=_dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        measured_at=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         p2p=tuple((s, statistics.median(p2p[s])) for s in sizes),
         allreduce=tuple((s, max(allreduce[s])) for s in sizes))
 
@@ -158,7 +159,8 @@ def _gather(procs: list[Any], results: Any, plan: _Plan, progress: Progress | No
     p2p: dict[int, list[float]] = {}
     allreduce: dict[int, list[float]] = {}
     total = len(plan.sizes) * (len(plan.pairs) + 1)
-    step, done = 0, set()
+    step = 0
+    done: set[int] = set()
     while len(done) < len(procs):
         if time.monotonic() > deadline:
             waiting = [r for r in range(len(procs)) if r not in done]
@@ -263,7 +265,7 @@ def _measure(rank: int, plan: _Plan, results: Any) -> None:
         else:
             dist.barrier()
 
-    def timed(run: Callable[[], None]) -> float:
+    def timed(run: Callable[[], object]) -> float:
         """Median seconds of ``run`` over the repeats, after the warm-up runs."""
         times = []
         for i in range(plan.warmup + plan.repeats):
@@ -287,16 +289,18 @@ def _measure(rank: int, plan: _Plan, results: Any) -> None:
         for size in plan.sizes:
             x = buffer[:size // 4]
             if rank == a:
-                results.put(("p2p", size, timed(lambda: (dist.send(x, b), dist.recv(x, b))) / 2))
+                # timed() calls each lambda before the loop moves on
+                results.put(("p2p", size,
+                             timed(lambda: (dist.send(x, b), dist.recv(x, b))) / 2))  # noqa: B023
             elif rank == b:
-                timed(lambda: (dist.recv(x, a), dist.send(x, a)))
+                timed(lambda: (dist.recv(x, a), dist.send(x, a)))  # noqa: B023
             else:
                 timed(lambda: None)  # keeps step with the barriers
             if rank == 0:
                 results.put(("progress", f"send/recv {a}<->{b}: {size} bytes"))
     for size in plan.sizes:
         x = buffer[:size // 4]
-        results.put(("allreduce", size, timed(lambda: dist.all_reduce(x))))
+        results.put(("allreduce", size, timed(lambda: dist.all_reduce(x))))  # noqa: B023
         if rank == 0:
             results.put(("progress", f"all-reduce over {len(plan.devices)}: {size} bytes"))
     barrier()

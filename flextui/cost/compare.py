@@ -27,7 +27,9 @@ class OpTypeComparison:
 
     @property
     def forward_ratio(self) -> float | None:
-        return self.measured_forward_s / self.analytic_forward_s if self.analytic_forward_s else None
+        if not self.analytic_forward_s:
+            return None
+        return self.measured_forward_s / self.analytic_forward_s
 
     @property
     def backward_ratio(self) -> float | None:
@@ -62,6 +64,7 @@ def compare_with_analytic(signatures: Sequence[TaskSignature], cache: ProfileCac
             row.oom += 1
             continue
         model = analytic.op_cost(signature.op, signature.block, device)
+        assert entry.forward_s is not None  # ProfileEntry: only an oom entry has none
         row.tasks += 1
         row.measured_forward_s += entry.forward_s
         row.analytic_forward_s += model.forward_s

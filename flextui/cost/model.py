@@ -23,7 +23,8 @@ class CostModel(Protocol):
     """Any object with these methods can drive the simulator; tests use hand-written
     ones with fixed times. ``identity`` names the model in search logs."""
 
-    identity: str
+    @property
+    def identity(self) -> str: ...
 
     def op_cost(self, op: Op, block_shape: tuple[int, ...], device: Device) -> OpCost: ...
 

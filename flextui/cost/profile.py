@@ -28,8 +28,13 @@ from flextui.cost.cache import ProfileCache, ProfileEntry
 from flextui.cost.compare import OpTypeComparison, compare_with_analytic, reference_device
 from flextui.cost.estimate import ProfileClock, task_estimates
 from flextui.cost.localdevice import LocalDevice, resolve_device
-from flextui.cost.signatures import (DTYPE_NAMES, Measurement, TaskSignature, origin_block,
-                                     task_signatures)
+from flextui.cost.signatures import (
+    DTYPE_NAMES,
+    Measurement,
+    TaskSignature,
+    origin_block,
+    task_signatures,
+)
 from flextui.errors import FlextuiError
 from flextui.graph import OpGraph
 from flextui.graph.kernels import block_tensors, kernel_for, torch_dtype
@@ -183,7 +188,7 @@ def _time_task(signature: TaskSignature, device: torch.device, dtype: torch.dtyp
         if i >= warmup:
             fwd.append(took)
         if training:
-            took, held = timer(lambda: backward(outputs, loss))
+            took, held = timer(lambda: backward(outputs, loss))  # noqa: B023 (called at once)
             if i >= warmup:
                 bwd.append(took)
     if cuda:

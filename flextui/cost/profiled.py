@@ -25,8 +25,8 @@ from flextui.cost.cache_records import FIELDS, ProfileEntry, ProfileKey
 from flextui.cost.model import CostModel, OpCost
 from flextui.cost.signatures import Measurement, task_signatures
 from flextui.errors import FlextuiError
-from flextui.limits import decompress, read_json
 from flextui.graph import FLOAT_DTYPES, Op, OpGraph
+from flextui.limits import decompress, read_json
 from flextui.machine import Device, Link
 from flextui.machine.gpus import same_device_kind
 
@@ -54,7 +54,7 @@ class ProfiledCostModel:
         signatures = task_signatures(graph, measurement, num_devices=num_devices)
         for signature in signatures:
             entry = cache.get(signature.key)
-            if entry is not None and not entry.oom:
+            if entry is not None and entry.forward_s is not None:  # not out of memory
                 times[signature.key.encoded] = (entry.forward_s, entry.backward_s or 0.0)
         return cls(measurement, times, base, wanted=len(signatures))
 
@@ -138,8 +138,8 @@ def parse_identity(identity: str) -> tuple[Measurement, dict[bytes, Times], str]
         times = {}
         for k, f, b in table:
             entry = ProfileEntry(f, b, measured_at=0.0)   # finite times >= 0
-            if entry.backward_s is None:
-                raise ValueError("a task has no backward time")
+            if entry.forward_s is None or entry.backward_s is None:
+                raise ValueError("a task has no forward or backward time")
             times[ProfileKey.from_map(k).encoded] = (entry.forward_s, entry.backward_s)
         measurement = Measurement(FIELDS.choice(body["dtype"], "dtype", FLOAT_DTYPES),
                                   FIELDS.boolean(body["training"], "training"),

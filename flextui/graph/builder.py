@@ -19,10 +19,10 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from flextui.errors import GraphError
-from flextui.limits import DIM_SIZE, MAX_INTEGER, NAME_CHARS
 from flextui.graph.graph import OpGraph
 from flextui.graph.op import Op
 from flextui.graph.tensor import DTYPE_BYTES, Parameter, Tensor
+from flextui.limits import DIM_SIZE, MAX_INTEGER, NAME_CHARS
 
 IntOrPair = int | tuple[int, int]
 
@@ -99,7 +99,8 @@ class GraphBuilder:
         self._ops.append(op)
         return op
 
-    def _parameter(self, op: Op, role: str, shape: tuple[int, ...], shared: str | None) -> Parameter:
+    def _parameter(self, op: Op, role: str, shape: tuple[int, ...],
+                   shared: str | None) -> Parameter:
         """The op's own parameter, or the one shared under key ``shared`` (made by the
         first op that uses the key)."""
         name = f"{shared or op.name}.{role}"
@@ -124,7 +125,8 @@ class GraphBuilder:
 
     # -- op constructors -----------------------------------------------------------
 
-    def input(self, shape: Sequence[int], dtype: str | None = None, name: str | None = None) -> Tensor:
+    def input(self, shape: Sequence[int], dtype: str | None = None,
+              name: str | None = None) -> Tensor:
         return self._one("input", [], {"shape": list(shape), "dtype": dtype or self.dtype}, name)
 
     def conv2d(self, x: Tensor, out_channels: int, kernel: IntOrPair, stride: IntOrPair = 1,
@@ -173,7 +175,8 @@ class GraphBuilder:
         """Concatenate along a new axis (a concat op with ``stack``)."""
         return self._one("concat", xs, {"axis": axis, "stack": True}, name)
 
-    def split(self, x: Tensor, sizes: Sequence[int], axis: int, name: str | None = None) -> list[Tensor]:
+    def split(self, x: Tensor, sizes: Sequence[int], axis: int,
+              name: str | None = None) -> list[Tensor]:
         return list(self.add("split", [x], {"axis": axis, "sizes": list(sizes)}, name).outputs)
 
     def reshape(self, x: Tensor, shape: Sequence[int], name: str | None = None) -> Tensor:

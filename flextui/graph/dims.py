@@ -8,7 +8,7 @@ import math
 from dataclasses import dataclass
 
 
-class DimKind(str, enum.Enum):
+class DimKind(str, enum.Enum):  # noqa: UP042 (a StrEnum would print differently)
     """How partitioning an op's output along a dim affects the op.
 
     SAMPLE splits the batch; ATTRIBUTE splits along another dim without splitting any
@@ -48,7 +48,7 @@ class Dim:
         return _divisors(self.splits) if self.parallel else (1,)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _divisors(n: int) -> tuple[int, ...]:
     small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
     return tuple(sorted(set(small + [n // d for d in small])))

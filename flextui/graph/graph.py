@@ -70,18 +70,18 @@ class OpGraph:
         return users
 
     def predecessors(self, op: Op) -> list[Op]:
-        return list(dict.fromkeys(t.producer for t in op.inputs))
+        return list(dict.fromkeys(_producer(t) for t in op.inputs))
 
     def successors(self, op: Op) -> list[Op]:
         return list(dict.fromkeys(c for t in op.outputs for c in self.consumers[t]))
 
     def to_networkx(self) -> nx.DiGraph:
         """The op-level DAG (nodes are op names, edges carry the tensor)."""
-        g = nx.DiGraph()
+        g: nx.DiGraph[str] = nx.DiGraph()
         for op in self.ops:
             g.add_node(op.name, type=op.type)
             for t in op.inputs:
-                g.add_edge(t.producer.name, op.name, tensor=t.name)
+                g.add_edge(_producer(t).name, op.name, tensor=t.name)
         return g
 
     def total_flops(self) -> tuple[float, float]:
@@ -104,3 +104,9 @@ class OpGraph:
         """A stable hash of the graph's structure, shapes, attributes and parameters."""
         data = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(data.encode()).hexdigest()[:16]
+
+
+def _producer(t: Tensor) -> Op:
+    """The op ``t`` is an output of: every tensor of a graph has one (GraphBuilder sets it)."""
+    assert t.producer is not None
+    return t.producer

@@ -46,10 +46,11 @@ def _module(name: str) -> ModuleType:
         if not path.is_file():
             raise ModelError(f"model file {name} does not exist")
         spec = importlib.util.spec_from_file_location(f"flextui_user_model_{path.stem}", path)
+        assert spec is not None and spec.loader is not None  # None unless a .py file
         module = importlib.util.module_from_spec(spec)
         try:
             spec.loader.exec_module(module)
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 (a user's model file may raise anything)
             raise ModelError(f"model file {name} failed to load: {exc!r}") from None
     elif name in model_names():
         module = importlib.import_module(f"{LIBRARY_PACKAGE}.{name}")
@@ -90,7 +91,7 @@ def load_model(name: str, **options: Any) -> OpGraph:
     try:
         graph = module.build(**merged)
     except FlextuiError as exc:
-        raise ModelError(f"model {name!r} with {str(merged):.300}: {str(exc):.300}") from None
+        raise ModelError(f"model {name!r} with {merged!s:.300}: {exc!s:.300}") from None
     if not isinstance(graph, OpGraph):
         raise ModelError(f"model {name!r}: build() returned {type(graph).__name__}, not an OpGraph")
     graph.meta.setdefault("model", Path(name).stem)

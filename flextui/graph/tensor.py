@@ -21,8 +21,8 @@ class DType(StrEnum):
     INT32 = "int32"
 
 
-DTYPE_BYTES = {DType.FLOAT32: 4, DType.FLOAT16: 2, DType.BFLOAT16: 2, DType.INT64: 8,
-               DType.INT32: 4}
+DTYPE_BYTES: dict[str, int] = {DType.FLOAT32: 4, DType.FLOAT16: 2, DType.BFLOAT16: 2,
+                               DType.INT64: 8, DType.INT32: 4}
 #: the dtypes devices compute in and profiles are measured in, in their canonical order
 FLOAT_DTYPES = (DType.FLOAT32, DType.FLOAT16, DType.BFLOAT16)
 

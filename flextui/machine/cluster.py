@@ -10,14 +10,15 @@ Units inside are bytes, bytes/s, seconds and FLOP/s.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
 import operator
 from collections import Counter
-import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, NoReturn
 
 from flextui.errors import ClusterError
 from flextui.graph.tensor import FLOAT_DTYPES
@@ -32,7 +33,7 @@ def _is_number(x: object) -> bool:
 
 
 def _positive(x: object) -> bool:
-    return _is_number(x) and math.isfinite(x) and x > 0
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,8 @@ class DeviceSpec:
                      self.mem_bandwidth))
 
     def flops_for(self, dtype: str) -> float:
-        """Peak FLOP/s for ``dtype`` (``"float16"``, ``torch.bfloat16``...); float32's if unknown."""
+        """Peak FLOP/s for ``dtype`` (``"float16"``, ``torch.bfloat16``...); float32's if
+        unknown."""
         name = str(dtype).removeprefix("torch.")
         return self.peak_flops.get(name, self.peak_flops["float32"])
 
@@ -136,7 +138,7 @@ class Cluster:
 
     # -- validation -------------------------------------------------------------------
 
-    def _fail(self, message: str) -> None:
+    def _fail(self, message: str) -> NoReturn:
         raise ClusterError(f"cluster {self.name!r}: {message}")
 
     def _validate(self) -> None:
@@ -269,7 +271,7 @@ class Cluster:
         name = self.device(device_id).name
         return sum(link.bandwidth for link in self.links if link.src == name)
 
-    def with_memory_limit(self, limit: int) -> "Cluster":
+    def with_memory_limit(self, limit: int) -> Cluster:
         """A copy whose devices have at most ``limit`` bytes of memory (a search's
         memory budget is simulated this way)."""
         devices = [dataclasses.replace(d, spec=dataclasses.replace(
@@ -322,15 +324,16 @@ class Cluster:
             "name": self.name,
             "description": self.description,
             "device_kinds": kinds,
-            "devices": [{"name": d.name, "node": d.node, "kind": d.spec.kind} for d in self.devices],
+            "devices": [{"name": d.name, "node": d.node, "kind": d.spec.kind}
+                        for d in self.devices],
             "switches": list(self.switches),
-            "links": [{"name": l.name, "kind": l.kind, "src": l.src, "dst": l.dst,
-                       "bandwidth": float(l.bandwidth), "latency": float(l.latency)}
-                      for l in self.links],
+            "links": [{"name": link.name, "kind": link.kind, "src": link.src, "dst": link.dst,
+                       "bandwidth": float(link.bandwidth), "latency": float(link.latency)}
+                      for link in self.links],
         }
 
     @classmethod
-    def from_dict(cls, d: Any) -> "Cluster":
+    def from_dict(cls, d: Any) -> Cluster:
         """Rebuild a cluster from ``to_dict`` output; malformed data raises ClusterError."""
         try:
             return cls._from_dict(d)
@@ -340,7 +343,7 @@ class Cluster:
             raise ClusterError(f"cluster data is malformed ({type(e).__name__}: {e})") from None
 
     @classmethod
-    def _from_dict(cls, d: Any) -> "Cluster":
+    def _from_dict(cls, d: Any) -> Cluster:
         if not isinstance(d, dict):
             raise ClusterError(f"cluster data must be a mapping, found {type(d).__name__}")
         for limit, key in ((DEVICES, "devices"), (LINKS, "links")):
@@ -350,7 +353,8 @@ class Cluster:
         for kind, s in d["device_kinds"].items():
             flops = s["peak_flops"]
             if not isinstance(flops, dict):
-                raise ClusterError(f"cluster data: device kind {kind!r}: peak_flops must be a mapping")
+                raise ClusterError(f"cluster data: device kind {kind!r}: peak_flops must be a "
+                                   "mapping")
             memory = s["memory_bytes"]
             if isinstance(memory, float) and memory.is_integer():
                 memory = int(memory)
@@ -361,10 +365,12 @@ class Cluster:
             if dev["kind"] not in specs:
                 raise ClusterError(f"cluster data: device {dev['name']!r} has unknown kind "
                                    f"{dev['kind']!r}")
-            devices.append(Device(id=i, name=dev["name"], node=dev["node"], spec=specs[dev["kind"]]))
-        links = [Link(id=i, name=l["name"], kind=l["kind"], src=l["src"], dst=l["dst"],
-                      bandwidth=float(l["bandwidth"]), latency=float(l["latency"]))
-                 for i, l in enumerate(d["links"])]
+            devices.append(Device(id=i, name=dev["name"], node=dev["node"],
+                                  spec=specs[dev["kind"]]))
+        links = [Link(id=i, name=link["name"], kind=link["kind"], src=link["src"],
+                      dst=link["dst"], bandwidth=float(link["bandwidth"]),
+                      latency=float(link["latency"]))
+                 for i, link in enumerate(d["links"])]
         return cls(name=d["name"], devices=devices, links=links,
                    switches=list(d.get("switches", [])), description=d.get("description", ""))
 

@@ -24,8 +24,13 @@ from typing import Any
 
 from flextui.machine.cluster import Cluster, Device, DeviceSpec, Link
 from flextui.machine.gpus import device_kind_name, lookup_gpu
-from flextui.machine.nvtopo import (NVLINK_LANE_BANDWIDTH, NVLINK_LATENCY, Lanes, detect_nvlink,
-                                    is_switched)
+from flextui.machine.nvtopo import (
+    NVLINK_LANE_BANDWIDTH,
+    NVLINK_LATENCY,
+    Lanes,
+    detect_nvlink,
+    is_switched,
+)
 
 __all__ = ["detect_local", "describe_local", "CPU_CLOCK_HZ", "CPU_FLOP_PER_CYCLE"]
 
@@ -52,8 +57,8 @@ def _physical_memory() -> int:
 
 def _torch() -> Any | None:
     try:
-        import torch  # noqa: PLC0415 (lazy on purpose)
-    except Exception:  # not installed, or a broken install: treat as CPU-only
+        import torch  # lazy on purpose
+    except Exception:  # noqa: BLE001 (not installed, or a broken install: treat as CPU-only)
         return None
     return torch
 
@@ -63,7 +68,7 @@ def _cuda_available(torch: Any | None) -> bool:
         return False
     try:
         return bool(torch.cuda.is_available()) and torch.cuda.device_count() > 0
-    except Exception:
+    except Exception:  # noqa: BLE001 (a broken CUDA setup reads as no GPU)
         return False
 
 
@@ -161,7 +166,7 @@ def describe_local() -> dict[str, Any]:
         "memory_bytes": _physical_memory(),
         "devices": [],
     }
-    if info["cuda_available"]:
+    if torch is not None and info["cuda_available"]:  # (CUDA is never available without torch)
         count = torch.cuda.device_count()
         for i in range(count):
             name = torch.cuda.get_device_name(i)
@@ -178,7 +183,7 @@ def describe_local() -> dict[str, Any]:
         try:
             peer = [[i == j or bool(torch.cuda.can_device_access_peer(i, j))
                      for j in range(count)] for i in range(count)]
-        except Exception:
+        except Exception:  # noqa: BLE001 (peer access unknown: report none)
             peer = []
         info["peer_access"] = peer
     else:

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from flextui.limits import DEVICES, LINKS
 from flextui.fields import describe
+from flextui.limits import DEVICES, LINKS
 from flextui.machine.layout import Layout
 
 __all__ = ["build_explicit"]

@@ -6,7 +6,8 @@ tables and arrays, names, quantities with units and links."""
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from flextui.errors import ClusterError
 from flextui.fields import FieldReader, describe

@@ -14,7 +14,9 @@ one Dijkstra per source device answers every destination from it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+import itertools
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import networkx as nx
 
@@ -24,7 +26,7 @@ if TYPE_CHECKING:
 ROUTE_REFERENCE_BYTES = 2**20
 
 
-def link_weight(link: "Link") -> float:
+def link_weight(link: Link) -> float:
     """The routing cost of one link: seconds to move ``ROUTE_REFERENCE_BYTES`` over it."""
     return link.latency + ROUTE_REFERENCE_BYTES / link.bandwidth
 
@@ -32,14 +34,14 @@ def link_weight(link: "Link") -> float:
 class Router:
     """Cached shortest paths between the compute devices of one topology."""
 
-    def __init__(self, device_names: list[str], switches: list[str], links: list["Link"]) -> None:
+    def __init__(self, device_names: list[str], switches: list[str], links: list[Link]) -> None:
         self._devices = set(device_names)
-        self._graph = nx.DiGraph()
+        self._graph: nx.DiGraph[str] = nx.DiGraph()
         self._graph.add_nodes_from(device_names)
         self._graph.add_nodes_from(switches)
         for link in links:
             self._graph.add_edge(link.src, link.dst, link=link, weight=link_weight(link))
-        self._paths: dict[str, dict[str, tuple["Link", ...]]] = {}
+        self._paths: dict[str, dict[str, tuple[Link, ...]]] = {}
 
     @property
     def graph(self) -> nx.DiGraph:
@@ -57,17 +59,18 @@ class Router:
 
         return weight
 
-    def route(self, src: str, dst: str) -> tuple["Link", ...] | None:
+    def route(self, src: str, dst: str) -> tuple[Link, ...] | None:
         """The directed links from device ``src`` to device ``dst``; ``None`` if unreachable."""
         if src == dst:
             return ()
         paths = self._paths.get(src)
         if paths is None:
-            _, nodes = nx.single_source_dijkstra(self._graph, src, weight=self._weight_from(src))
+            nodes = nx.single_source_dijkstra_path(self._graph, src,
+                                                   weight=self._weight_from(src))
             paths = {}
             for target, path in nodes.items():
                 if target in self._devices and target != src:
                     paths[target] = tuple(self._graph.edges[u, v]["link"]
-                                          for u, v in zip(path, path[1:]))
+                                          for u, v in itertools.pairwise(path))
             self._paths[src] = paths
         return paths.get(dst)

@@ -84,11 +84,11 @@ import tomllib
 from pathlib import Path
 
 from flextui.errors import ClusterError
-from flextui.limits import TEXT_CHARS, nesting_problem, parsing
+from flextui.fields import describe
 from flextui.graph.tensor import FLOAT_DTYPES
+from flextui.limits import TEXT_CHARS, nesting_problem, parsing
 from flextui.machine.cluster import Cluster, DeviceSpec
 from flextui.machine.explicit import build_explicit
-from flextui.fields import describe
 from flextui.machine.fields import Fields
 from flextui.machine.layout import Layout
 from flextui.machine.regular import build_regular

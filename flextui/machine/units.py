@@ -87,8 +87,8 @@ def _whole_bytes(value: object, nbytes: float) -> int:
 
 
 _BANDWIDTH_EXAMPLE = '"25 GB/s" or "100 Gb/s"'
-_BANDWIDTH_UNIT = re.compile(r"^(?P<prefix>[A-Za-z]i?)??(?P<unit>B|b|bit|bits|Byte|Bytes|byte|bytes)"
-                             r"(?P<per>/s|ps)$")
+_BANDWIDTH_UNIT = re.compile(r"^(?P<prefix>[A-Za-z]i?)??"
+                             r"(?P<unit>B|b|bit|bits|Byte|Bytes|byte|bytes)(?P<per>/s|ps)$")
 
 
 def parse_bandwidth(value: object) -> float:

@@ -8,6 +8,6 @@ from flextui.search.log import SearchLog, SearchLogWriter, read_search_log
 from flextui.search.options import SearchOptions, parse_budget, parse_size
 from flextui.search.runner import SearchResult, run_search
 
-__all__ = ["RestartEvent", "StepEvent", "StopReason", "ExhaustiveResult", "exhaustive_search", "Frontier",
-           "SearchLog", "SearchLogWriter", "read_search_log", "SearchOptions", "parse_budget",
-           "parse_size", "SearchResult", "run_search"]
+__all__ = ["ExhaustiveResult", "Frontier", "RestartEvent", "SearchLog", "SearchLogWriter",
+           "SearchOptions", "SearchResult", "StepEvent", "StopReason", "exhaustive_search",
+           "parse_budget", "parse_size", "read_search_log", "run_search"]

@@ -33,6 +33,7 @@ def work_lower_bound(graph: OpGraph, cluster: Cluster, cost_model: CostModel,
             shape = ParallelConfig(degrees, tuple(range(tasks))).block_shape(op)
             for device in kinds:
                 cost = cost_model.op_cost(op, shape, device)
-                least = min(least, tasks * (cost.forward_s + (cost.backward_s if backward else 0.0)))
+                least = min(least,
+                            tasks * (cost.forward_s + (cost.backward_s if backward else 0.0)))
         work += least
     return work / cluster.num_devices

@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
 
-
 from flextui.documents import BadDocument, pack, unpack
 from flextui.errors import SearchLogError
 from flextui.search.events import StepEvent, StopReason
@@ -92,7 +91,8 @@ class SearchLogWriter:
                 f.truncate(log.complete_bytes)
         except OSError as exc:
             f.close()
-            raise SearchLogError(f"cannot resume search log {path}: {exc.strerror or exc}") from None
+            raise SearchLogError(f"cannot resume search log {path}: "
+                                 f"{exc.strerror or exc}") from None
         except BaseException:
             f.close()
             raise
@@ -202,8 +202,10 @@ class SearchLog:
     final: FinalRecord | None
     truncated: bool                       # the last record was incomplete (killed search)
     complete_bytes: int                   # file offset where the last complete record ends
-    record_offsets: list[int] = field(default_factory=list)  # where each complete record starts
-    # chain -> its effective records in order: ("s", StepEvent) | ("r", iteration) | ("c", Checkpoint)
+    record_offsets: list[int] = field(default_factory=list)  # where each complete record
+                                                             # starts
+    # chain -> its effective records in order: ("s", StepEvent) | ("r", iteration)
+    # | ("c", Checkpoint)
     _history: dict[int, list[tuple[str, Any]]] = field(default_factory=dict, repr=False,
                                                        compare=False)
     _size: int | None = field(default=None, repr=False, compare=False)  # file size when read
@@ -215,7 +217,7 @@ class SearchLog:
             items = ([(e.chain, e.iteration, "s", e) for e in self.steps]
                      + [(c, i, "r", i) for c, i in self.restarts]
                      + [(cp.chain, cp.iteration, "c", cp) for cp in self.checkpoints])
-            for chain, it, kind, obj in sorted(items, key=lambda x: (x[0], x[1], rank[x[2]])):
+            for chain, _, kind, obj in sorted(items, key=lambda x: (x[0], x[1], rank[x[2]])):
                 self._history.setdefault(chain, []).append((kind, obj))
         return self._history
 

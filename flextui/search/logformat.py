@@ -213,6 +213,7 @@ class Decoder:
         if type(data) is not list or len(data) != 2 or type(data[0]) is not list:
             raise BadRecord(f"{what}: a config must be [degrees, devices]")
         degrees, devices = data
+        key: tuple
         if not all(type(d) is int for d in degrees):
             raise BadRecord(f"{what}: op {self.names[index]!r}: degrees must be integers")
         if type(devices) is list:
@@ -222,8 +223,8 @@ class Decoder:
         elif type(devices) is int:
             key = (index, tuple(degrees), devices)
         else:
-            raise BadRecord(f"{what}: op {self.names[index]!r}: devices must be a start device or a "
-                       f"list of ids")
+            raise BadRecord(f"{what}: op {self.names[index]!r}: devices must be a start device "
+                            "or a list of ids")
         config = self._configs.get(key)
         if config is not None:
             return config
@@ -231,8 +232,8 @@ class Decoder:
         if type(devices) is int:
             tasks = math.prod(degrees) if all(d >= 1 for d in degrees) else 0
             if not (tasks >= 1 and 0 <= devices and devices + tasks <= self.num_devices):
-                raise BadRecord(f"{what}: op {op.name!r}: devices {devices}.. for degrees {degrees} do "
-                           f"not fit the cluster's {self.num_devices} devices")
+                raise BadRecord(f"{what}: op {op.name!r}: devices {devices}.. for degrees "
+                                f"{degrees} do not fit the cluster's {self.num_devices} devices")
             devices = tuple(range(devices, devices + tasks))
         else:
             devices = tuple(devices)
@@ -240,8 +241,8 @@ class Decoder:
         try:
             config.check(op, self.num_devices)
         except FlextuiError as exc:
-            raise BadRecord(f"{what}: the strategy does not fit the log's graph and cluster: {exc}") \
-                from None
+            raise BadRecord(f"{what}: the strategy does not fit the log's graph and cluster: "
+                            f"{exc}") from None
         self._configs[key] = config
         return config
 
@@ -250,8 +251,8 @@ class Decoder:
         name = as_name(data[0], f"{what} name")
         configs = as_list(data[1], f"{what} configs")
         if len(configs) != len(self.ops):
-            raise BadRecord(f"{what} has {len(configs)} op configs but the graph has {len(self.ops)} "
-                       f"ops; it does not fit the log's graph")
+            raise BadRecord(f"{what} has {len(configs)} op configs but the graph has "
+                            f"{len(self.ops)} ops; it does not fit the log's graph")
         return Strategy({self.names[i]: self.config(i, c, what) for i, c in enumerate(configs)},
                         name)
 
@@ -280,7 +281,8 @@ def rng_state(data: Any) -> tuple:
 
 
 def decode_header(path: Path, data: Any) -> SearchHeader:
-    if type(data) is not list or len(data) != 2 or data[0] != TAG_HEADER or type(data[1]) is not dict:
+    if type(data) is not list or len(data) != 2 or data[0] != TAG_HEADER \
+            or type(data[1]) is not dict:
         raise BadRecord("the first record is not a search-log header")
     h = data[1]
     try:

@@ -162,7 +162,7 @@ class Chain:
 
     def restart_due(self) -> bool:
         every = self.options.restart_every
-        return bool(every) and self.iteration % every == 0 and self.current_cost > self.best_cost
+        return bool(every and self.iteration % every == 0 and self.current_cost > self.best_cost)
 
     def restart(self) -> RestartEvent:
         """Go back to the best strategy (public FlexFlow restarts chains this way)."""

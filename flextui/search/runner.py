@@ -108,7 +108,8 @@ def initial_strategy(init: str, graph: OpGraph, cluster: Cluster, cost_model: Co
         return random_strategy(graph, cluster, seed=hash_seed(chain_seed(options.seed, chain)))
     if init == "auto":
         simulator = Simulator(graph, cluster, cost_model, options.training, options.memory)
-        candidates = [builtin_strategy(name, graph, cluster) for name in ("data-parallel", "expert")]
+        candidates = [builtin_strategy(name, graph, cluster)
+                      for name in ("data-parallel", "expert")]
         return min(candidates, key=lambda s: simulator.simulate(s).cost)
     return builtin_strategy(init, graph, cluster)
 
@@ -198,6 +199,7 @@ class ChainStart:
     def chain(self, graph: OpGraph, cluster: Cluster, cost_model: CostModel,
               options: SearchOptions) -> Chain:
         if self.checkpoint is None:
+            assert self.strategy is not None  # a chain starts from a strategy or a checkpoint
             return Chain(self.index, graph, cluster, cost_model, options, self.strategy)
         chain = Chain.from_checkpoint(self.checkpoint, graph, cluster, cost_model, options,
                                       self.initial_cost)
@@ -213,9 +215,9 @@ def chain_starts(options: SearchOptions, graph: OpGraph, cluster: Cluster,
     it first did, which needs its initial strategy to be one flextui can rebuild."""
     starts = []
     for c in range(options.chains):
-        first = None if resume is None else \
-            next((cp for cp in resume.checkpoints if cp.chain == c), None)
-        if first is None:
+        first = next((cp for cp in resume.checkpoints if cp.chain == c), None) if resume \
+            else None
+        if resume is None or first is None:
             starts.append(ChainStart(c, initial or _rebuilt_initial(options, graph, cluster,
                                                                     cost_model, c, resume)))
             continue
@@ -316,15 +318,17 @@ def run_search(graph: OpGraph, cluster: Cluster, cost_model: CostModel,
 
     ``on_events`` gets the steps in batches and ``on_reset`` what sets a chain's
     strategies outright (its checkpoints, the first at iteration 0, and its restarts),
-    in the order the chain made them. While ``pause`` is set the chains wait. Chains run in worker processes
-    when there are several or ``processes`` is true (an app keeps its own thread free)."""
+    in the order the chain made them. While ``pause`` is set the chains wait. Chains run in
+    worker processes when there are several or ``processes`` is true (an app keeps its own
+    thread free)."""
     if cluster.num_devices < 2:
         raise FlextuiError(f"cluster {cluster.name!r} has one device: every op has only one "
                            "config, so there is nothing to search; choose a cluster with at "
                            "least two devices (flextui simulate times this one)")
     stop = stop or threading.Event()
     pause = pause or threading.Event()
-    sim_cluster = cluster.with_memory_limit(options.memory_budget) if options.memory_budget else cluster
+    sim_cluster = (cluster.with_memory_limit(options.memory_budget) if options.memory_budget
+                   else cluster)
     frontier = Frontier()
     writer = None
     if resume is not None:
@@ -394,7 +398,7 @@ def _run_workers(starts, graph, cluster, cost_model, options, stop, pause,
                 dead = [i for i, w in enumerate(workers) if not w.is_alive() and i not in reasons]
                 if dead and inbox.empty():
                     raise FlextuiError(f"search worker for chain {dead[0]} died "
-                                       f"(exit code {workers[dead[0]].exitcode})")
+                                       f"(exit code {workers[dead[0]].exitcode})") from None
                 continue
             kind, chain, payload = message
             if kind == "error":
@@ -430,7 +434,9 @@ def _worker(start: ChainStart, graph_data, cluster_data, identity, options, inbo
         graph, cluster = graph_from_dict(graph_data), Cluster.from_dict(cluster_data)
         chain = start.chain(graph, cluster, cost_model_from_identity(identity), options)
         inbox.put(("started", chain.index, (chain.initial_cost, _first_items(start, chain))))
-        stopped = lambda: halt.is_set() or asked_to_end.is_set()
+
+        def stopped() -> bool:
+            return halt.is_set() or asked_to_end.is_set()
         reason = drive(chain, options, stopped,
                        lambda items: inbox.put(("batch", chain.index, items)), hold.is_set)
         inbox.put(("done", chain.index, reason))

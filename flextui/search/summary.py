@@ -8,10 +8,10 @@ from flextui.cost.identity import cost_model_label
 from flextui.cost.model import CostModel
 from flextui.graph import OpGraph
 from flextui.machine import Cluster
+from flextui.search.compute_bound import work_lower_bound
 from flextui.search.log import SearchLog
 from flextui.search.options import SearchOptions
 from flextui.search.runner import SearchResult
-from flextui.search.compute_bound import work_lower_bound
 from flextui.sim import Simulator
 from flextui.strategy import Strategy, builtin_strategy
 
@@ -92,7 +92,8 @@ def log_summary(log: SearchLog, cost_model: CostModel) -> dict[str, Any]:
     return {
         "log": str(log.path), "model": header.graph.meta.get("model", header.graph.name),
         "cluster": header.cluster.name, "flextui_version": header.flextui_version,
-        "created": header.created, "cost_model": cost_model_label(header.cost_model), "seed": header.seed,
+        "created": header.created, "cost_model": cost_model_label(header.cost_model),
+        "seed": header.seed,
         "options": header.options, "finished": final is not None,
         "reason": final.reason if final else None, "truncated": log.truncated,
         "iterations": len(steps),
@@ -102,6 +103,7 @@ def log_summary(log: SearchLog, cost_model: CostModel) -> dict[str, Any]:
         "expert_s": baselines["expert"],
         "speedup_over_data_parallel": baselines["data-parallel"] / best_cost,
         "best_over_time": best_over_time(log),
-        "frontier": _frontier(final.frontier if final else (log.frontiers[-1] if log.frontiers else [])),
+        "frontier": _frontier(final.frontier if final
+                              else (log.frontiers[-1] if log.frontiers else [])),
         "best": best,
     }

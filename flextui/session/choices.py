@@ -10,13 +10,12 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from flextui.errors import ClusterError
+from flextui.defaults import DEFAULT_CLUSTER, DEFAULT_MODEL
+from flextui.errors import ClusterError, FieldError
 from flextui.graph import OpGraph
 from flextui.graph.library import load_model
 from flextui.machine import Cluster, detect, load_named_cluster
-from flextui.defaults import DEFAULT_CLUSTER, DEFAULT_MODEL
 from flextui.machine.library import LOCAL, split_resized
-from flextui.errors import FieldError
 from flextui.search.options import parse_whole
 
 #: the cluster a first launch uses when this machine has too few GPUs to split over,

@@ -14,8 +14,8 @@ import math
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 
-from flextui.machine.units import format_bytes
 from flextui.graph import OpGraph, Region, intersect
+from flextui.machine.units import format_bytes
 from flextui.sim.taskgraph import TaskKind
 from flextui.sim.timeline import TaskTiming, Timeline
 from flextui.strategy import Strategy
@@ -279,8 +279,8 @@ def _block(task: TaskTiming, graph: OpGraph, strategy: Strategy) -> tuple[str, s
         region = strategy[op.name].task_region(op, task.part)
         return _shape(region), op.name, "×".join(d.name for d in op.space)
     if task.kind == TaskKind.TRANSFER:
-        tensor, region = _transfer_region(task.key, graph, strategy)
-        return (_shape(region) if region else "?"), f"tensor {tensor}", ""
+        tensor, overlap = _transfer_region(task.key, graph, strategy)
+        return (_shape(overlap) if overlap else "?"), f"tensor {tensor}", ""
     return None
 
 

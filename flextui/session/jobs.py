@@ -51,7 +51,7 @@ class BackgroundJob:
             self._work()
         except FlextuiError as exc:
             self._failed(str(exc))
-        except Exception as exc:  # a bug: report it with where it came from
+        except Exception as exc:  # noqa: BLE001 (a bug: report it with where it came from)
             where = traceback.extract_tb(exc.__traceback__)[-1]
             self._failed(f"internal error: {exc!r} at {Path(where.filename).name}:"
                          f"{where.lineno}")

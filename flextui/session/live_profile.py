@@ -45,9 +45,12 @@ class LiveProfile(BackgroundJob):
         super().__init__()
         self.graph, self.num_devices = graph, num_devices
         self._settings = (device, dtype, training, profiles, warmup, repeats)
-        self._device, self._message = "", None
+        self._device = ""
+        self._message: str | None = None
         self._done = self._total = self._measured = self._cached = self._oom = 0
-        self._current, self._notices, self._cache_path = "", (), None
+        self._current = ""
+        self._notices: tuple[str, ...] = ()
+        self._cache_path: str | None = None
         self._clock: ProfileClock | None = None      # set, with when measuring began,
         self._measuring_since = 0.0                  # once the tasks are known
         self._started = time.monotonic()
@@ -70,7 +73,7 @@ class LiveProfile(BackgroundJob):
     # -- the profiling thread -----------------------------------------------------------
 
     def _work(self) -> None:
-        from flextui.cost.profile import prepare_profile   # noqa: PLC0415 (imports torch)
+        from flextui.cost.profile import prepare_profile  # imported here: it imports torch
         device, dtype, training, profiles, warmup, repeats = self._settings
         run = prepare_profile(self.graph, self.num_devices, device=device, dtype=dtype,
                               training=training, profiles=profiles)
@@ -85,6 +88,7 @@ class LiveProfile(BackgroundJob):
 
     def _take(self, event) -> None:
         with self._lock:
+            assert self._clock is not None  # set before the first task is measured
             self._clock.task_done(event.done - 1, time.monotonic() - self._measuring_since)
             self._done = event.done
             self._cached += event.cached

@@ -15,7 +15,6 @@ from pathlib import Path
 
 from flextui.cost.model import CostModel
 from flextui.graph import OpGraph
-from flextui.session.jobs import BackgroundJob
 from flextui.machine import Cluster
 from flextui.search.events import RestartEvent, StepEvent, StopReason
 from flextui.search.log import SearchLog
@@ -23,6 +22,7 @@ from flextui.search.logformat import Checkpoint
 from flextui.search.options import SearchOptions
 from flextui.search.runner import SearchResult, run_search
 from flextui.search.summary import baseline_costs
+from flextui.session.jobs import BackgroundJob
 from flextui.session.search_watch import SearchView, SearchWatch
 from flextui.strategy import Strategy
 
@@ -34,7 +34,8 @@ class LiveSearch(BackgroundJob):
                  options: SearchOptions, *, log_path: str | Path | None = None,
                  initial: Strategy | None = None, resume: SearchLog | None = None,
                  processes: bool = True) -> None:
-        self.graph, self.cluster, self.cost_model, self.options = graph, cluster, cost_model, options
+        self.graph, self.cluster = graph, cluster
+        self.cost_model, self.options = cost_model, options
         self.log_path = Path(log_path) if log_path is not None else None
         self._initial, self._resume, self._processes = initial, resume, processes
         super().__init__()

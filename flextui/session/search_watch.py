@@ -132,7 +132,8 @@ class SearchWatch:
                     {self._names[i]: c for i, c in e.changes})
                 if e.best == e.current:
                     self._offer_best(e.chain, e.best, self.current[e.chain])
-            self.history.add(HistoryPoint(self.steps, e.elapsed, self.best_cost or e.best, e.current))
+            self.history.add(HistoryPoint(self.steps, e.elapsed, self.best_cost or e.best,
+                                          e.current))
         if now is not None:
             self._rate.append((now, self.steps))
             while len(self._rate) > 2 and now - self._rate[1][0] >= RATE_WINDOW_S:

@@ -6,5 +6,5 @@ from flextui.sim.simulator import Simulator
 from flextui.sim.taskgraph import TaskGraph, TaskKind
 from flextui.sim.timeline import DeviceStats, LinkStats, TaskTiming, Timeline
 
-__all__ = ["DeltaSimulator", "MemoryPolicy", "MemoryUsage", "Simulator", "TaskGraph", "TaskKind", "DeviceStats", "LinkStats",
-           "TaskTiming", "Timeline"]
+__all__ = ["DeltaSimulator", "DeviceStats", "LinkStats", "MemoryPolicy", "MemoryUsage",
+           "Simulator", "TaskGraph", "TaskKind", "TaskTiming", "Timeline"]

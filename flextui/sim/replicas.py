@@ -45,14 +45,14 @@ def replica_plan(blocks: tuple[tuple[tuple[tuple[int, int], ...], int], ...],
     rank = len(blocks[0][0])
     by_region: dict[tuple, tuple[set[int], set[int]]] = {}  # region -> (devices, blocks)
     for i, (region, device) in enumerate(blocks):
-        devices, users = by_region.setdefault(region, (set(), set()))
-        devices.add(device)
-        users.add(i)
+        held_on, by = by_region.setdefault(region, (set(), set()))
+        held_on.add(device)
+        by.add(i)
     regions = list(by_region.items())
     cuts = [sorted({r[d][0] for r, _ in regions} | {r[d][1] for r, _ in regions})
             for d in range(rank)]
     groups: dict[tuple[int, ...], tuple[int, set[int]]] = {}
-    for cell in itertools.product(*(list(zip(c, c[1:])) for c in cuts)):
+    for cell in itertools.product(*(list(itertools.pairwise(c)) for c in cuts)):
         devices: set[int] = set()
         users: set[int] = set()
         for region, (held_on, by) in regions:

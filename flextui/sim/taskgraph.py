@@ -29,6 +29,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from flextui.cost.model import CostModel
 from flextui.cost.ring import ring_allreduce_s
@@ -137,8 +138,8 @@ class TaskGraph:
              keeps: int = -1) -> int:
         t = self.store.add(resources, duration, key)
         row = (kind, op, part, resources, nbytes, workspace, key, keeps)
-        columns = (self.kind, self.op, self.part, self.resources, self.nbytes, self.workspace,
-                   self.key, self.keeps)
+        columns: tuple[list[Any], ...] = (self.kind, self.op, self.part, self.resources,
+                                          self.nbytes, self.workspace, self.key, self.keeps)
         if t < len(self.kind):
             for column, value in zip(columns, row):
                 column[t] = value

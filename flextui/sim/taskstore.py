@@ -25,7 +25,7 @@ from __future__ import annotations
 import heapq
 import os
 from array import array
-from typing import Protocol
+from typing import Any, Protocol
 
 try:
     from flextui.sim._ctaskstore import CTaskStore
@@ -87,8 +87,9 @@ class PyTaskStore:
             raise ValueError("a task key has at most 8 ints")
         if any(not 0 <= r < self.num_resources for r in resources):
             raise IndexError(f"resource out of range in {resources}")
-        row = (float(duration), key, resources, [], [], True)
-        columns = (self.duration, self.key, self.resources, self._preds, self._succs, self._alive)
+        row: tuple[Any, ...] = (float(duration), key, resources, [], [], True)
+        columns: tuple[list[Any], ...] = (self.duration, self.key, self.resources, self._preds,
+                                          self._succs, self._alive)
         if self._free:
             t = self._free.pop()
             for column, value in zip(columns, row):
@@ -179,9 +180,9 @@ class PyTaskStore:
                 tasks.append(t)
             else:
                 e = end[t]
-                for r in resources[t]:
-                    if e > free[r]:
-                        free[r] = e
+                for res in resources[t]:
+                    if e > free[res]:
+                        free[res] = e
         todo = set(tasks)
         waiting = {}
         heap = []

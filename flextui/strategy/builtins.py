@@ -164,5 +164,6 @@ def builtin_strategy(name: str, graph: OpGraph, cluster: Cluster) -> Strategy:
         build = BUILTIN_STRATEGIES[name]
     except KeyError:
         raise StrategyError(f"unknown strategy {name!r}; built-in strategies: "
-                            f"{', '.join(BUILTIN_STRATEGIES)} (or give a strategy .json file)") from None
+                            f"{', '.join(BUILTIN_STRATEGIES)} "
+                            "(or give a strategy .json file)") from None
     return build(graph, cluster)

@@ -60,7 +60,8 @@ class ParallelConfig:
             if degree < 1:
                 raise StrategyError(f"{where}: degree {degree} for dim {dim.name!r} must be >= 1")
             if degree > 1 and not dim.parallel:
-                raise StrategyError(f"{where}: dim {dim.name!r} cannot be partitioned; give it degree 1")
+                raise StrategyError(f"{where}: dim {dim.name!r} cannot be partitioned; "
+                                    "give it degree 1")
             if dim.splits % degree:
                 raise StrategyError(f"{where}: degree {degree} does not divide dim {dim.name!r} "
                                     f"(size {dim.size}); use one of {list(dim.valid_degrees())}")

@@ -23,8 +23,8 @@ from typing import Any
 
 from flextui.documents import BadDocument, DocumentFormat
 from flextui.errors import StrategyError
-from flextui.limits import NAME_CHARS, read_json
 from flextui.graph import Op, OpGraph
+from flextui.limits import NAME_CHARS, read_json
 from flextui.machine import Cluster
 from flextui.strategy.config import ParallelConfig
 from flextui.strategy.strategy import Strategy

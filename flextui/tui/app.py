@@ -18,21 +18,22 @@ import termios
 from collections.abc import Iterable
 from multiprocessing import resource_tracker
 from pathlib import Path
+from typing import ClassVar
 
 from textual.app import App, SystemCommand
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.screen import Screen
 
 from flextui.cost import AnalyticCostModel, CostModel, cost_model_from_identity
 from flextui.cost.choose import CostKind, choose_cost_model
-from flextui.session.live_profile import LiveProfile
 from flextui.errors import FlextuiError
 from flextui.search.files import default_log_path
-from flextui.session.live_search import LiveSearch
 from flextui.search.log import read_search_log
 from flextui.search.options import SearchOptions
-from flextui.session.playback import Playback
 from flextui.search.summary import baseline_costs
+from flextui.session.live_profile import LiveProfile
+from flextui.session.live_search import LiveSearch
+from flextui.session.playback import Playback
 from flextui.tui.screens.dialogs import ErrorDialog, OpenLogDialog
 from flextui.tui.screens.help import HelpScreen
 from flextui.tui.screens.profile import ProfileScreen
@@ -51,7 +52,7 @@ class FlextuiApp(App):
     TITLE = "flextui"
     #: every screen's footer ends with these two, so help and a way out are always
     #: visible at 80 columns (the Help screen and ctrl+p list every key, ctrl+o too)
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("question_mark,f1", "help", "Keys"),
         Binding("ctrl+q", "quit", "Quit", priority=True),
         Binding("ctrl+o", "open_log", "Replay a log", show=False),
@@ -203,6 +204,7 @@ class FlextuiApp(App):
 def terminal_hung_up() -> bool:
     """The terminal Textual draws on (its stderr) is gone: a closed ssh session or tmux
     window. A hung-up terminal answers every request with EIO."""
+    assert sys.__stderr__ is not None  # Textual draws on it
     try:
         termios.tcgetattr(sys.__stderr__.fileno())
     except termios.error as exc:

@@ -23,6 +23,8 @@ softmax_ce's loss is the mean over the whole op's labels, shared out among block
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 
 from flextui.errors import GraphError
@@ -32,8 +34,8 @@ from flextui.graph.op import Op
 from flextui.graph.region import Region
 from flextui.graph.tensor import FLOAT_DTYPES, DType
 
-__all__ = ["KERNELS", "Kernel", "kernel_for", "torch_dtype", "operand_regions", "forward_block", "loss_block",
-           "backward_block", "block_tensors"]
+__all__ = ["KERNELS", "Kernel", "backward_block", "block_tensors", "forward_block", "kernel_for",
+           "loss_block", "operand_regions", "torch_dtype"]
 
 
 
@@ -98,7 +100,8 @@ def backward_block(op: Op, region: Region, inputs: Tensors, params: Tensors,
     for t in leaves:
         grad = next(found_iter) if t.requires_grad else None
         grads.append(torch.zeros_like(t) if grad is None and t.requires_grad else grad)
-    return grads[:len(inputs)], grads[len(inputs):]
+    # parameters are floating point, so each has a gradient (zeros if unused)
+    return grads[:len(inputs)], cast(list[torch.Tensor], grads[len(inputs):])
 
 
 def block_tensors(op: Op, region: Region, *, dtype: torch.dtype = torch.float32,

@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 from flextui.graph.dims import Dim, DimKind
-from flextui.graph.ops.base import (OpType, ParamSpec, out_size, pair, register, require,
-                                    window_range)
+from flextui.graph.ops.base import (
+    OpType,
+    ParamSpec,
+    out_size,
+    pair,
+    register,
+    require,
+    window_range,
+)
 from flextui.graph.region import region_volume
 
 
@@ -53,7 +60,8 @@ class Conv2d(OpType):
     def params(self, op):
         cin = op.inputs[0].shape[1]
         kh, kw = pair(op.attrs["kernel"])
-        specs = [ParamSpec("weight", (op.attrs["out_channels"], cin, kh, kw), (1, None, None, None))]
+        specs = [ParamSpec("weight", (op.attrs["out_channels"], cin, kh, kw),
+                           (1, None, None, None))]
         if op.attrs["bias"]:
             specs.append(ParamSpec("bias", (op.attrs["out_channels"],), (1,)))
         return specs

@@ -86,7 +86,8 @@ class Matmul(OpType):
         require(len(op.inputs) == 2, op, "takes two inputs")
         a, b = op.inputs[0].shape, op.inputs[1].shape
         require(len(a) == len(b) >= 2 and a[:-2] == b[:-2] and a[-1] == b[-2], op,
-                f"shapes {a} and {b} do not multiply (same batch dims, A[..., M, K] @ B[..., K, N])")
+                f"shapes {a} and {b} do not multiply "
+                "(same batch dims, A[..., M, K] @ B[..., K, N])")
 
     def infer(self, op):
         a, b = op.inputs[0].shape, op.inputs[1].shape

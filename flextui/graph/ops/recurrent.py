@@ -20,7 +20,8 @@ class LSTMCell(OpType):
     def check(self, op):
         require(len(op.inputs) in (1, 3), op, "takes x, or x, h and c")
         b, hidden = op.inputs[0].shape[0], op.attrs["hidden"]
-        require(op.inputs[0].rank == 2, op, f"x must be [batch, features], got {op.inputs[0].shape}")
+        require(op.inputs[0].rank == 2, op,
+                f"x must be [batch, features], got {op.inputs[0].shape}")
         for t in op.inputs[1:]:
             require(t.shape == (b, hidden), op, f"state must be {[b, hidden]}, got {list(t.shape)}")
 

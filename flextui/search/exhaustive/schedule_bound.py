@@ -129,11 +129,11 @@ def cannot_finish_before(target: float, dur: list[float], res: list[tuple[int, .
     for x, ps in enumerate(preds):
         for p in ps:
             succs[p].append(x)
-    members = [[] for _ in range(num_resources)]
+    users: list[list[int]] = [[] for _ in range(num_resources)]
     for x, rs in enumerate(res):
         for r in rs:
-            members[r].append(x)
-    members = [np.array(xs) for xs in members if len(xs) > 1]
+            users[r].append(x)
+    members = [np.array(xs) for xs in users if len(xs) > 1]
     d = np.array(dur)
     order = topological(preds, succs)
     for _ in range(ROUNDS):

@@ -134,7 +134,8 @@ class _Leaves:
 
     def __init__(self, tables: BoundTables, training: bool, memory: MemoryPolicy) -> None:
         self.t = tables
-        self.delta = DeltaSimulator(tables.graph, tables.cluster, tables.cost_model, training, memory)
+        self.delta = DeltaSimulator(tables.graph, tables.cluster, tables.cost_model, training,
+                                    memory)
         self.current: list[int] | None = None
 
     def strategy(self, a: list[int]) -> Strategy:
@@ -164,7 +165,8 @@ class _Leaves:
         return self.delta.reset(self.strategy(a))
 
 
-def _initial_candidates(graph: OpGraph, cluster: Cluster, upper_bound: Strategy | None) -> list[Strategy]:
+def _initial_candidates(graph: OpGraph, cluster: Cluster,
+                        upper_bound: Strategy | None) -> list[Strategy]:
     out = []
     for name in ("data-parallel", "expert", "model-parallel"):
         try:
@@ -267,15 +269,15 @@ def exhaustive_search(graph: OpGraph, cluster: Cluster, cost_model: CostModel, *
     deadline = math.inf if time_limit is None else start + time_limit
     t = BoundTables(graph, cluster, cost_model, training, MemoryPolicy(memory))
     if order is None:
-        order = search_order(graph)
+        indices = search_order(graph)
     else:
         names = list(order)
         if sorted(names) != sorted(op.name for op in graph.ops):
             raise FlextuiError(f"search order: name every op of graph {graph.name!r} exactly once")
-        order = [graph.op(name).index for name in names]
+        indices = [graph.op(name).index for name in names]
     descent_deadline = start + 0.1 * time_limit if time_limit is not None else math.inf
-    best_cost, best_a = _first_bound(t, upper_bound, order, descent_deadline)
-    search = _Search(t, order, best_cost, best_a, deadline)
+    best_cost, best_a = _first_bound(t, upper_bound, indices, descent_deadline)
+    search = _Search(t, indices, best_cost, best_a, deadline)
     root = t.bound([-1] * t.n) if t.n else 0.0
     if t.n and root < search.cutoff():
         search.visit(0)
@@ -286,8 +288,9 @@ def exhaustive_search(graph: OpGraph, cluster: Cluster, cost_model: CostModel, *
         bound = min([search.best] + unexplored)
     else:
         bound = search.best
-    return ExhaustiveResult(search.leaves.strategy(search.best_a), search.best, search.stats["leaves"],
-                            search.stats["nodes"], search.stats["pruned"], not search.stopped,
+    return ExhaustiveResult(search.leaves.strategy(search.best_a), search.best,
+                            search.stats["leaves"], search.stats["nodes"],
+                            search.stats["pruned"], not search.stopped,
                             time.perf_counter() - start, bound)
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -72,9 +73,13 @@ class BoundTables:
         self._transfer: dict[tuple[int, int], float] = {}
 
         self.configs: list[list[ParallelConfig]] = []
-        self.dF, self.dB, self.load, self.kept, self.ws = [], [], [], [], []
-        self.min_work = []
-        self.mask_off = []
+        self.dF: list[np.ndarray] = []
+        self.dB: list[np.ndarray] = []
+        self.load: list[np.ndarray] = []
+        self.kept: list[np.ndarray] = []
+        self.ws: list[np.ndarray] = []
+        self.min_work: list[float] = []
+        self.mask_off: list[np.ndarray] = []
         for op in ops:
             self._op_tables(op)
 
@@ -82,8 +87,8 @@ class BoundTables:
         self.param_users: dict[str, list[int]] = {}
         self.param_slots: dict[str, list[tuple[int, int]]] = {}
         for op in ops:
-            for j, p in enumerate(op.params):
-                self.param_slots.setdefault(p.name, []).append((op.index, j))
+            for j, param in enumerate(op.params):
+                self.param_slots.setdefault(param.name, []).append((op.index, j))
         for name, slots in self.param_slots.items():
             self.param_users[name] = list(dict.fromkeys(i for i, _ in slots))
         self.op_params = [list(dict.fromkeys(p.name for p in op.params)) for op in ops]
@@ -175,7 +180,8 @@ class BoundTables:
                         if src != dst:
                             nbytes = region_volume(overlap) * width
                             recv[a, b, dst] += nbytes
-                            for direction, (x, y) in enumerate(((src, dst), (dst, src))[:1 + backward]):
+                            pairs = ((src, dst), (dst, src))[:1 + backward]
+                            for direction, (x, y) in enumerate(pairs):
                                 hops = self.hops(x, y, nbytes)
                                 if hops is None:
                                     total = math.inf
@@ -206,7 +212,6 @@ class BoundTables:
         users = self.param_users[name]
         config_of = dict(zip(users, user_configs))
         blocks = []
-        param = None
         for i, j in self.param_slots[name]:
             op, config = self.ops[i], self.configs[i][config_of[i]]
             param = op.params[j]
@@ -226,7 +231,8 @@ class BoundTables:
             for i in users:
                 out.tails[i] = np.zeros(D)
             for g in groups:
-                sync, links = 0.0, ()
+                sync = 0.0
+                links: tuple[int, ...] = ()
                 if len(g.devices) > 1:
                     ring = list(zip(g.devices, g.devices[1:] + g.devices[:1]))
                     try:
@@ -297,34 +303,36 @@ class BoundTables:
             return path + penalty
         return max(path, self.task_bound.bound(a, E, B, R, cutoff - penalty)) + penalty
 
-    def _paths(self, a: list[int]) -> tuple[list, list, list, float]:
+    def _paths(self, a: list[int]) -> tuple[list, list | None, list | None, float]:
         """E, B, R (see the module docstring) and the critical-path bound."""
         n, edges = self.n, self.edges
         sel = [slice(None) if c < 0 else slice(c, c + 1) for c in a]
-        E: list[np.ndarray] = [None] * n
+        E: list[Any] = [None] * n
         for v in range(n):
             rv = sel[v]
             acc = None
             for p in self.preds[v]:
                 # max over the producer's tasks, then min over its configs
-                t = (E[p].T[:, :, None, None] + edges[(p, v)].fwd[:, sel[p], rv]).max(axis=0).min(axis=0)
+                t = (E[p].T[:, :, None, None]
+                     + edges[(p, v)].fwd[:, sel[p], rv]).max(axis=0).min(axis=0)
                 acc = t if acc is None else np.maximum(acc, t, out=acc)
             E[v] = self.dF[v][rv] + (self.mask_off[v][rv] if acc is None else
                                      np.maximum(acc, self.mask_off[v][rv], out=acc))
         if not self.training:
             return E, None, None, max(float(E[v].max(axis=1).min()) for v in range(n))
-        B: list[np.ndarray] = [None] * n
+        B: list[Any] = [None] * n
         for v in reversed(range(n)):
             if not self.has_bwd[v]:
                 continue
             rv = sel[v]
             acc = E[v].copy()
             for s in self.succs[v]:
-                t = (B[s].T[:, :, None, None] + edges[(v, s)].gradT[:, sel[s], rv]).max(axis=0).min(axis=0)
+                t = (B[s].T[:, :, None, None]
+                     + edges[(v, s)].gradT[:, sel[s], rv]).max(axis=0).min(axis=0)
                 np.maximum(acc, t, out=acc)
             B[v] = acc + self.dB[v][rv]
         best = 0.0
-        R: list[np.ndarray] = [None] * n
+        R: list[Any] = [None] * n
         for v in range(n):
             if not self.has_bwd[v]:
                 continue
@@ -341,7 +349,8 @@ class BoundTables:
                 if not self.has_bwd[p]:
                     continue
                 x = self.dB[p][sel[p]] + R[p]
-                t = (x.T[:, :, None, None] + edges[(p, v)].grad[:, sel[p], rv]).max(axis=0).min(axis=0)
+                t = (x.T[:, :, None, None]
+                     + edges[(p, v)].grad[:, sel[p], rv]).max(axis=0).min(axis=0)
                 np.maximum(acc, t, out=acc)
             R[v] = acc
             best = max(best, float((B[v] + acc).max(axis=1).min()))

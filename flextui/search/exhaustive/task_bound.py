@@ -20,7 +20,12 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from flextui.search.exhaustive.schedule_bound import cannot_finish_before, one_resource, raise_bounds, topological
+from flextui.search.exhaustive.schedule_bound import (
+    cannot_finish_before,
+    one_resource,
+    raise_bounds,
+    topological,
+)
 from flextui.sim.taskgraph import block_overlaps
 
 if TYPE_CHECKING:
@@ -105,12 +110,14 @@ class TaskBound:
             if ot is None:
                 continue
             v, k, backward = ot
-            if backward:
+            if backward:  # (B and R are None only without training: no backward task)
+                assert B is not None and R is not None
                 head[x] = B[v][0, k] - g.dur[x]
                 tail[x] = R[v][0, k]
             else:
                 head[x] = E[v][0, k] - g.dur[x]
                 if t.has_bwd[v]:
+                    assert R is not None
                     tail[x] = t.dB[v][a[v], k] + R[v][0, k]
         return head, tail
 

@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import ClassVar
 
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
 
 class ErrorDialog(ModalScreen[None]):
-    BINDINGS = [Binding("escape,enter", "dismiss", "Close")]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,enter", "dismiss", "Close")]
 
     def __init__(self, title: str, message: str) -> None:
         super().__init__()
@@ -31,7 +32,7 @@ class ErrorDialog(ModalScreen[None]):
 class OpenLogDialog(ModalScreen[Path | None]):
     """Asks for a .ffsearch path; dismisses with it (or None on escape)."""
 
-    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "cancel", "Cancel")]
 
     def compose(self) -> ComposeResult:
         with Vertical(id="open-dialog", classes="dialog"):

@@ -4,10 +4,12 @@ measured times compare with the analytic model's per op type."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, ClassVar, cast
+
 from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, ProgressBar, Static
@@ -15,6 +17,9 @@ from textual.widgets import DataTable, Footer, Header, ProgressBar, Static
 from flextui.cost.estimate import duration
 from flextui.session.live_profile import LiveProfile, ProfileView
 from flextui.tui.widgets.stats import STATE_STYLES
+
+if TYPE_CHECKING:
+    from flextui.tui.app import FlextuiApp
 
 REFRESH_S = 0.25
 
@@ -47,7 +52,7 @@ def _ratio(value: float | None) -> str:
 
 
 class ProfileScreen(Screen):
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("x", "stop", "Stop"),
         Binding("escape", "back", "Back"),
     ]
@@ -85,7 +90,7 @@ class ProfileScreen(Screen):
             self._fill_table()
             self.refresh_bindings()
             if view.state == "failed":
-                self.app.show_error("Profiling failed", view.message or "")
+                cast("FlextuiApp", self.app).show_error("Profiling failed", view.message or "")
 
     def _fill_table(self) -> None:
         table = self.query_one(DataTable)

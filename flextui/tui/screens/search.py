@@ -9,9 +9,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar, cast
 
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, Header, ProgressBar, TabbedContent, TabPane
@@ -21,8 +22,8 @@ from flextui.errors import FlextuiError
 from flextui.graph import OpGraph
 from flextui.machine import Cluster
 from flextui.search.files import default_export_path, searched_strategy_name
-from flextui.session.live_search import LiveSearch
 from flextui.search.options import SearchOptions
+from flextui.session.live_search import LiveSearch
 from flextui.session.playback import Playback
 from flextui.session.search_watch import SearchView
 from flextui.session.source import SearchSource
@@ -31,6 +32,9 @@ from flextui.tui.widgets.chart import Chart
 from flextui.tui.widgets.search_charts import cost_chart, frontier_chart
 from flextui.tui.widgets.stats import SearchStats
 from flextui.tui.widgets.strategy import StrategyMap, StrategyTable
+
+if TYPE_CHECKING:
+    from flextui.tui.app import FlextuiApp
 
 REFRESH_S = 0.25   # how often the screen polls the search: at most 4 redraws a second
 
@@ -62,7 +66,7 @@ def budget_text(options: SearchOptions) -> str:
 class SearchScreen(Screen):
     #: the footer shows what fits in 80 columns (with the app's Keys and Quit); the
     #: Help screen and ctrl+p list every key
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("space", "pause", "Pause"),
         Binding("x", "stop", "Stop"),
         Binding("space", "play", "Play/pause"),
@@ -146,7 +150,7 @@ class SearchScreen(Screen):
             self.query_one(StrategyMap).show(view.best, graph, self.setup.cluster.num_devices)
         if view.state == "failed" and not self._failure_shown:
             self._failure_shown = True
-            self.app.show_error("The search failed", view.message or "")
+            cast("FlextuiApp", self.app).show_error("The search failed", view.message or "")
         ended = self.live is not None and self.live.done
         actions_state = (ended, view.best is None)   # what check_action reads
         if actions_state != self._actions_state:   # the footer recomposes on a refresh
@@ -215,7 +219,7 @@ class SearchScreen(Screen):
         try:
             save_strategy(path, strategy, setup.graph, setup.cluster)
         except (OSError, FlextuiError) as exc:
-            self.app.show_error("Could not save the strategy", str(exc))
+            cast("FlextuiApp", self.app).show_error("Could not save the strategy", str(exc))
             return
         where = f"; the search log is {self.log_path}" if self.log_path else ""
         self.notify(f"saved the best strategy to {path}{where}", timeout=6)
@@ -240,7 +244,8 @@ class SearchScreen(Screen):
             data_parallel = builtin_strategy("data-parallel", setup.graph, setup.cluster)
             dp = simulator.simulate(data_parallel)
         except FlextuiError as exc:
-            self.app.call_from_thread(self.app.show_error, "Could not simulate", str(exc))
+            app = cast("FlextuiApp", self.app)
+            app.call_from_thread(app.show_error, "Could not simulate", str(exc))
             return
         screen = TimelineScreen(ours, setup.graph, setup.title,
                                 strategy=Strategy(best, name="best found"),

@@ -10,12 +10,13 @@ value shows inline, next to its part of the form, and nothing starts."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, ClassVar, cast
 
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
 from textual.screen import Screen
@@ -25,20 +26,24 @@ from textual.widgets import Button, Footer, Input, Label, Select, Static
 from textual.worker import Worker, WorkerState
 
 from flextui.cost.choose import CostKind
-from flextui.errors import FlextuiError
+from flextui.defaults import DEFAULT_MODEL
+from flextui.errors import FieldError, FlextuiError
 from flextui.graph import OpGraph
 from flextui.graph.library import model_info, model_names
 from flextui.graph.summary import graph_summary
 from flextui.machine import Cluster, cluster_names
 from flextui.machine.library import LOCAL
 from flextui.machine.summary import cluster_summary
-from flextui.errors import FieldError
 from flextui.search.options import BETA_SCALE, DEFAULT_BUDGET, SearchOptions, search_options
-from flextui.defaults import DEFAULT_MODEL
+from flextui.session.choices import (
+    FIRST_CLUSTER,
+    FIRST_CLUSTER_NODES,
+    FirstChoice,
+    first_choice,
+    load_cluster_choice,
+    load_model_choice,
+)
 from flextui.sim.memory import MemoryPolicy
-from flextui.session.choices import (FIRST_CLUSTER, FIRST_CLUSTER_NODES,
-                                     FirstChoice, first_choice, load_cluster_choice,
-                                     load_model_choice)
 from flextui.tui.widgets.summary import SetupSummary
 
 DEBOUNCE_S = 0.3
@@ -71,7 +76,8 @@ def load_cluster_part(name: str, path: str, nodes: str) -> tuple[Cluster, dict]:
     return cluster, cluster_summary(cluster)
 
 
-LOADERS = {"model": load_model_part, "cluster": load_cluster_part}
+LOADERS: dict[str, Callable[..., tuple[OpGraph | Cluster, dict]]] = {
+    "model": load_model_part, "cluster": load_cluster_part}
 
 
 @dataclass(frozen=True)
@@ -95,7 +101,7 @@ class SetupScreen(Screen):
     TOML file or "local") preselect the form; with no cluster, the screen detects this
     machine and opens on it when it has GPUs, else on one node of the paper's P100s."""
 
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("s", "start", "Search"),
         Binding("ctrl+s", "start", "Search", priority=True),
         Binding("m", "focus_field('model-name')", "Model"),
@@ -193,7 +199,8 @@ class SetupScreen(Screen):
         return [
             self._row("budget", Input(DEFAULT_BUDGET, placeholder="30s, 2m or 5000 steps",
                                       compact=True, id="budget")),
-            self._row("β", Input(placeholder=f"auto ({BETA_SCALE} / initial ms)", compact=True, id="beta")),
+            self._row("β", Input(placeholder=f"auto ({BETA_SCALE} / initial ms)", compact=True,
+                                 id="beta")),
             self._row("workers", Input("1", restrict=DIGITS, compact=True, id="workers")),
             self._row("seed", Input("0", restrict=r"-?[0-9]*", compact=True, id="seed")),
             self._row("memory", Select([(MEMORY_LABELS[p], p) for p in MemoryPolicy],
@@ -262,7 +269,8 @@ class SetupScreen(Screen):
             return  # a load the form has moved on from
         key = self.pending[part][1]
         if event.state == WorkerState.SUCCESS:
-            self._show_loaded(part, Loaded(key, value=worker.result[0]), worker.result[1])
+            value, summary = cast(tuple[Any, dict], worker.result)  # what LOADERS return
+            self._show_loaded(part, Loaded(key, value=value), summary)
         elif event.state in (WorkerState.ERROR, WorkerState.CANCELLED):
             self._show_loaded(part, self._failed(part, key, worker.error), None)
 
@@ -357,12 +365,14 @@ class SetupScreen(Screen):
         if self.detecting or any(p is None or p.key != self.pending[name][1]
                                  for p, name in zip(parts, PARTS)):
             return  # a load that finishes tries again
-        failed = next((part for part, p in zip(PARTS, parts) if p.error), None)
+        loaded = cast(list[Loaded], parts)  # none is None now
+        failed = next((part for part, p in zip(PARTS, loaded) if p.error), None)
         if failed:
             self._stop_wanting(self.loaded[failed].field)
             return
         wanted, self.start_wanted = self.start_wanted, None
-        model, cluster = parts
+        assert wanted is not None  # this runs only while a start is wanted
+        model, cluster = loaded
         self.post_message(wanted(model.value, cluster.value, options,
                                  self._label("model", model.value),
                                  self._label("cluster", cluster.value),
@@ -395,5 +405,6 @@ class SetupScreen(Screen):
         if value is None:
             return ""
         if part == "model":
-            return f"{value.meta.get('model', value.name)} (batch {value.batch_size})"
+            graph = cast(OpGraph, value)
+            return f"{graph.meta.get('model', graph.name)} (batch {graph.batch_size})"
         return value.name

@@ -5,17 +5,24 @@ view of a second strategy on the same time scale."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.text import Text
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from flextui.graph import OpGraph
-from flextui.session.gantt import KIND_GLYPHS, SELECTED_GLYPH, format_ms, format_window, task_details
+from flextui.session.gantt import (
+    KIND_GLYPHS,
+    SELECTED_GLYPH,
+    format_ms,
+    format_window,
+    task_details,
+)
 from flextui.sim.timeline import Timeline
 from flextui.strategy import Strategy
 from flextui.tui.widgets.gantt import Gantt
@@ -56,7 +63,7 @@ class TimelineScreen(Screen):
     """``compare`` is ``(label, timeline)`` or ``(label, timeline, strategy)``: the
     strategy, when given, lets its tasks show their block shapes."""
 
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "app.pop_screen", "Back"),
         Binding("c", "compare", "Compare",
                 tooltip="Flip between this strategy's timeline and the compared one's"),

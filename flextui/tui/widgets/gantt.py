@@ -7,16 +7,29 @@ The selected task is drawn with ``SELECTED_GLYPH`` so it stands out without colo
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from rich.segment import Segment
 from rich.style import Style
 from textual import events
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.message import Message
 from textual.strip import Strip
 from textual.widget import Widget
 
-from flextui.session.gantt import (IDLE_GLYPH, KIND_GLYPHS, SELECTED_GLYPH, Cell, Lane, View,
-                               build_lanes, nearest_task, rasterize, short_names, ticks)
+from flextui.session.gantt import (
+    IDLE_GLYPH,
+    KIND_GLYPHS,
+    SELECTED_GLYPH,
+    Cell,
+    Lane,
+    View,
+    build_lanes,
+    nearest_task,
+    rasterize,
+    short_names,
+    ticks,
+)
 from flextui.sim.taskgraph import TaskKind
 from flextui.sim.timeline import TaskTiming, Timeline
 
@@ -49,7 +62,7 @@ class Gantt(Widget, can_focus=True):
     Gantt:focus > .gantt--lane-cursor { background: $accent 60%; }
     Gantt > .gantt--axis { color: $text-muted; }
     """
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("plus,equals_sign", "zoom(2)", "Zoom in", key_display="+", group=ZOOM),
         Binding("minus", "zoom(0.5)", "Zoom out", key_display="-", group=ZOOM),
         Binding("0", "whole", "Whole iteration", show=False),

@@ -7,6 +7,7 @@ Each part is plain data from the core (:func:`~flextui.graph.summary.graph_summa
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Group
@@ -14,8 +15,8 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
-from flextui.search.options import SearchOptions
 from flextui.machine.units import format_bytes
+from flextui.search.options import SearchOptions
 
 Part = dict[str, Any] | str  # the data to show, or a note in its place
 
@@ -91,7 +92,8 @@ class SetupSummary(Static):
 
     def _render_parts(self) -> Group:
         blocks: list[Any] = []
-        rows_for = {"model": model_rows, "cluster": cluster_rows, "options": options_rows}
+        rows_for: dict[str, Callable[[Any], list[tuple[str, str]]]] = {
+            "model": model_rows, "cluster": cluster_rows, "options": options_rows}
         for part, (title, data) in self.parts.items():
             if blocks:
                 blocks.append(Text())
@@ -99,7 +101,7 @@ class SetupSummary(Static):
             if isinstance(data, str):
                 blocks.append(Text(data, style="italic"))
                 continue
-            if part == "model" and data.get("description"):
+            if part == "model" and isinstance(data, dict) and data.get("description"):
                 blocks.append(Text(data["description"], style="dim"))
             blocks.append(_grid(rows_for[part](data)))
         return Group(*blocks)

@@ -4,6 +4,8 @@ it reads without colour too."""
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from rich.text import Text
 from textual.geometry import Size
 from textual.widget import Widget
@@ -28,7 +30,9 @@ def bar(fraction: float, width: int) -> str:
 class UsageBars(Widget):
     """A header and a line per device: name, busy bar and %, memory bar and bytes."""
 
-    COMPONENT_CLASSES = {"usage--header", "usage--busy", "usage--memory", "usage--over"}
+    COMPONENT_CLASSES: ClassVar[set[str]] = {
+        "usage--header", "usage--busy", "usage--memory", "usage--over",
+    }
     DEFAULT_CSS = """
     UsageBars {
         height: auto;
