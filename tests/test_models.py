@@ -329,3 +329,10 @@ def test_every_op_follows_table2(name):
             assert kinds[-1] is None, op.name
         if op.type == "batchnorm":
             assert kinds[:2] == ("sample", "parameter"), op.name
+
+
+def test_a_model_path_that_is_not_a_python_file_is_one_message(tmp_path):
+    data = tmp_path / "model.txt"
+    data.write_text("not python")
+    with pytest.raises(ModelError, match="is not a Python file"):
+        load_model(str(data))

@@ -46,7 +46,9 @@ def _module(name: str) -> ModuleType:
         if not path.is_file():
             raise ModelError(f"model file {name} does not exist")
         spec = importlib.util.spec_from_file_location(f"flextui_user_model_{path.stem}", path)
-        assert spec is not None and spec.loader is not None  # None unless a .py file
+        if spec is None or spec.loader is None:  # not a Python source file
+            raise ModelError(f"model file {name} is not a Python file; give a .py file that "
+                             "defines build(batch_size, **options)")
         module = importlib.util.module_from_spec(spec)
         try:
             spec.loader.exec_module(module)
