@@ -32,13 +32,17 @@ from flextui.machine.nvtopo import (
     is_switched,
 )
 
-__all__ = ["detect_local", "describe_local", "CPU_CLOCK_HZ", "CPU_FLOP_PER_CYCLE"]
+__all__ = ["CPU_CLOCK_HZ", "CPU_FLOP_PER_CYCLE", "cpu_ranks", "describe_local", "detect_local"]
 
 CPU_CLOCK_HZ = 2.5e9
 CPU_FLOP_PER_CYCLE = 16
 CPU_MEM_BANDWIDTH = 20e9
 PCIE_BANDWIDTH = 25e9
 PCIE_LATENCY = 1e-6
+#: gloo between processes of one machine (TCP over loopback), assumed until calibrated
+#: (``flextui profile --comm --device cpu`` measures the link kind "loopback")
+LOOPBACK_BANDWIDTH = 2e9
+LOOPBACK_LATENCY = 30e-6
 
 
 def _cpu_count() -> int:
@@ -81,6 +85,27 @@ def _cpu_cluster() -> Cluster:
                    f"estimated as cores x 2.5 GHz x 16 FLOP/cycle = {peak / 1e12:.2f} TFLOPS, "
                    f"memory bandwidth assumed {CPU_MEM_BANDWIDTH / 1e9:.0f} GB/s); estimated=True")
     return Cluster("local", [Device(0, "n0.cpu0", 0, spec)], [], description=description)
+
+
+def cpu_ranks(ranks: int) -> Cluster:
+    """``ranks`` CPU processes of this machine, one thread each, as a cluster: what
+    ``flextui launch`` runs on without a GPU, named ``local-cpu-N`` so a search can
+    target it by name. Each rank has one core's estimated peak and an equal share of
+    the memory; they talk through one loopback switch."""
+    spec = DeviceSpec(kind="cpu-rank", memory_bytes=max(1, _physical_memory() // ranks),
+                      peak_flops={"float32": CPU_CLOCK_HZ * CPU_FLOP_PER_CYCLE},
+                      mem_bandwidth=CPU_MEM_BANDWIDTH / max(1, min(ranks, _cpu_count())))
+    devices = [Device(i, f"n0.rank{i}", 0, spec) for i in range(ranks)]
+    links = [Link(2 * i + j, f"{a}->{b}", "loopback", a, b, LOOPBACK_BANDWIDTH,
+                  LOOPBACK_LATENCY)
+             for i, d in enumerate(devices)
+             for j, (a, b) in enumerate(((d.name, "n0.loopback"), ("n0.loopback", d.name)))]
+    description = (f"{ranks} CPU processes of this machine, one thread each (peak float32 "
+                   f"estimated as one core at 2.5 GHz x 16 FLOP/cycle; gloo over loopback "
+                   f"assumed {LOOPBACK_BANDWIDTH / 1e9:.0f} GB/s, "
+                   f"{LOOPBACK_LATENCY * 1e6:.0f} us); estimated=True")
+    return Cluster(f"local-cpu-{ranks}", devices, links if ranks > 1 else [],
+                   switches=["n0.loopback"] if ranks > 1 else [], description=description)
 
 
 def _gpu_cluster(torch: Any) -> Cluster:

@@ -11,9 +11,17 @@ from flextui.errors import ClusterError
 from flextui.machine.cluster import Cluster
 from flextui.machine.toml import load_cluster, parse_cluster
 
-__all__ = ["cluster_names", "load_named_cluster", "resized_name", "split_resized", "LOCAL"]
+__all__ = ["LOCAL", "cluster_names", "cpu_ranks_name", "load_named_cluster", "resized_name",
+           "split_resized"]
 
 LOCAL = "local"
+#: N CPU processes of this machine (``machine.detect.cpu_ranks``): ``local-cpu-4``
+_CPU_RANKS = re.compile(r"local-cpu-(?P<ranks>\d{1,5})")
+MAX_CPU_RANKS = 1024
+
+
+def cpu_ranks_name(ranks: int) -> str:
+    return f"local-cpu-{ranks}"
 _PACKAGE = "flextui.library.clusters"
 
 
@@ -57,6 +65,14 @@ def load_named_cluster(name_or_path: str | Path, nodes: int | None = None) -> Cl
         if text == LOCAL:
             from flextui.machine.detect import detect_local
             return detect_local()
+        cpu = _CPU_RANKS.fullmatch(text)
+        if cpu:
+            from flextui.machine.detect import cpu_ranks
+            ranks = int(cpu["ranks"])
+            if not 1 <= ranks <= MAX_CPU_RANKS:
+                raise ClusterError(f"cluster {text!r}: give from 1 to {MAX_CPU_RANKS} CPU "
+                                   "processes")
+            return cpu_ranks(ranks)
         if text in cluster_names():
             entry = _library().joinpath(f"{text}.toml")
             return parse_cluster(_library_data(text), str(entry))
@@ -64,7 +80,7 @@ def load_named_cluster(name_or_path: str | Path, nodes: int | None = None) -> Cl
     if isinstance(name_or_path, Path) or path.suffix == ".toml" or path.exists() \
             or "/" in text or "\\" in text:
         return load_cluster(path)
-    known = ", ".join(cluster_names() + [LOCAL])
+    known = ", ".join([*cluster_names(), LOCAL, cpu_ranks_name(4) + " (N CPU processes)"])
     raise ClusterError(f"unknown cluster {text!r}; built-in clusters: {known}; "
                        f"or give a path to a .toml file")
 

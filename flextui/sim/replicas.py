@@ -12,6 +12,8 @@ import itertools
 import math
 from dataclasses import dataclass
 
+from flextui.graph.region import Region
+
 
 @dataclass(frozen=True)
 class ParamBlock:
@@ -37,11 +39,19 @@ def replica_groups(blocks: list[ParamBlock]) -> list[ReplicaGroup]:
             for devices, numel, users in plan]
 
 
-def replica_plan(blocks: tuple[tuple[tuple[tuple[int, int], ...], int], ...],
+def replica_plan(blocks: tuple[tuple[Region, int], ...],
                  ) -> list[tuple[tuple[int, ...], int, tuple[int, ...]]]:
     """``replica_groups`` on (region, device) pairs: for each group its devices, its
     elements and the indices of the blocks whose tasks produce its gradients. It depends
     on the blocks' regions and devices only, so callers may memoise it."""
+    return [(devices, sum(math.prod(hi - lo for lo, hi in cell) for cell in cells), users)
+            for devices, cells, users in replica_cells(blocks)]
+
+
+def replica_cells(blocks: tuple[tuple[Region, int], ...],
+                  ) -> list[tuple[tuple[int, ...], list[Region], tuple[int, ...]]]:
+    """``replica_plan`` with each group's atoms (its cells, in a fixed order) instead of
+    their element count: the runtime all-reduces exactly these elements."""
     rank = len(blocks[0][0])
     by_region: dict[tuple, tuple[set[int], set[int]]] = {}  # region -> (devices, blocks)
     for i, (region, device) in enumerate(blocks):
@@ -51,7 +61,7 @@ def replica_plan(blocks: tuple[tuple[tuple[tuple[int, int], ...], int], ...],
     regions = list(by_region.items())
     cuts = [sorted({r[d][0] for r, _ in regions} | {r[d][1] for r, _ in regions})
             for d in range(rank)]
-    groups: dict[tuple[int, ...], tuple[int, set[int]]] = {}
+    groups: dict[tuple[int, ...], tuple[list[Region], set[int]]] = {}
     for cell in itertools.product(*(list(itertools.pairwise(c)) for c in cuts)):
         devices: set[int] = set()
         users: set[int] = set()
@@ -61,9 +71,8 @@ def replica_plan(blocks: tuple[tuple[tuple[tuple[int, int], ...], int], ...],
                 users |= by
         if not devices:
             continue
-        key = tuple(sorted(devices))
-        numel, group_users = groups.get(key, (0, set()))
+        cells, group_users = groups.setdefault(tuple(sorted(devices)), ([], set()))
+        cells.append(cell)
         group_users |= users
-        groups[key] = (numel + math.prod(hi - lo for lo, hi in cell), group_users)
-    return [(devices, numel, tuple(sorted(users)))
-            for devices, (numel, users) in sorted(groups.items())]
+    return [(devices, cells, tuple(sorted(users)))
+            for devices, (cells, users) in sorted(groups.items())]

@@ -27,14 +27,14 @@ uses it.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from flextui.cost.model import CostModel
 from flextui.cost.ring import ring_allreduce_s
 from flextui.errors import ClusterError
-from flextui.graph import Op, OpGraph, intersect, region_volume
+from flextui.graph import Op, OpGraph, Region, intersect, region_volume
 from flextui.graph.tensor import dtype_bytes
 from flextui.machine import Cluster
 from flextui.sim.replicas import ReplicaGroup, replica_plan
@@ -54,24 +54,30 @@ class TaskKind(enum.IntEnum):
 PLAN_MEMO_LIMIT = 200_000
 
 
-def block_overlaps(producer: Op, consumer: Op, pconf: ParallelConfig, cconf: ParallelConfig,
-                   ) -> tuple[tuple[int, int, int, int], ...]:
-    """(input slot, consumer task, producer task, bytes) for every overlap of a block
-    ``consumer`` reads (under ``cconf``) with a block ``producer`` writes (under
-    ``pconf``), in slot, consumer-task, producer-task order."""
+def overlap_regions(producer: Op, consumer: Op, pconf: ParallelConfig, cconf: ParallelConfig,
+                    ) -> Iterator[tuple[int, int, int, Region]]:
+    """(input slot, consumer task, producer task, region of the tensor) for every overlap
+    of a block ``consumer`` reads (under ``cconf``) with a block ``producer`` writes
+    (under ``pconf``), in slot, consumer-task, producer-task order: what the simulator
+    times as a transfer and the runtime moves."""
     out_regions = [producer.output_regions(r) for r in pconf.regions(producer)]
     in_regions = [consumer.input_regions(r) for r in cconf.regions(consumer)]
-    found = []
     for slot, tensor in enumerate(consumer.inputs):
         if tensor.producer is not producer:
             continue
-        width = dtype_bytes(tensor.dtype)
         for k, needs in enumerate(in_regions):
             for m, outs in enumerate(out_regions):
                 overlap = intersect(needs[slot], outs[tensor.index])
                 if overlap is not None:
-                    found.append((slot, k, m, region_volume(overlap) * width))
-    return tuple(found)
+                    yield slot, k, m, overlap
+
+
+def block_overlaps(producer: Op, consumer: Op, pconf: ParallelConfig, cconf: ParallelConfig,
+                   ) -> tuple[tuple[int, int, int, int], ...]:
+    """(input slot, consumer task, producer task, bytes) of every ``overlap_regions``."""
+    widths = [dtype_bytes(t.dtype) for t in consumer.inputs]
+    return tuple((slot, k, m, region_volume(overlap) * widths[slot])
+                 for slot, k, m, overlap in overlap_regions(producer, consumer, pconf, cconf))
 
 
 def update_s(nbytes: float, device) -> float:

@@ -3,12 +3,11 @@ reshape."""
 
 from __future__ import annotations
 
-import zlib
-
 import torch
 import torch.nn.functional as F
 
 from flextui.graph.kernels.base import Kernel, register
+from flextui.graph.kernels.positional import block_hash, key_of
 from flextui.graph.op import Op
 from flextui.graph.region import Region
 
@@ -16,7 +15,6 @@ from flextui.graph.region import Region
 _UNARY = {"relu": F.relu, "gelu": F.gelu, "tanh": torch.tanh, "sigmoid": torch.sigmoid,
           "identity": lambda x: x}
 _BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul}
-_MASK32 = 0xFFFFFFFF
 
 
 @register
@@ -51,34 +49,14 @@ def dropout(x: torch.Tensor, op: Op, region: Region, seed: int) -> torch.Tensor:
     """Training-mode dropout with probability ``op.attrs["p"]`` (default 0.5, torch's).
 
     Whether an element is dropped depends only on ``seed``, the op's name and the
-    element's position in the whole tensor, never on how the op is split, so blocks
-    assemble to exactly the whole op's result (a counter-based hash, as in Philox,
-    rather than a stateful generator)."""
+    element's position in the whole tensor (``positional``), never on how the op is
+    split, so blocks assemble to exactly the whole op's result."""
     p = float(op.attrs.get("p", 0.5))
     if p == 0.0:
         return x
-    key = zlib.crc32(f"{op.name}:{seed}".encode())
-    keep = _hash32(_global_index(region, op.outputs[0].shape, x.device), key) >= int(p * 2**32)
+    key = key_of(op.name, seed)
+    keep = block_hash(region, op.outputs[0].shape, key, x.device) >= int(p * 2**32)
     return x * keep / (1.0 - p)
-
-
-def _global_index(region: Region, shape: tuple[int, ...], device: torch.device) -> torch.Tensor:
-    """The row-major index in the whole tensor of ``shape`` of every element of the block."""
-    index = torch.zeros((), dtype=torch.int64, device=device)
-    for dim, ((start, stop), size) in enumerate(zip(region, shape)):
-        view = [1] * len(shape)
-        view[dim] = stop - start
-        index = index * size + torch.arange(start, stop, device=device).view(view)
-    return index
-
-
-def _hash32(index: torch.Tensor, key: int) -> torch.Tensor:
-    """A 32-bit integer hash (T. Mueller's 0x45d9f3b mixer) of every index, mixed with
-    ``key``; products stay below 2**59, so int64 arithmetic never overflows."""
-    x = (index ^ (index >> 32) ^ key) & _MASK32
-    for _ in range(2):
-        x = (((x >> 16) ^ x) * 0x45D9F3B) & _MASK32
-    return (x >> 16) ^ x
 
 
 @register

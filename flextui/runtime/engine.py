@@ -1,0 +1,303 @@
+"""One rank's training step: forward in topological order, backward in reverse, every
+task through its block kernel (``graph.kernels``, the kernels the profiler times), the
+plan's pieces moved between ranks, replica groups' gradients summed, then SGD with
+momentum on the shards this rank holds (the update the simulator models).
+
+State. A parameter lives on a rank as one leaf tensor, the box of the parameter that
+holds every shard the rank's tasks use (``Plan.param_boxes``); a task reads its shard as
+a view of it, so autograd sums the gradients of the rank's tasks into the box. A task's
+input block is a leaf too, assembled from its pieces (a local producer's output block
+is taken as it is when it is exactly the input block), so each task's backward is an
+autograd pass of its own, and the gradient of each piece goes back to its producer.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from flextui.graph import Op, Region
+from flextui.graph.kernels import kernel_for
+from flextui.graph.kernels.positional import key_of
+from flextui.graph.tensor import FLOAT_DTYPES
+from flextui.runtime.comm import Comm, PendingSums, Transfer
+from flextui.runtime.plan import Piece, Plan, ReplicaSync
+from flextui.runtime.values import input_block, parameter_block
+
+
+@dataclass(frozen=True)
+class Optimizer:
+    """SGD with momentum: v = momentum * v + g; w = w - lr * v."""
+
+    lr: float = 0.01
+    momentum: float = 0.9
+
+
+SGD = Optimizer()
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What one step did on this rank: its share of the loss (the shares of all ranks
+    add up to the loss), seconds of compute and of waiting on communication, and the
+    bytes it sent and received."""
+
+    loss_share: float
+    step_s: float
+    compute_s: float
+    wait_s: float
+    sent: int
+    received: int
+
+
+def kernel_seed(seed: int, step: int) -> int:
+    """The seed a step's stochastic kernels (dropout) get, the same on every rank."""
+    return key_of("kernels", seed, step)
+
+
+def within(region: Region, box: Region) -> tuple[slice, ...]:
+    """The slices of a tensor holding ``box`` that select ``region`` (inside it)."""
+    return tuple(slice(r0 - b0, r1 - b0) for (r0, r1), (b0, _) in zip(region, box))
+
+
+def shape_of(region: Region) -> tuple[int, ...]:
+    return tuple(stop - start for start, stop in region)
+
+
+class RankProgram:
+    """The state of one rank (its parameter boxes and momentum) and its step."""
+
+    def __init__(self, plan: Plan, rank: int, comm: Comm, *, seed: int = 0,
+                 dtype: torch.dtype = torch.float32, optimizer: Optimizer = SGD
+                 ) -> None:
+        self.plan, self.rank, self.comm = plan, rank, comm
+        self.seed, self.dtype, self.optimizer = seed, dtype, optimizer
+        self.device = comm.device
+        self.ops = plan.graph.ops
+        self.tasks = [plan.tasks_on(op, rank) for op in self.ops]
+        self.boxes: dict[str, Region] = {}
+        self.params: dict[str, torch.Tensor] = {}
+        roles = {p.name: op.param_specs[i].role for op in self.ops
+                 for i, p in enumerate(op.params)}
+        for name, per_rank in plan.param_boxes.items():
+            if rank in per_rank:
+                box = self.boxes[name] = per_rank[rank]
+                block = parameter_block(plan.graph.parameters[name], roles[name], box, seed,
+                                        dtype, self.device)
+                self.params[name] = block.requires_grad_()
+        self.velocity = {name: torch.zeros_like(p) for name, p in self.params.items()}
+        self.syncs = [s for s in plan.syncs if rank in s.ranks]
+        #: the pieces of each local task's input (op, k, slot) and output (op, m, o)
+        self.into: dict[tuple[int, int, int], list[Piece]] = {}
+        self.out_of: dict[tuple[int, int, int], list[Piece]] = {}
+        for op in self.ops:
+            for p in plan.pieces_into[op.index]:
+                if p.dst == rank:
+                    self.into.setdefault((p.consumer, p.k, p.slot), []).append(p)
+                if p.src == rank:
+                    self.out_of.setdefault((p.producer, p.m, p.output), []).append(p)
+        #: the op after whose backward a parameter's gradient is complete on this rank
+        self.ready_after = {
+            name: min(op.index for op in self.ops for p in op.params
+                      if p.name == name and self.tasks[op.index])
+            for name in self.params}
+
+    # -- the step ----------------------------------------------------------------------
+
+    def step(self, step: int) -> StepResult:
+        started = time.perf_counter()
+        self.comm.traffic.reset()
+        state = _StepState(kernel_seed(self.seed, step))
+        for op in self.ops:
+            self._forward(op, step, state)
+        pending = PendingSums()
+        next_sync = 0
+        for op in reversed(self.ops):
+            if op.type != "input":
+                self._backward(op, state)
+            while next_sync < len(self.syncs) and \
+                    self.ready_after[self.syncs[next_sync].param] >= op.index:
+                self._start_sync(self.syncs[next_sync], state, pending)
+                next_sync += 1
+        self.comm.wait(pending)
+        compute = time.perf_counter()
+        self._finish_syncs(state)
+        self._update()
+        state.compute_s += time.perf_counter() - compute
+        traffic = self.comm.traffic
+        return StepResult(state.loss_share, time.perf_counter() - started, state.compute_s,
+                          traffic.wait_s, traffic.sent, traffic.received)
+
+    def _forward(self, op: Op, step: int, state: _StepState) -> None:
+        pieces = self.plan.pieces_into[op.index]
+        received = self._move(pieces, forward=True, state=state)
+        kernel = kernel_for(op.type)
+        for k in self.tasks[op.index]:
+            region = self.plan.region(op, k)
+            began = time.perf_counter()
+            if op.type == "input":
+                out_region = op.output_regions(region)[0]
+                inputs = [input_block(op, out_region, self.seed, step, self.dtype,
+                                      self.plan.index_bounds.get(op.index), self.device)]
+            else:
+                inputs = [self._input_block(op, k, slot, need, received, state)
+                          for slot, need in enumerate(op.input_regions(region))]
+            params = [self.params[p.name][within(op.param_region(i, region),
+                                                 self.boxes[p.name])]
+                      for i, p in enumerate(op.params)]
+            outputs, loss = kernel.forward_loss(op, region, inputs, params, state.kernel_seed)
+            state.compute_s += time.perf_counter() - began
+            state.inputs[(op.index, k)] = inputs
+            state.outputs[(op.index, k)] = outputs
+            if loss is not None:
+                state.losses[(op.index, k)] = loss
+                state.loss_share += float(loss.detach())
+
+    def _input_block(self, op: Op, k: int, slot: int, need: Region,
+                     received: dict[Piece, torch.Tensor], state: _StepState) -> torch.Tensor:
+        """Input ``slot`` of task ``k``, assembled from its pieces as a leaf tensor."""
+        mine = self.into[(op.index, k, slot)]
+        tensor = op.inputs[slot]
+        grad = tensor.dtype in FLOAT_DTYPES
+        if len(mine) == 1 and mine[0].local:
+            whole = self._producer_block(mine[0], state)
+            if tuple(whole.shape) == shape_of(need):  # the producer's block, as it is
+                return whole.detach().requires_grad_(grad)
+        first = self._piece_value(mine[0], received, state)
+        block = torch.empty(shape_of(need), dtype=first.dtype, device=self.device)
+        for p in mine:
+            block[within(p.region, need)] = self._piece_value(p, received, state)
+        return block.requires_grad_(grad)
+
+    def _producer_block(self, p: Piece, state: _StepState) -> torch.Tensor:
+        return state.outputs[(p.producer, p.m)][p.output]
+
+    def _piece_value(self, p: Piece, received: dict[Piece, torch.Tensor],
+                     state: _StepState) -> torch.Tensor:
+        return self._producer_slice(p, state) if p.local else received[p]
+
+    def _producer_slice(self, p: Piece, state: _StepState) -> torch.Tensor:
+        """The piece, cut from its producer's output block on this rank."""
+        producer = self.ops[p.producer]
+        out_region = producer.output_regions(self.plan.region(producer, p.m))[p.output]
+        return self._producer_block(p, state).detach()[within(p.region, out_region)]
+
+    def _backward(self, op: Op, state: _StepState) -> None:
+        pieces = self.plan.pieces_from[op.index]
+        received = self._move(pieces, forward=False, state=state)
+        for m in self.tasks[op.index]:
+            began = time.perf_counter()
+            outputs = state.outputs.pop((op.index, m))
+            roots, seeds = [], []
+            out_regions = op.output_regions(self.plan.region(op, m))
+            for o, (out, out_region) in enumerate(zip(outputs, out_regions)):
+                grad = self._output_grad(self.out_of.get((op.index, m, o), []), out_region,
+                                         received, state)
+                if grad is not None and out.requires_grad:
+                    roots.append(out)
+                    seeds.append(grad)
+            loss = state.losses.pop((op.index, m), None)
+            if loss is not None:
+                roots.append(loss)
+                seeds.append(torch.ones_like(loss))
+            if roots:
+                torch.autograd.backward(roots, seeds)
+            inputs = state.inputs.pop((op.index, m))
+            region = self.plan.region(op, m)
+            for slot, (leaf, need) in enumerate(zip(inputs, op.input_regions(region))):
+                if leaf.grad is None:
+                    continue
+                for p in self.into[(op.index, m, slot)]:
+                    if self.ops[p.producer].type != "input":
+                        state.grads[p] = leaf.grad[within(p.region, need)]
+            state.compute_s += time.perf_counter() - began
+
+    def _output_grad(self, pieces: list[Piece], out_region: Region,
+                     received: dict[Piece, torch.Tensor], state: _StepState
+                     ) -> torch.Tensor | None:
+        """The gradient of an output block: the sum of the gradients of its ``pieces``
+        (None when no consumer's gradient reaches it)."""
+        mine = [p for p in pieces if p in received or p in state.grads]
+        if not mine:
+            return None
+        total = torch.zeros(shape_of(out_region), dtype=self.dtype, device=self.device)
+        for p in mine:
+            total[within(p.region, out_region)] += received[p] if p in received \
+                else state.grads.pop(p)
+        return total
+
+    def _move(self, pieces: list[Piece], forward: bool, state: _StepState
+              ) -> dict[Piece, torch.Tensor]:
+        """Send and receive this rank's remote pieces (forward: the data, from producer
+        to consumer; backward: their gradients, back); returns what arrived."""
+        transfers, received = [], {}
+        for p in pieces:
+            if p.local or self.rank not in (p.src, p.dst):
+                continue
+            if not forward and self.ops[p.producer].type == "input":
+                continue
+            sender, receiver = (p.src, p.dst) if forward else (p.dst, p.src)
+            if self.rank == sender:
+                value = self._producer_slice(p, state) if forward else state.grads.pop(p, None)
+                if value is None:  # a consumer block whose input has no gradient
+                    value = torch.zeros(shape_of(p.region), dtype=self.dtype, device=self.device)
+                transfers.append(Transfer(True, receiver, value.contiguous()))
+            else:
+                dtype = self._piece_dtype(p) if forward else self.dtype
+                buffer = torch.empty(shape_of(p.region), dtype=dtype, device=self.device)
+                received[p] = buffer
+                transfers.append(Transfer(False, sender, buffer))
+        self.comm.exchange(transfers)
+        return received
+
+    def _piece_dtype(self, p: Piece) -> torch.dtype:
+        dtype = self.ops[p.consumer].inputs[p.slot].dtype
+        return self.dtype if dtype in FLOAT_DTYPES else getattr(torch, dtype)
+
+    # -- gradients of replicated parameters, and the update ----------------------------
+
+    def _start_sync(self, sync: ReplicaSync, state: _StepState, pending: PendingSums) -> None:
+        grad = self._grad(sync.param)
+        box = self.boxes[sync.param]
+        flat = torch.cat([grad[within(cell, box)].reshape(-1) for cell in sync.cells])
+        state.sums.append((sync, flat))
+        self.comm.start_sum(sync.ranks, flat, pending)
+
+    def _finish_syncs(self, state: _StepState) -> None:
+        for sync, flat in state.sums:
+            grad, box, at = self._grad(sync.param), self.boxes[sync.param], 0
+            for cell in sync.cells:
+                part = grad[within(cell, box)]
+                part.copy_(flat[at:at + part.numel()].view_as(part))
+                at += part.numel()
+
+    def _grad(self, name: str) -> torch.Tensor:
+        param = self.params[name]
+        if param.grad is None:
+            param.grad = torch.zeros_like(param)
+        return param.grad
+
+    def _update(self) -> None:
+        lr, momentum = self.optimizer.lr, self.optimizer.momentum
+        with torch.no_grad():
+            for name, param in self.params.items():
+                velocity = self.velocity[name]
+                velocity.mul_(momentum).add_(self._grad(name))
+                param.sub_(lr * velocity)
+                param.grad = None
+
+
+class _StepState:
+    """What one step keeps between its forward and backward passes."""
+
+    def __init__(self, kernel_seed: int) -> None:
+        self.kernel_seed = kernel_seed
+        self.inputs: dict[tuple[int, int], list[torch.Tensor]] = {}
+        self.outputs: dict[tuple[int, int], list[torch.Tensor]] = {}
+        self.losses: dict[tuple[int, int], torch.Tensor] = {}
+        self.grads: dict[Piece, torch.Tensor] = {}
+        self.sums: list[tuple[ReplicaSync, torch.Tensor]] = []
+        self.loss_share = 0.0
+        self.compute_s = 0.0

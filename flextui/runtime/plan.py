@@ -1,0 +1,210 @@
+"""The execution plan: what every rank computes and moves in one training step, compiled
+once from (graph, strategy, cluster) with the simulator's own code.
+
+Simulated device *i* is global rank *i*. Each op's tasks are its config's blocks
+(``ParallelConfig.regions``); each edge's *pieces* are the block intersections the
+simulator times as transfers (``sim.taskgraph.overlap_regions``); each parameter's
+replica groups are the simulator's (``sim.replicas.replica_cells``), with the atoms
+the runtime all-reduces. The bytes a rank sends and receives in a step follow from the
+plan alone, and equal what the simulated Timeline puts on the device's links.
+
+Order. Every rank walks the ops in topological order for the forward pass and in
+reverse for the backward pass. Before an op's forward tasks run, the pieces into them
+move (``pieces_into``); before its backward tasks run, the gradient pieces of its
+outputs come back (``pieces_from``). Pieces are listed in one canonical order, the same
+on every rank, so the point-to-point operations each pair of ranks posts match.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from flextui.errors import StrategyError
+from flextui.graph import Op, OpGraph, Region, region_volume
+from flextui.graph.kernels import kernel_for
+from flextui.graph.tensor import FLOAT_DTYPES, dtype_bytes
+from flextui.sim.replicas import replica_cells
+from flextui.sim.taskgraph import overlap_regions
+from flextui.strategy import ParallelConfig, Strategy
+
+
+@dataclass(frozen=True, eq=False)
+class Piece:
+    """One block intersection on an edge: the part ``region`` (in the whole tensor's
+    coordinates) of producer task ``m``'s output ``output`` that consumer task ``k``
+    reads through input ``slot``; it moves from rank ``src`` to rank ``dst``. Each piece
+    is one object, shared by the lists of both its ops, and compared by identity."""
+
+    producer: int        # op index
+    output: int
+    m: int
+    consumer: int        # op index
+    slot: int
+    k: int
+    region: Region
+    src: int
+    dst: int
+    nbytes: int
+
+    @property
+    def local(self) -> bool:
+        return self.src == self.dst
+
+
+@dataclass(frozen=True)
+class ReplicaSync:
+    """One replica group of a parameter: the ranks holding the atoms ``cells``, whose
+    gradients are summed over them (an all-reduce of ``numel`` elements)."""
+
+    param: str
+    ranks: tuple[int, ...]
+    cells: tuple[Region, ...]
+    numel: int
+    nbytes: int
+
+
+@dataclass
+class Plan:
+    """The compiled step of ``graph`` under ``strategy`` on ``num_ranks`` ranks."""
+
+    graph: OpGraph
+    strategy: Strategy
+    num_ranks: int
+    configs: list[ParallelConfig]
+    pieces_into: list[list[Piece]]        # per op: the pieces its forward tasks read
+    pieces_from: list[list[Piece]]        # per op: the pieces its outputs feed
+    syncs: list[ReplicaSync]              # in the order every rank issues them
+    #: per parameter and rank: the box of the parameter holding every shard it uses
+    param_boxes: dict[str, dict[int, Region]] = field(default_factory=dict)
+    #: per input op of an integer dtype: the values its data must stay below
+    index_bounds: dict[int, int] = field(default_factory=dict)
+
+    def tasks_on(self, op: Op, rank: int) -> list[int]:
+        """The tasks of ``op`` that run on ``rank``."""
+        return [k for k, d in enumerate(self.configs[op.index].devices) if d == rank]
+
+    def region(self, op: Op, k: int) -> Region:
+        return self.configs[op.index].task_region(op, k)
+
+    def sync_groups(self) -> list[tuple[int, ...]]:
+        """Every distinct rank set that all-reduces, sorted: one process group each."""
+        return sorted({s.ranks for s in self.syncs})
+
+    def bytes_moved(self, rank: int, training: bool = True) -> tuple[int, int]:
+        """(sent, received) bytes of ``rank`` in one step: its pieces to and from other
+        ranks, forward and (training) the gradients back, and (training) the gradients
+        of every replica group it is in, counted once each way as the simulator counts
+        a group's all-reduce on a device's links."""
+        sent = received = 0
+        for pieces in self.pieces_into:
+            for p in pieces:
+                if p.local:
+                    continue
+                back = training and self.graph.ops[p.producer].type != "input"
+                if p.src == rank:
+                    sent += p.nbytes
+                    received += p.nbytes if back else 0
+                if p.dst == rank:
+                    received += p.nbytes
+                    sent += p.nbytes if back else 0
+        if training:
+            for s in self.syncs:
+                if rank in s.ranks:
+                    sent += s.nbytes
+                    received += s.nbytes
+        return sent, received
+
+
+def compile_plan(graph: OpGraph, strategy: Strategy, num_ranks: int) -> Plan:
+    """The plan of one step; StrategyError when the strategy does not fit the graph or
+    needs more ranks than ``num_ranks``."""
+    strategy.check(graph, num_ranks)
+    configs = [strategy[op.name] for op in graph.ops]
+    pieces_into: list[list[Piece]] = [[] for _ in graph.ops]
+    pieces_from: list[list[Piece]] = [[] for _ in graph.ops]
+    for consumer in graph.ops:
+        cconf = configs[consumer.index]
+        for producer in graph.predecessors(consumer):
+            pconf = configs[producer.index]
+            for slot, k, m, region in overlap_regions(producer, consumer, pconf, cconf):
+                tensor = consumer.inputs[slot]
+                piece = Piece(producer.index, tensor.index, m, consumer.index, slot, k, region,
+                              pconf.devices[m], cconf.devices[k],
+                              region_volume(region) * dtype_bytes(tensor.dtype))
+                pieces_into[consumer.index].append(piece)
+                pieces_from[producer.index].append(piece)
+        _check_tiled(consumer, cconf, pieces_into[consumer.index])
+    order = _forward_key
+    for pieces in pieces_into:
+        pieces.sort(key=order)
+    for pieces in pieces_from:
+        pieces.sort(key=order)
+    syncs, boxes = _parameters(graph, configs)
+    return Plan(graph, strategy, num_ranks, configs, pieces_into, pieces_from, syncs, boxes,
+                index_bounds(graph))
+
+
+def _forward_key(p: Piece) -> tuple[int, int, int, int, int]:
+    return (p.consumer, p.slot, p.k, p.producer, p.m)
+
+
+def _check_tiled(op: Op, config: ParallelConfig, pieces: list[Piece]) -> None:
+    """Every input block a task reads is made of its pieces exactly once; anything
+    else would be a producer whose blocks overlap, which the runtime cannot assemble."""
+    if op.type == "input":
+        return
+    covered: dict[tuple[int, int], int] = {}
+    for p in pieces:
+        covered[(p.slot, p.k)] = covered.get((p.slot, p.k), 0) + region_volume(p.region)
+    for k in range(config.num_tasks):
+        for slot, need in enumerate(op.input_regions(config.task_region(op, k))):
+            if covered.get((slot, k), 0) != region_volume(need):
+                raise StrategyError(f"op {op.name!r}: input {slot} of task {k} is not made of "
+                                    "its producer's blocks exactly once; the runtime cannot "
+                                    "assemble it")
+
+
+def _parameters(graph: OpGraph, configs: list[ParallelConfig],
+                ) -> tuple[list[ReplicaSync], dict[str, dict[int, Region]]]:
+    """Each parameter's replica groups (in the order ranks issue their all-reduces: the
+    parameters whose last user in the backward pass comes first, then by group) and, per
+    rank, the box of the parameter its shards lie in."""
+    users: dict[str, list[tuple[Op, int]]] = {}
+    for op in graph.ops:
+        for i, p in enumerate(op.params):
+            users.setdefault(p.name, []).append((op, i))
+    syncs: list[tuple[tuple[int, int], ReplicaSync]] = []
+    boxes: dict[str, dict[int, Region]] = {}
+    for order, (name, used_by) in enumerate(users.items()):
+        param = graph.parameters[name]
+        blocks = tuple((op.param_region(i, region), configs[op.index].devices[k])
+                       for op, i in used_by
+                       for k, region in enumerate(configs[op.index].regions(op)))
+        boxes[name] = {}
+        for region, rank in blocks:
+            old = boxes[name].get(rank)
+            boxes[name][rank] = region if old is None else tuple(
+                (min(a0, b0), max(a1, b1)) for (a0, a1), (b0, b1) in zip(old, region))
+        first_user = min(op.index for op, _ in used_by)
+        for ranks, cells, _ in replica_cells(blocks):
+            if len(ranks) > 1:
+                numel = sum(math.prod(hi - lo for lo, hi in cell) for cell in cells)
+                syncs.append(((-first_user, order), ReplicaSync(
+                    name, ranks, tuple(cells), numel, numel * dtype_bytes(param.dtype))))
+    syncs.sort(key=lambda item: item[0])
+    return [s for _, s in syncs], boxes
+
+
+def index_bounds(graph: OpGraph) -> dict[int, int]:
+    """For each integer input op, the largest value range all its consumers accept
+    (labels below the class count, ids below the table size)."""
+    bounds: dict[int, int] = {}
+    for op in graph.ops:
+        for slot, tensor in enumerate(op.inputs):
+            producer = tensor.producer
+            if producer is not None and producer.type == "input" \
+                    and tensor.dtype not in FLOAT_DTYPES:
+                bound = kernel_for(op.type).index_bound(op, slot)
+                bounds[producer.index] = min(bounds.get(producer.index, bound), bound)
+    return bounds

@@ -1,0 +1,108 @@
+"""What a launch hands its ranks: the graph, the strategy, the number of ranks and how
+to train, as one versioned msgpack document (``flextui.documents``) that every rank
+reads and compiles into the same plan (``runtime.plan``). No pickle: a rank rebuilds
+the graph from data (``graph_from_dict``), as a search log's reader does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+from flextui.documents import BadDocument, DocumentFormat
+from flextui.errors import FlextuiError
+from flextui.fields import FieldReader
+from flextui.graph import OpGraph, graph_from_dict
+from flextui.strategy import ParallelConfig, Strategy
+
+LAUNCH = DocumentFormat("flextui-launch", 1, "launch plan")
+
+
+class Backend(StrEnum):
+    """How ranks talk: NCCL between GPUs, gloo between CPU processes."""
+
+    NCCL = "nccl"
+    GLOO = "gloo"
+
+
+class RunDtype(StrEnum):
+    """The dtype ranks train in: the graph's (float32), or float64 for checks."""
+
+    FLOAT32 = "float32"
+    FLOAT64 = "float64"
+
+
+@dataclass(frozen=True)
+class Training:
+    """How the ranks train: ``warmup`` untimed steps then ``steps`` timed ones, from
+    parameters and data made from ``seed``, with SGD (``lr``, ``momentum``); with
+    ``check`` the ranks compare their result with one process's afterwards."""
+
+    steps: int = 20
+    warmup: int = 2
+    seed: int = 0
+    lr: float = 0.01
+    momentum: float = 0.9
+    dtype: RunDtype = RunDtype.FLOAT32
+    backend: Backend = Backend.GLOO
+    check: bool = False
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    graph: OpGraph
+    strategy: Strategy
+    num_ranks: int
+    training: Training
+
+    def encode(self) -> bytes:
+        t = self.training
+        configs = [[list(self.strategy[op.name].degrees), list(self.strategy[op.name].devices)]
+                   for op in self.graph.ops]
+        return LAUNCH.encode({
+            "graph": self.graph.to_dict(), "strategy": [self.strategy.name, configs],
+            "num_ranks": self.num_ranks,
+            "training": {"steps": t.steps, "warmup": t.warmup, "seed": t.seed, "lr": t.lr,
+                         "momentum": t.momentum, "dtype": str(t.dtype),
+                         "backend": str(t.backend), "check": t.check}})
+
+    @classmethod
+    def decode(cls, data: bytes, where: str) -> LaunchSpec:
+        """The spec ``data`` holds; FlextuiError naming ``where`` if it is damaged."""
+        try:
+            _, body = LAUNCH.decode(data)
+        except BadDocument as bad:
+            raise FlextuiError(f"{where}: {bad.problem}") from None
+        f = FieldReader(where)
+        body = f.exact_keys(body, ("graph", "strategy", "num_ranks", "training"), "plan")
+        try:
+            graph = graph_from_dict(body["graph"])
+        except FlextuiError as exc:
+            raise FlextuiError(f"{where}: graph: {exc}") from None
+        name, configs = f.items(body["strategy"], "strategy", 2)
+        configs = f.items(configs, "strategy configs", len(graph.ops))
+        strategy = Strategy({op.name: ParallelConfig(
+            tuple(f.integer(d, "degree", 1) for d in f.items(c[0], "degrees")),
+            tuple(f.integer(d, "device", 0) for d in f.items(c[1], "devices")))
+            for op, c in zip(graph.ops, (f.items(c, "config", 2) for c in configs))},
+            f.string(name, "strategy name", empty=True))
+        t = f.exact_keys(body["training"], ("steps", "warmup", "seed", "lr", "momentum",
+                                            "dtype", "backend", "check"), "training")
+        training = Training(
+            f.integer(t["steps"], "steps", 1), f.integer(t["warmup"], "warmup", 0),
+            f.integer(t["seed"], "seed"), f.number(t["lr"], "lr", 0.0),
+            f.number(t["momentum"], "momentum", 0.0, 1.0),
+            RunDtype(f.choice(t["dtype"], "dtype", tuple(RunDtype))),
+            Backend(f.choice(t["backend"], "backend", tuple(Backend))),
+            f.boolean(t["check"], "check"))
+        return cls(graph, strategy, f.integer(body["num_ranks"], "num_ranks", 1), training)
+
+    @classmethod
+    def read(cls, path: str | Path) -> LaunchSpec:
+        try:
+            data = Path(path).read_bytes()
+        except OSError as exc:
+            raise FlextuiError(f"cannot read launch plan {path}: "
+                               f"{exc.strerror or exc}") from None
+        return cls.decode(data, str(path))

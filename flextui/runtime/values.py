@@ -1,0 +1,47 @@
+"""The starting parameters and the synthetic data of a run, block by block.
+
+Every element depends only on the seed, the parameter's (or input op's) name, the step
+and the element's position in the whole tensor (``graph.kernels.positional``), so each
+rank builds just its own blocks and they assemble to exactly what one process builds
+for the whole graph: a single-process run is the reference for any strategy.
+
+Parameters start uniform in [-b, b] with b = 1/sqrt(fan in) (fan in: the elements of a
+row, or the length of a vector), as torch initialises linear and conv layers; a
+normalisation's scale (a vector named "weight") starts at 1 +- 0.1 b. Float inputs are
+uniform in [-1, 1]; integer inputs (labels, ids) uniform below what their consumers
+accept (``Plan.index_bounds``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from flextui.graph import Op, Parameter, Region
+from flextui.graph.kernels.positional import block_hash, block_uniform, key_of
+
+
+def parameter_block(param: Parameter, role: str, region: Region, seed: int,
+                    dtype: torch.dtype, device: torch.device | str = "cpu") -> torch.Tensor:
+    """The starting values of ``region`` of ``param`` (of role ``role`` in its op)."""
+    shape = param.shape
+    fan_in = math.prod(shape[1:]) if len(shape) > 1 else shape[0]
+    bound = 1.0 / math.sqrt(max(1, fan_in))
+    centre = 1.0 if len(shape) == 1 and role == "weight" else 0.0
+    if centre:
+        bound *= 0.1
+    u = block_uniform(region, shape, key_of("param", param.name, seed), torch.float64, device)
+    return (centre + (2 * u - 1) * bound).to(dtype)
+
+
+def input_block(op: Op, region: Region, seed: int, step: int, dtype: torch.dtype,
+                index_bound: int | None, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Block ``region`` of input op ``op``'s data for ``step``: ``dtype`` floats in
+    [-1, 1], or (``index_bound`` given) integers of the op's dtype below it."""
+    shape = op.outputs[0].shape
+    key = key_of("input", op.name, seed, step)
+    if index_bound is not None:
+        values = block_hash(region, shape, key, device) % index_bound
+        return values.to(getattr(torch, op.outputs[0].dtype))
+    return (2 * block_uniform(region, shape, key, torch.float64, device) - 1).to(dtype)

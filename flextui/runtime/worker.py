@@ -1,0 +1,166 @@
+"""The rank program: ``python -m flextui.runtime.worker PLAN``, started by torchrun.
+
+Simulated device *i* is global rank *i*; a rank trains on ``cuda:LOCAL_RANK`` when the
+launch uses NCCL and on the CPU otherwise. It reads the launch plan (``spec``), compiles
+the same step as every other rank (``plan``), trains (``engine``) and reports on stdout
+(``metrics``). With a check it then trains the whole graph in this process
+(``reference``) and reports how far its own parameter shards and the loss are from it.
+
+A watchdog thread ends the rank at once when the process that started it (torchrun's
+agent) or the launcher (``FLEXTUI_LAUNCHER_PID``) is gone, so no rank outlives its
+launch however the launch ends.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import socket
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+
+from flextui.runtime.comm import Comm
+from flextui.runtime.engine import Optimizer, RankProgram, within
+from flextui.runtime.metrics import Reporter
+from flextui.runtime.plan import compile_plan
+from flextui.runtime.reference import train_whole
+from flextui.runtime.spec import Backend, LaunchSpec
+
+LAUNCHER_PID = "FLEXTUI_LAUNCHER_PID"
+WATCH_S = 0.5
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m flextui.runtime.worker PLAN (started by flextui launch)",
+              file=sys.stderr)
+        return 2
+    _watch_parents()
+    spec = LaunchSpec.read(args[0])
+    training = spec.training
+    nccl = training.backend == Backend.NCCL
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = torch.device(f"cuda:{local_rank}" if nccl else "cpu")
+    if nccl:
+        torch.cuda.set_device(device)
+    dist.init_process_group(str(training.backend))
+    try:
+        return _run(spec, dist.get_rank(), device)
+    finally:
+        dist.destroy_process_group()
+
+
+def _run(spec: LaunchSpec, rank: int, device: torch.device) -> int:
+    training = spec.training
+    world = dist.get_world_size()
+    if world != spec.num_ranks:
+        raise RuntimeError(f"the plan is for {spec.num_ranks} ranks, torchrun started {world}")
+    plan = compile_plan(spec.graph, spec.strategy, spec.num_ranks)
+    dtype = getattr(torch, str(training.dtype))
+    comm = Comm(rank, plan.sync_groups(), device)
+    optimizer = Optimizer(training.lr, training.momentum)
+    program = RankProgram(plan, rank, comm, seed=training.seed, dtype=dtype, optimizer=optimizer)
+    reporter = Reporter(rank, _print, _memory(device), _utilisation(device))
+    reporter.emit("start", pid=os.getpid(), host=socket.gethostname(), device=str(device),
+                  steps=training.steps, warmup=training.warmup)
+    total = training.warmup + training.steps
+    losses = []
+    for step in range(total):
+        result = program.step(step)
+        losses.append(result.loss_share)
+        reporter.step(step, step < training.warmup, result.loss_share, result.step_s,
+                      result.compute_s, result.wait_s, result.sent, result.received,
+                      last=step in (training.warmup - 1, total - 1))
+    reporter.flush()
+    if training.check:
+        _check(spec, program, losses, reporter, total, dtype)
+    reporter.emit("end")
+    return 0
+
+
+def _check(spec: LaunchSpec, program: RankProgram, losses: list[float], reporter: Reporter,
+           steps: int, dtype: torch.dtype) -> None:
+    """Train the whole graph in this process and report the largest relative error of
+    this rank's parameter shards and of the summed loss of every step."""
+    totals = torch.tensor(losses, dtype=torch.float64)
+    dist.all_reduce(totals)  # the loss of each step: the ranks' shares summed
+    training = spec.training
+    reference = train_whole(spec.graph, steps, seed=training.seed, dtype=dtype,
+                            optimizer=Optimizer(training.lr, training.momentum))
+    loss_error = max((abs(a - b) / max(abs(b), 1e-300)
+                      for a, b in zip(totals.tolist(), reference.losses)), default=0.0)
+    param_error = 0.0
+    for name, box in program.boxes.items():
+        whole = reference.params[name]
+        full = tuple((0, size) for size in whole.shape)
+        param_error = max(param_error, relative_error(program.params[name].detach().cpu(),
+                                                      whole[within(box, full)]))
+    reporter.emit("check", loss_error=loss_error, param_error=param_error,
+                  losses=totals.tolist(), reference_losses=reference.losses)
+
+
+def relative_error(found: torch.Tensor, expected: torch.Tensor) -> float:
+    """The largest elementwise relative error, an element's error taken against at least
+    a millionth of the tensor's largest magnitude (so values near zero are not divided
+    by nearly nothing)."""
+    floor = float(expected.abs().max()) * 1e-6 if expected.numel() else 0.0
+    scale = expected.abs().clamp_min(max(floor, 1e-300))
+    return float(((found.to(expected.dtype) - expected).abs() / scale).max()) \
+        if expected.numel() else 0.0
+
+
+def _print(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def _memory(device: torch.device) -> Callable[[], int]:
+    if device.type == "cuda":
+        return lambda: int(torch.cuda.max_memory_allocated(device))
+    return lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+
+
+def _utilisation(device: torch.device) -> Callable[[], float | None]:
+    """GPU utilisation in percent through NVML (nvidia-ml-py), None without it."""
+    if device.type != "cuda":
+        return lambda: None
+    try:
+        import pynvml  # type: ignore[import-not-found]  # optional: nvidia-ml-py
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(device.index or 0)
+    except Exception:  # noqa: BLE001 (no NVML, no driver: utilisation is not known)
+        return lambda: None
+    return lambda: float(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)
+
+
+def _watch_parents() -> None:
+    """End this process when its parent or the launcher is gone."""
+    parent = os.getppid()
+    launcher = int(os.environ.get(LAUNCHER_PID, "0") or 0)
+
+    def alive(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+    def watch() -> None:
+        while True:
+            time.sleep(WATCH_S)
+            if os.getppid() != parent or (launcher and not alive(launcher)):
+                os._exit(1)
+
+    threading.Thread(target=watch, name="flextui-watchdog", daemon=True).start()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""The runtime's plan and one rank's step, in one process: every partition of every
+small model assembles to exactly the whole graph's training, and the plan moves exactly
+the bytes the simulator puts on each device's links."""
+
+import pytest
+import torch
+
+from flextui.cost import AnalyticCostModel
+from flextui.errors import FlextuiError, StrategyError
+from flextui.graph import full_region
+from flextui.graph.library import load_model
+from flextui.machine import load_named_cluster
+from flextui.runtime.comm import Comm
+from flextui.runtime.engine import RankProgram, within
+from flextui.runtime.metrics import decode, encode
+from flextui.runtime.plan import compile_plan
+from flextui.runtime.reference import train_whole
+from flextui.runtime.spec import LaunchSpec, RunDtype, Training
+from flextui.runtime.values import input_block, parameter_block
+from flextui.runtime.worker import relative_error
+from flextui.sim import Simulator
+from flextui.strategy import ParallelConfig, Strategy, builtin_strategy, random_strategy
+
+#: the small models the runtime is checked on (the issue's LeNet, MLP, RNN, transformer
+#: and DLRM), at a batch every strategy on up to 4 devices divides
+SMALL_MODELS = {
+    "lenet": {},
+    "mlp": {"in_features": 16, "width": 32, "layers": 2, "num_classes": 10},
+    "rnnlm": {"steps": 3, "layers": 1, "hidden": 16, "vocab": 20},
+    "transformer": {"layers": 1, "width": 16, "heads": 2, "seq_len": 8, "vocab": 50},
+    "dlrm": {"num_tables": 2, "rows_per_table": 20, "embed_dim": 8},
+}
+STRATEGIES = ["data-parallel", "model-parallel", "expert", "random-1", "random-2", "random-3",
+              "random-4", "random-5"]
+
+
+def small(name):
+    return load_model(name, batch_size=8, **SMALL_MODELS[name])
+
+
+def strategy(name, graph, cluster):
+    if name.startswith("random-"):
+        return random_strategy(graph, cluster, seed=int(name.split("-")[1]))
+    return builtin_strategy(name, graph, cluster)
+
+
+def on_one_rank(s):
+    """The same partition with every task on rank 0."""
+    return Strategy({n: ParallelConfig(c.degrees, (0,) * len(c.devices)) for n, c in s.items()},
+                    s.name)
+
+
+@pytest.mark.parametrize("model", SMALL_MODELS)
+def test_every_partition_on_one_rank_trains_as_the_whole_graph(model):
+    """Blocks assembled from pieces, parameter shards as views of their boxes, backward
+    task by task: 3 SGD steps equal the unpartitioned graph's to 1e-9 in float64."""
+    graph, cluster = small(model), load_named_cluster("local-cpu-4")
+    reference = train_whole(graph, 3)
+    for name in STRATEGIES:
+        plan = compile_plan(graph, on_one_rank(strategy(name, graph, cluster)), 1)
+        program = RankProgram(plan, 0, Comm(0, [], torch.device("cpu")), dtype=torch.float64)
+        losses = [program.step(step).loss_share for step in range(3)]
+        assert losses == pytest.approx(reference.losses, rel=1e-9), name
+        for param, value in program.params.items():
+            whole = reference.params[param]
+            box = program.boxes[param]
+            assert relative_error(value.detach(), whole[within(box, full_region(whole.shape))]) \
+                < 1e-9, (name, param)
+
+
+@pytest.mark.parametrize("model", SMALL_MODELS)
+def test_the_plan_moves_the_bytes_the_simulator_puts_on_each_device(model):
+    graph, cluster = small(model), load_named_cluster("local-cpu-4")
+    simulator = Simulator(graph, cluster, AnalyticCostModel())
+    for name in STRATEGIES:
+        s = strategy(name, graph, cluster)
+        timeline = simulator.simulate(s)
+        plan = compile_plan(graph, s, cluster.num_devices)
+        for rank, device in enumerate(timeline.devices):
+            assert plan.bytes_moved(rank) == (device.bytes_sent, device.bytes_received), \
+                (name, rank)
+
+
+def test_a_strategy_for_more_devices_than_ranks_is_refused():
+    graph = small("lenet")
+    s = builtin_strategy("data-parallel", graph, load_named_cluster("local-cpu-4"))
+    with pytest.raises(StrategyError, match="out of range"):
+        compile_plan(graph, s, 2)
+
+
+def test_blocks_of_values_are_the_whole_tensors_cut():
+    graph = small("lenet")
+    for p in graph.parameters.values():
+        whole = parameter_block(p, "weight", full_region(p.shape), 7, torch.float64)
+        part = tuple((0, max(1, n // 2)) for n in p.shape)
+        block = parameter_block(p, "weight", part, 7, torch.float64)
+        assert torch.equal(block, whole[within(part, full_region(p.shape))])
+    images, labels = graph.op("images"), graph.op("labels")
+    full = full_region(images.outputs[0].shape)
+    half = ((4, 8), *full[1:])
+    assert torch.equal(input_block(images, half, 1, 2, torch.float32, None),
+                       input_block(images, full, 1, 2, torch.float32, None)[4:8])
+    ids = input_block(labels, ((0, 8),), 1, 0, torch.float32, 10)
+    assert ids.dtype == torch.int64 and 0 <= int(ids.min()) and int(ids.max()) < 10
+    assert not torch.equal(input_block(images, full, 1, 0, torch.float32, None),
+                           input_block(images, full, 1, 1, torch.float32, None))
+
+
+def test_metrics_lines_are_found_among_other_output():
+    line = encode({"kind": "start", "rank": 3, "pid": 12})
+    assert decode("[rank3]:" + line) == {"kind": "start", "rank": 3, "pid": 12}
+    assert decode("[rank3]: Traceback (most recent call last):") is None
+    assert decode("[rank3]:@flextui {not json") is None
+    with pytest.raises(ValueError, match="over"):
+        encode({"kind": "steps", "losses": [0.5] * 1000})
+
+
+def test_a_launch_plan_reads_back_and_a_damaged_one_is_one_message(tmp_path):
+    graph, cluster = small("mlp"), load_named_cluster("local-cpu-2")
+    s = builtin_strategy("expert", graph, cluster)
+    spec = LaunchSpec(graph, s, 2, Training(steps=3, dtype=RunDtype.FLOAT64, check=True))
+    back = LaunchSpec.decode(spec.encode(), "plan")
+    assert back.graph.fingerprint == graph.fingerprint and back.strategy == s
+    assert back.training == spec.training and back.num_ranks == 2
+    path = tmp_path / "plan.msgpack"
+    path.write_bytes(spec.encode()[:-10])
+    with pytest.raises(FlextuiError, match="plan.msgpack: corrupt"):
+        LaunchSpec.read(path)
