@@ -8,7 +8,6 @@ import torch
 from flextui.cost import AnalyticCostModel
 from flextui.errors import FlextuiError, StrategyError
 from flextui.graph import full_region
-from flextui.graph.library import load_model
 from flextui.machine import load_named_cluster
 from flextui.runtime.comm import Comm
 from flextui.runtime.engine import RankProgram, within
@@ -19,29 +18,8 @@ from flextui.runtime.spec import LaunchSpec, RunDtype, Training
 from flextui.runtime.values import input_block, parameter_block
 from flextui.runtime.worker import relative_error
 from flextui.sim import Simulator
-from flextui.strategy import ParallelConfig, Strategy, builtin_strategy, random_strategy
-
-#: the small models the runtime is checked on (the issue's LeNet, MLP, RNN, transformer
-#: and DLRM), at a batch every strategy on up to 4 devices divides
-SMALL_MODELS = {
-    "lenet": {},
-    "mlp": {"in_features": 16, "width": 32, "layers": 2, "num_classes": 10},
-    "rnnlm": {"steps": 3, "layers": 1, "hidden": 16, "vocab": 20},
-    "transformer": {"layers": 1, "width": 16, "heads": 2, "seq_len": 8, "vocab": 50},
-    "dlrm": {"num_tables": 2, "rows_per_table": 20, "embed_dim": 8},
-}
-STRATEGIES = ["data-parallel", "model-parallel", "expert", "random-1", "random-2", "random-3",
-              "random-4", "random-5"]
-
-
-def small(name):
-    return load_model(name, batch_size=8, **SMALL_MODELS[name])
-
-
-def strategy(name, graph, cluster):
-    if name.startswith("random-"):
-        return random_strategy(graph, cluster, seed=int(name.split("-")[1]))
-    return builtin_strategy(name, graph, cluster)
+from flextui.strategy import ParallelConfig, Strategy, builtin_strategy
+from runtime_models import SMALL_MODELS, STRATEGIES, small, strategy
 
 
 def on_one_rank(s):

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 from flextui.documents import BadDocument, DocumentFormat
 from flextui.errors import FlextuiError
@@ -56,16 +57,19 @@ class LaunchSpec:
     num_ranks: int
     training: Training
 
-    def encode(self) -> bytes:
+    def to_dict(self) -> dict[str, Any]:
+        """The spec as plain data (what ``encode`` stores, and a run log's header holds)."""
         t = self.training
         configs = [[list(self.strategy[op.name].degrees), list(self.strategy[op.name].devices)]
                    for op in self.graph.ops]
-        return LAUNCH.encode({
-            "graph": self.graph.to_dict(), "strategy": [self.strategy.name, configs],
-            "num_ranks": self.num_ranks,
-            "training": {"steps": t.steps, "warmup": t.warmup, "seed": t.seed, "lr": t.lr,
-                         "momentum": t.momentum, "dtype": str(t.dtype),
-                         "backend": str(t.backend), "check": t.check}})
+        return {"graph": self.graph.to_dict(), "strategy": [self.strategy.name, configs],
+                "num_ranks": self.num_ranks,
+                "training": {"steps": t.steps, "warmup": t.warmup, "seed": t.seed, "lr": t.lr,
+                             "momentum": t.momentum, "dtype": str(t.dtype),
+                             "backend": str(t.backend), "check": t.check}}
+
+    def encode(self) -> bytes:
+        return LAUNCH.encode(self.to_dict())
 
     @classmethod
     def decode(cls, data: bytes, where: str) -> LaunchSpec:

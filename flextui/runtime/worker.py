@@ -9,6 +9,9 @@ the same step as every other rank (``plan``), trains (``engine``) and reports on
 A watchdog thread ends the rank at once when the process that started it (torchrun's
 agent) or the launcher (``FLEXTUI_LAUNCHER_PID``) is gone, so no rank outlives its
 launch however the launch ends.
+
+``FLEXTUI_RANK_FAULT=RANK:STEP`` makes rank RANK raise at step STEP: how the tests (and
+anyone trying a launch's teardown) make one rank fail.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from flextui.runtime.reference import train_whole
 from flextui.runtime.spec import Backend, LaunchSpec
 
 LAUNCHER_PID = "FLEXTUI_LAUNCHER_PID"
+RANK_FAULT = "FLEXTUI_RANK_FAULT"
 WATCH_S = 0.5
 
 
@@ -70,8 +74,11 @@ def _run(spec: LaunchSpec, rank: int, device: torch.device) -> int:
     reporter.emit("start", pid=os.getpid(), host=socket.gethostname(), device=str(device),
                   steps=training.steps, warmup=training.warmup)
     total = training.warmup + training.steps
+    fault = _fault()
     losses = []
     for step in range(total):
+        if fault == (rank, step):
+            raise RuntimeError(f"rank {rank} fails at step {step}, as {RANK_FAULT} asks")
         result = program.step(step)
         losses.append(result.loss_share)
         reporter.step(step, step < training.warmup, result.loss_share, result.step_s,
@@ -113,6 +120,12 @@ def relative_error(found: torch.Tensor, expected: torch.Tensor) -> float:
     scale = expected.abs().clamp_min(max(floor, 1e-300))
     return float(((found.to(expected.dtype) - expected).abs() / scale).max()) \
         if expected.numel() else 0.0
+
+
+def _fault() -> tuple[int, int] | None:
+    text = os.environ.get(RANK_FAULT, "")
+    rank, _, step = text.partition(":")
+    return (int(rank), int(step)) if rank.isdigit() and step.isdigit() else None
 
 
 def _print(line: str) -> None:

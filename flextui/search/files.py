@@ -15,14 +15,16 @@ def run_name(graph: OpGraph, cluster: Cluster) -> str:
     return f"{graph.meta.get('model', graph.name)}-{cluster.name}"
 
 
-def default_log_path(graph: OpGraph, cluster: Cluster, directory: Path = Path()) -> Path:
+def default_log_path(graph: OpGraph, cluster: Cluster, directory: Path = Path(),
+                     suffix: str = ".ffsearch") -> Path:
     """A new log name in ``directory``, stamped with the local time (and numbered when
-    a log of that name exists already: logs are created exclusively, never reused)."""
+    a log of that name exists already: logs are created exclusively, never reused);
+    ``suffix`` says which log (a search's, or a launch's ``.ffrun``)."""
     stem = f"{run_name(graph, cluster)}-{time.strftime('%Y%m%d-%H%M%S')}"
-    path, n = directory / f"{stem}.ffsearch", 1
+    path, n = directory / f"{stem}{suffix}", 1
     while path.exists():
         n += 1
-        path = directory / f"{stem}-{n}.ffsearch"
+        path = directory / f"{stem}-{n}{suffix}"
     return path
 
 

@@ -79,7 +79,8 @@ def config_from_json(op: Op, data: Any, where: str) -> ParallelConfig:
     return ParallelConfig(degrees, tuple(devices))
 
 
-def strategy_from_json(data: Any, graph: OpGraph, cluster: Cluster, source: str) -> Strategy:
+def strategy_from_json(data: Any, graph: OpGraph, cluster: Cluster, source: str,
+                       same_graph: bool = False) -> Strategy:
     if not isinstance(data, dict) or data.get("format") != STRATEGY.name:
         raise StrategyError(f"{source} is not a flextui strategy file (no \"format\": "
                             f"\"{STRATEGY.name}\")")
@@ -88,6 +89,8 @@ def strategy_from_json(data: Any, graph: OpGraph, cluster: Cluster, source: str)
     except BadDocument as bad:
         upgrade = "; upgrade flextui to read it" if bad.newer_version else ""
         raise StrategyError(f"{source}: {bad.problem}{upgrade}") from None
+    if same_graph:
+        _check_made_for(data, graph, cluster, source)
     ops = data.get("ops")
     if not isinstance(ops, dict):
         raise StrategyError(f"{source}: field \"ops\" must be an object of op name -> config")
@@ -110,7 +113,30 @@ def strategy_from_json(data: Any, graph: OpGraph, cluster: Cluster, source: str)
     return strategy
 
 
-def load_strategy(path: str | Path, graph: OpGraph, cluster: Cluster) -> Strategy:
+def _check_made_for(data: dict, graph: OpGraph, cluster: Cluster, source: str) -> None:
+    """Refuse a strategy file made for another graph (another model, batch or options:
+    its fingerprint) or for more devices than ``cluster`` has."""
+    fingerprint = data.get("graph")
+    if fingerprint != graph.fingerprint:
+        model = data.get("model")
+        made_for = f" (model {model!r:.60})" if isinstance(model, str) else ""
+        raise StrategyError(f"{source} was made for another graph{made_for}, fingerprint "
+                            f"{str(fingerprint)[:40]!r}; this is {graph.name!r} at batch "
+                            f"{graph.batch_size} ({graph.fingerprint}): search a strategy for "
+                            "this model, batch size and options")
+    devices = data.get("devices")
+    if isinstance(devices, int) and devices > cluster.num_devices:
+        raise StrategyError(f"{source} was made for {devices} devices (cluster "
+                            f"{str(data.get('cluster'))[:60]!r}); this launch has "
+                            f"{cluster.num_devices} ({cluster.name}): search a strategy for "
+                            f"these devices with --cluster {cluster.name}")
+
+
+def load_strategy(path: str | Path, graph: OpGraph, cluster: Cluster,
+                  same_graph: bool = False) -> Strategy:
+    """A strategy file, checked against ``graph`` and ``cluster``; with ``same_graph``
+    it must also have been made for this very graph (``flextui launch`` runs only
+    that)."""
     path = Path(path)
     try:
         data = read_json(path.read_text(), str(path))
@@ -121,4 +147,4 @@ def load_strategy(path: str | Path, graph: OpGraph, cluster: Cluster) -> Strateg
     except json.JSONDecodeError as exc:
         raise StrategyError(f"strategy file {path} is not valid JSON: {exc.msg} at line "
                             f"{exc.lineno}, column {exc.colno}") from None
-    return strategy_from_json(data, graph, cluster, str(path))
+    return strategy_from_json(data, graph, cluster, str(path), same_graph)

@@ -1,0 +1,289 @@
+"""``flextui launch``: train a strategy for real with torchrun, one rank per device,
+and say per device how it ran against what the simulator predicted.
+
+Ctrl-C or SIGTERM stops the run: every rank ends, the run log gets its final record,
+and the exit status is 130 (143 for SIGTERM). A failed run (a rank raised, ran out of
+memory or was killed) exits with 1 and names the rank and what it said last; a mistake
+in what was asked (a strategy for another model or for more devices) exits with 2
+before any process starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shlex
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from flextui.cli.common import (
+    cost_args,
+    emit_json,
+    load_cost_model,
+    load_graph,
+    model_args,
+    stop_on_signals,
+)
+from flextui.errors import FlextuiError
+
+PROGRESS_S = 1.0
+EXIT_FAILED = 1
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "launch", help="train a strategy for real with torchrun and measure it",
+        description="Train a model under a strategy with torchrun, one rank per device "
+        "(gloo between CPU processes without a GPU, NCCL between GPUs), and print per "
+        "device the measured samples/s, step time, compute and communication share and "
+        "memory, against the simulated iteration and busy times. Every rank reports on its "
+        "stdout; everything is kept in a run log (.ffrun).")
+    model_args(p)
+    p.add_argument("--strategy", "-s", default="data-parallel", metavar="FILE|NAME",
+                   help="a strategy .json file (made for this model, batch and options), or "
+                   "data-parallel (default), expert, model-parallel, random")
+    p.add_argument("--cluster", "-c", default=None,
+                   help="the devices the strategy is for: default this machine's GPUs, or "
+                   "--nproc-per-node CPU processes (local-cpu-N) without a GPU")
+    p.add_argument("--nproc-per-node", type=int, metavar="N",
+                   help="CPU processes to launch when there is no GPU (default: what the "
+                   "strategy file was made for, else 2)")
+    p.add_argument("--steps", type=int, default=20, help="timed steps (default 20)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps first (default 2)")
+    p.add_argument("--seed", type=int, default=0, help="seed of parameters and data")
+    p.add_argument("--lr", type=float, default=0.01, help="SGD learning rate (default 0.01)")
+    p.add_argument("--backend", choices=("nccl", "gloo"),
+                   help="default: nccl with GPUs, gloo without")
+    p.add_argument("--port", type=int, help="rendezvous port on localhost (default: a free one)")
+    p.add_argument("--run-log", metavar="FILE.ffrun",
+                   help="the run log (default: <model>-<cluster>-<time>.ffrun here)")
+    p.add_argument("--check", action="store_true",
+                   help="instead of training: run 3 steps at a small batch in float64 and "
+                   "compare every rank's parameters and the loss with one process")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print the torchrun command and environment; start nothing")
+    cost_args(p)
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(handler=cmd_launch)
+
+
+def cmd_launch(args: argparse.Namespace, console: Console) -> int:
+    from flextui.runtime import job
+    from flextui.runtime.spec import Training
+
+    for flag, value, least in (("--steps", args.steps, 1), ("--warmup", args.warmup, 0),
+                               ("--nproc-per-node", args.nproc_per_node, 1)):
+        if value is not None and value < least:
+            raise FlextuiError(f"{flag} must be at least {least}")
+    graph = load_graph(args)
+    cluster = _cluster(args)
+    strategy = _strategy(args, graph, cluster)
+    backend = _backend(args, cluster)
+    training = Training(steps=args.steps, warmup=args.warmup, seed=args.seed, lr=args.lr,
+                        backend=backend)
+    cost_model = load_cost_model(args, graph, cluster, training=True)
+    run_log = Path(args.run_log) if args.run_log else None
+    prepared = job.prepare(graph, strategy, cluster, training, cost_model, run_log=run_log,
+                           port=args.port)
+    if args.check:
+        small = _check_graph(args, graph, strategy)
+        prepared = job.as_check(prepared, small)
+    if args.dry_run:
+        return _dry_run(prepared, console)
+    stop = threading.Event()
+    progress = _Progress(prepared, console, quiet=args.json)
+    console.print(f"launching {graph.name} ({strategy.name}) on {cluster.num_devices} ranks "
+                  f"({cluster.name}, {backend}); run log {prepared.run_log}", highlight=False)
+    with stop_on_signals(stop) as caught:
+        outcome, summary, records = job.execute(prepared, stop, progress.record,
+                                                progress.output)
+    if args.check:
+        return _report_check(outcome, records, console, args.json) or caught.exit_status
+    if args.json:
+        emit_json({"status": str(outcome.status), "message": outcome.message,
+                   "failed_rank": outcome.failed_rank, "run_log": str(prepared.run_log),
+                   **summary.to_dict()})
+    else:
+        _print_summary(summary, console)
+        console.print(outcome.message, highlight=False)
+    if caught.exit_status:
+        return caught.exit_status
+    return EXIT_FAILED if outcome.status == "failed" else 0
+
+
+# -- what is launched -------------------------------------------------------------------
+
+
+def _cluster(args: argparse.Namespace):
+    """The launch's devices: --cluster, else this machine's GPUs, else CPU processes
+    (as many as the strategy file was made for, --nproc-per-node, or 2)."""
+    from flextui.machine import load_named_cluster
+    from flextui.machine.detect import cpu_ranks, detect_local
+
+    name = args.cluster or _file_cluster(args.strategy)
+    if name is not None:
+        cluster = load_named_cluster(name)
+        nodes = {d.node for d in cluster.devices}
+        if len(nodes) > 1:
+            raise FlextuiError(f"cluster {cluster.name!r} has {len(nodes)} nodes; a launch "
+                               "runs on this machine: give a one-node cluster")
+        if args.nproc_per_node is not None and args.nproc_per_node != cluster.num_devices:
+            raise FlextuiError(f"--nproc-per-node {args.nproc_per_node}, but cluster "
+                               f"{cluster.name!r} has {cluster.num_devices} devices")
+        return cluster
+    local = detect_local()
+    if local.devices[0].spec.kind != "cpu":
+        if args.nproc_per_node not in (None, local.num_devices):
+            raise FlextuiError(f"--nproc-per-node {args.nproc_per_node}: a launch uses all "
+                               f"{local.num_devices} GPUs of this machine (set "
+                               "CUDA_VISIBLE_DEVICES to use fewer)")
+        return local
+    return cpu_ranks(args.nproc_per_node or 2)
+
+
+def _file_cluster(strategy: str) -> str | None:
+    """The cluster a strategy file was made for, when it is this machine's CPU
+    processes or GPUs (``local-cpu-N``, ``local``): the launch runs it as it is."""
+    path = Path(strategy)
+    if path.suffix != ".json" or not path.is_file():
+        return None
+    try:
+        name = json.loads(path.read_text()).get("cluster")
+    except (OSError, ValueError, AttributeError):
+        return None  # loading the strategy says what is wrong with the file
+    return name if isinstance(name, str) and re.fullmatch(r"local(-cpu-\d{1,5})?", name) \
+        else None
+
+
+def _strategy(args: argparse.Namespace, graph, cluster):
+    from flextui.strategy import BUILTIN_STRATEGIES, builtin_strategy, load_strategy
+
+    if args.strategy in BUILTIN_STRATEGIES:
+        return builtin_strategy(args.strategy, graph, cluster)
+    return load_strategy(args.strategy, graph, cluster, same_graph=True)
+
+
+def _backend(args: argparse.Namespace, cluster):
+    import torch
+
+    from flextui.runtime.spec import Backend
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    backend = Backend(args.backend) if args.backend else \
+        (Backend.NCCL if gpus and cluster.devices[0].spec.kind != "cpu-rank" else Backend.GLOO)
+    if backend == Backend.NCCL and gpus < cluster.num_devices:
+        raise FlextuiError(f"--backend nccl needs a GPU per rank: this launch has "
+                           f"{cluster.num_devices} ranks and this machine {gpus} GPUs; use "
+                           "--backend gloo to run them as CPU processes")
+    return backend
+
+
+def _check_graph(args: argparse.Namespace, graph, strategy):
+    """The model at the smallest batch the strategy divides (the same strategy, op by
+    op), so a check is quick."""
+    from flextui.cli.common import model_options
+    from flextui.graph.library import load_model
+    from flextui.runtime.job import check_batch
+
+    batch = check_batch(graph, strategy)
+    if batch == graph.batch_size:
+        return graph
+    options = {**model_options(args), "batch_size": batch}
+    return load_model(args.model, **options)
+
+
+# -- output ------------------------------------------------------------------------------
+
+
+def _dry_run(prepared, console: Console) -> int:
+    from flextui.runtime.launch import Torchrun
+    torchrun = prepared.torchrun(Path("<plan dir>"))
+    env = Torchrun.environment(launcher_pid=0)
+    print(" ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + " "
+          + shlex.join(torchrun.command()))
+    console.print(f"(the plan file is written to a temporary directory when the run starts; "
+                  f"{prepared.spec.num_ranks} ranks, {prepared.spec.training.backend}, "
+                  f"FLEXTUI_LAUNCHER_PID is the launcher's PID)", highlight=False)
+    return 0
+
+
+class _Progress:
+    """A progress line at most every PROGRESS_S seconds, and the ranks' other output."""
+
+    def __init__(self, prepared, console: Console, quiet: bool) -> None:
+        self.console, self.quiet = console, quiet
+        self.total = prepared.spec.training.warmup + prepared.spec.training.steps
+        self.batch = prepared.spec.graph.batch_size
+        self.done: dict[int, int] = {}
+        self.step_s: dict[int, float] = {}
+        self.shown = 0.0
+
+    def record(self, record: dict[str, Any]) -> None:
+        if record.get("kind") != "steps":
+            return
+        rank = record["rank"]
+        self.done[rank] = record["last"] + 1
+        count = record["last"] - record["first"] + 1
+        self.step_s[rank] = record["step_s"] / max(1, count)
+        now = time.monotonic()
+        if self.quiet or now - self.shown < PROGRESS_S:
+            return
+        self.shown = now
+        step = max(self.step_s.values())
+        print(f"step {min(self.done.values()):,}/{self.total:,}  "
+              f"{self.batch / step if step else 0:,.1f} samples/s", file=sys.stderr)
+
+    def output(self, rank: int, line: str) -> None:
+        if not self.quiet:
+            print(f"[rank {rank}] {line}" if rank >= 0 else line, file=sys.stderr)
+
+
+def _print_summary(summary, console: Console) -> None:
+    table = Table(title=f"measured over {summary.steps} steps of batch {summary.batch_size} "
+                  "(ms; busy: compute per step, against simulated)", box=box.SIMPLE_HEAD,
+                  padding=(0, 1), pad_edge=False, collapse_padding=True)
+    for col in ("device", "samples/s", "step", "cmp/wait", "memory", "GPU", "busy", "sim",
+                "error"):
+        table.add_column(col, justify="left" if col == "device" else "right", no_wrap=True)
+    for row in summary.devices:
+        error = row.busy_error
+        used = row.peak_memory / row.memory_capacity if row.memory_capacity else 0.0
+        table.add_row(row.name, f"{row.samples_per_s:,.0f}", f"{row.step_s * 1e3:.2f}",
+                      f"{row.compute_share:.0%}/{row.wait_share:.0%}",
+                      f"{row.peak_memory / 2**20:,.0f}M {used:.0%}",
+                      "n/a" if row.gpu_util is None else f"{row.gpu_util:.0f}%",
+                      f"{row.busy_s * 1e3:.2f}",
+                      "n/a" if row.simulated_busy_s is None
+                      else f"{row.simulated_busy_s * 1e3:.2f}",
+                      "n/a" if error is None else f"{error:+.0%}",
+                      style="bold red" if error is not None and abs(error) > 0.25 else None)
+    console.print(table)
+    simulated = summary.simulated_iteration_s
+    error = summary.iteration_error
+    console.print(f"iteration {summary.iteration_s * 1e3:.2f} ms measured, "
+                  + (f"{simulated * 1e3:.2f} ms simulated ({error:+.0%}); " if simulated
+                     else "")
+                  + f"{summary.samples_per_s:,.1f} samples/s", highlight=False)
+
+
+def _report_check(outcome, records: list[dict[str, Any]], console: Console,
+                  as_json: bool) -> int:
+    from flextui.runtime.check import TOLERANCE, check_result
+    result = check_result(outcome, records)
+    if as_json:
+        emit_json(result.to_dict())
+    elif result.equal:
+        console.print(f"check passed: {result.ranks} ranks equal one process to "
+                      f"{result.worst:.1e} (tolerance {TOLERANCE:.0e}) over "
+                      f"{result.steps} steps", highlight=False)
+    else:
+        console.print(f"[red]check failed[/]: {result.message}", highlight=False)
+    return 0 if result.equal else EXIT_FAILED

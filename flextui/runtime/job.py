@@ -1,0 +1,157 @@
+"""A launch from start to end, for the command line and the app: the strategy checked
+against the graph and the launch's own devices before any process starts, its
+iteration simulated (what the run is measured against), the launch plan written,
+torchrun started and followed, every record in the run log, and the run summarised.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import tempfile
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from flextui.cost.model import CostModel
+from flextui.errors import FlextuiError, StrategyError
+from flextui.graph import DimKind, OpGraph
+from flextui.machine import Cluster
+from flextui.runtime.launch import Outcome, Run, Torchrun, free_port, port_is_free
+from flextui.runtime.runlog import RunLogWriter
+from flextui.runtime.spec import LaunchSpec, RunDtype, Training
+from flextui.runtime.summary import RunSummary, summarize
+from flextui.search.files import default_log_path
+from flextui.sim import Simulator
+from flextui.strategy import Strategy
+
+RUN_SUFFIX = ".ffrun"
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A launch ready to start: what ranks get, where the log goes, what to expect."""
+
+    spec: LaunchSpec
+    cluster: Cluster
+    port: int
+    run_log: Path
+    simulated: dict[str, Any]
+
+    def torchrun(self, directory: Path) -> Torchrun:
+        return Torchrun(directory / "plan.msgpack", self.spec.num_ranks, self.port,
+                        uuid.uuid4().hex[:12], directory / "ranks")
+
+
+def prepare(graph: OpGraph, strategy: Strategy, cluster: Cluster, training: Training,
+            cost_model: CostModel, *, run_log: Path | None = None, port: int | None = None
+            ) -> Prepared:
+    """Check everything a launch needs before a process starts; FlextuiError says what
+    is wrong (a strategy for more devices than the launch has, a busy port, no
+    torchrun)."""
+    used = max(strategy.devices_used(), default=0) + 1
+    if used > cluster.num_devices:
+        raise StrategyError(f"strategy {strategy.name!r} uses {used} devices; this launch has "
+                            f"{cluster.num_devices} ({cluster.name}): search a strategy for "
+                            f"these devices with flextui search --cluster {cluster.name}")
+    strategy.check(graph, cluster.num_devices)
+    if importlib.util.find_spec("torch.distributed.run") is None:
+        raise FlextuiError("torchrun (torch.distributed.run) is missing from this Python; "
+                           "install a torch with distributed support")
+    if port is None:
+        port = free_port()
+    elif not port_is_free(port):
+        raise FlextuiError(f"port {port} is in use on localhost; leave --port out to use a "
+                           "free one")
+    timeline = Simulator(graph, cluster, cost_model).simulate(strategy)
+    simulated = {"iteration_s": timeline.makespan, "cost_model": cost_model.identity,
+                 "busy_s": [d.busy_s for d in timeline.devices]}
+    path = run_log or default_log_path(graph, cluster, suffix=RUN_SUFFIX)
+    return Prepared(LaunchSpec(graph, strategy, cluster.num_devices, training), cluster, port,
+                    path, simulated)
+
+
+def check_batch(graph: OpGraph, strategy: Strategy) -> int:
+    """The smallest batch every op's split of the sample dim divides: what a check runs
+    at (``flextui launch --check``)."""
+    batch = 1
+    for op in graph.ops:
+        config = strategy[op.name]
+        for dim, degree in zip(op.space, config.degrees):
+            if dim.kind == DimKind.SAMPLE:
+                batch = math.lcm(batch, degree)
+    return min(batch, graph.batch_size)
+
+
+def as_check(prepared: Prepared, graph: OpGraph, steps: int = 3) -> Prepared:
+    """The launch as a check: ``graph`` (the model at ``check_batch``), float64,
+    ``steps`` steps without warm-up, each rank comparing with one process after."""
+    training = replace(prepared.spec.training, steps=steps, warmup=0, dtype=RunDtype.FLOAT64,
+                       check=True)
+    strategy = prepared.spec.strategy
+    strategy.check(graph, prepared.cluster.num_devices)
+    return replace(prepared, spec=LaunchSpec(graph, strategy, prepared.spec.num_ranks,
+                                             training))
+
+
+def execute(prepared: Prepared, stop: threading.Event,
+            on_record: Callable[[dict[str, Any]], None] = lambda r: None,
+            on_output: Callable[[int, str], None] = lambda rank, line: None,
+            on_start: Callable[[Run], None] = lambda run: None,
+            ) -> tuple[Outcome, RunSummary, list[dict[str, Any]]]:
+    """Run the launch to its end (``stop`` ends it early): every record and line goes to
+    the run log and to the callbacks. Returns how it ended, its summary and its
+    records."""
+    spec = prepared.spec
+    records: list[dict[str, Any]] = []
+    log = RunLogWriter(prepared.run_log, _header(prepared))
+    lock = threading.Lock()
+
+    def record(r: dict[str, Any]) -> None:
+        with lock:
+            records.append(r)
+            log.record(r)
+        on_record(r)
+
+    def output(rank: int, line: str) -> None:
+        with lock:
+            log.output(rank, line)
+        on_output(rank, line)
+
+    try:
+        with tempfile.TemporaryDirectory(prefix="flextui-launch-") as tmp:
+            torchrun = prepared.torchrun(Path(tmp))
+            torchrun.plan.write_bytes(spec.encode())
+            run = Run(torchrun, record, output)
+            run.start()
+            on_start(run)
+            try:
+                outcome = run.wait(stop)
+            except BaseException:  # the launcher itself is going: take every rank with it
+                run.stop()
+                raise
+        summary = summary_of(prepared, records)
+        with lock:
+            log.final(str(outcome.status), outcome.exit_code, outcome.failed_rank,
+                      outcome.message, outcome.elapsed_s)
+    finally:
+        log.close()
+    return outcome, summary, records
+
+
+def summary_of(prepared: Prepared, records: list[dict[str, Any]]) -> RunSummary:
+    cluster = prepared.cluster
+    return summarize(records, [d.name for d in cluster.devices],
+                     [d.spec.memory_bytes for d in cluster.devices],
+                     prepared.spec.graph.batch_size, prepared.simulated)
+
+
+def _header(prepared: Prepared) -> dict[str, Any]:
+    spec = prepared.spec
+    return {**spec.to_dict(), "graph_hash": spec.graph.fingerprint,
+            "cluster": prepared.cluster.to_dict(),
+            "command": prepared.torchrun(Path("<plan dir>")).command(),
+            "simulated": prepared.simulated}

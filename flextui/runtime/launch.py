@@ -1,0 +1,235 @@
+"""Starting a run with torchrun on this machine and following it to its end.
+
+torchrun (``python -m torch.distributed.run``) starts one worker per rank with c10d
+rendezvous on a free localhost port and ``--max-restarts 0``; its output, the ranks'
+own lines tagged ``[rankN]:`` (``--tee``), is read on a thread: metrics records go to
+``on_record``, every other line to ``on_output``, and the last lines of each rank are
+kept to name what a failed rank said.
+
+Teardown. torchrun runs in a session of its own, so stopping a run (Ctrl-C, SIGTERM,
+the app quitting) signals its whole process group: SIGTERM, then SIGKILL after a grace
+period. Each rank also watches its parent and the launcher (``worker``), so no rank
+outlives a launcher that is killed outright.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import IO, Any
+
+from flextui.runtime.metrics import decode
+from flextui.runtime.worker import LAUNCHER_PID
+
+GRACE_S = 5.0
+TAIL_LINES = 20
+_RANK_LINE = re.compile(r"^\[rank(\d+)\]:(.*)$")
+_ROOT_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
+_EXIT_CODE = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
+
+
+class RunStatus(StrEnum):
+    FINISHED = "finished"
+    FAILED = "failed"
+    STOPPED = "stopped"
+
+
+@dataclass(frozen=True)
+class Torchrun:
+    """One launch's torchrun: ``plan`` (the launch plan file) on ``ranks`` local
+    processes, rendezvous on ``port``, its logs under ``log_dir``."""
+
+    plan: Path
+    ranks: int
+    port: int
+    run_id: str
+    log_dir: Path
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
+                "--nproc-per-node", str(self.ranks), "--rdzv-backend", "c10d",
+                "--rdzv-endpoint", f"localhost:{self.port}", "--rdzv-id", self.run_id,
+                "--max-restarts", "0", "--role", "rank", "--tee", "3",
+                "--log-dir", str(self.log_dir), "-m", "flextui.runtime.worker", str(self.plan)]
+
+    @staticmethod
+    def environment(launcher_pid: int) -> dict[str, str]:
+        """What the launch adds to the environment: the launcher's PID (ranks watch it),
+        one thread per rank unless asked otherwise, unbuffered output."""
+        return {LAUNCHER_PID: str(launcher_pid),
+                "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+                "PYTHONUNBUFFERED": "1"}
+
+
+def free_port() -> int:
+    """A TCP port of localhost nobody listens on now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def port_is_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+@dataclass
+class Outcome:
+    """How a run ended: its status, torchrun's exit code, the rank that failed first
+    (when known) and a one-line message saying what happened."""
+
+    status: RunStatus
+    exit_code: int
+    failed_rank: int | None
+    message: str
+    elapsed_s: float
+
+
+@dataclass
+class _Tails:
+    lines: dict[int, collections.deque] = field(default_factory=dict)
+    root_rank: int | None = None
+    root_exit: int | None = None
+    in_root_cause: bool = False
+
+
+class Run:
+    """A torchrun launch in progress."""
+
+    def __init__(self, torchrun: Torchrun, on_record: Callable[[dict[str, Any]], None],
+                 on_output: Callable[[int, str], None]) -> None:
+        self.torchrun = torchrun
+        self.on_record, self.on_output = on_record, on_output
+        self.worker_pids: dict[int, int] = {}
+        self._tails = _Tails()
+        self._proc: subprocess.Popen[str] | None = None
+        self._reader: threading.Thread | None = None
+        self._started = 0.0
+        self._stopped = False
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    def start(self) -> None:
+        self.torchrun.log_dir.mkdir(parents=True, exist_ok=True)
+        self._started = time.monotonic()
+        self._proc = subprocess.Popen(
+            self.torchrun.command(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True,
+            env={**os.environ, **Torchrun.environment(os.getpid())})
+        assert self._proc.stdout is not None
+        self._reader = threading.Thread(target=self._read, args=(self._proc.stdout,),
+                                        name="flextui-launch-output", daemon=True)
+        self._reader.start()
+
+    def wait(self, stop: threading.Event | None = None) -> Outcome:
+        """Follow the run to its end; when ``stop`` is set, stop it first."""
+        assert self._proc is not None, "start the run first"
+        while self._proc.poll() is None:
+            if stop is not None and stop.is_set() and not self._stopped:
+                self.stop()
+            time.sleep(0.05)
+        if self._reader is not None:
+            self._reader.join(timeout=5)
+        return self._outcome(self._proc.returncode)
+
+    def stop(self) -> None:
+        """End every process of the run: SIGTERM to torchrun's group, SIGKILL after
+        GRACE_S, then to any rank that is still there."""
+        self._stopped = True
+        if self._proc is None or self._proc.poll() is not None:
+            self._kill_workers(signal.SIGKILL)
+            return
+        self._signal_group(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._proc.wait(timeout=GRACE_S)
+        if self._proc.poll() is None:
+            self._signal_group(signal.SIGKILL)
+            self._proc.wait()
+        self._kill_workers(signal.SIGKILL)
+
+    def _signal_group(self, signum: int) -> None:
+        assert self._proc is not None
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self._proc.pid, signum)
+
+    def _kill_workers(self, signum: int) -> None:
+        for pid in self.worker_pids.values():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signum)
+
+    def _read(self, stream: IO[str]) -> None:
+        for raw in stream:
+            line = raw.rstrip("\n")
+            tagged = _RANK_LINE.match(line)
+            rank = int(tagged[1]) if tagged else -1
+            text = tagged[2] if tagged else line
+            record = decode(text) if tagged else None
+            if record is not None:
+                if record.get("kind") == "start" and isinstance(record.get("pid"), int):
+                    self.worker_pids[rank] = record["pid"]
+                self.on_record(record)
+                continue
+            self._remember(rank, text)
+            self.on_output(rank, text)
+
+    def _remember(self, rank: int, text: str) -> None:
+        tails = self._tails
+        tails.lines.setdefault(rank, collections.deque(maxlen=TAIL_LINES)).append(text)
+        if rank != -1:
+            return
+        if "Root Cause" in text:
+            tails.in_root_cause = True
+        elif tails.in_root_cause:
+            found = _ROOT_RANK.match(text)
+            code = _EXIT_CODE.match(text)
+            if found and tails.root_rank is None:
+                tails.root_rank = int(found[1])
+            elif code and tails.root_exit is None:
+                tails.root_exit = int(code[1])
+
+    def _outcome(self, code: int) -> Outcome:
+        elapsed = time.monotonic() - self._started
+        if self._stopped:
+            return Outcome(RunStatus.STOPPED, code, None, "stopped; every rank ended", elapsed)
+        if code == 0:
+            return Outcome(RunStatus.FINISHED, 0, None, f"finished in {elapsed:.1f} s", elapsed)
+        tails = self._tails
+        rank = tails.root_rank
+        said = [line.strip() for line in tails.lines.get(rank if rank is not None else -1, [])
+                if line.strip()]
+        last = said[-1] if said else "no output"
+        if rank is None:
+            return Outcome(RunStatus.FAILED, code, None,
+                           f"torchrun failed (exit code {code}): {last}", elapsed)
+        why = _why(said, tails.root_exit)
+        return Outcome(RunStatus.FAILED, code, rank, f"rank {rank} on localhost failed"
+                       f"{why}: {last}", elapsed)
+
+
+def _why(lines: list[str], exit_code: int | None) -> str:
+    text = " ".join(lines)
+    if "OutOfMemoryError" in text or "MemoryError" in text:
+        return " (out of memory)"
+    if exit_code == -signal.SIGKILL:
+        return " (killed: out of memory?)"
+    if exit_code is not None and exit_code < 0:
+        return f" (signal {-exit_code})"
+    return ""

@@ -1,0 +1,123 @@
+"""What a run measured, per device and overall, against what the simulator predicted:
+plain data for the command line, the run log's readers and the app."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class DeviceMeasure:
+    """One rank's timed steps, summed (warm-up steps left out)."""
+
+    rank: int
+    steps: int = 0
+    step_s: float = 0.0
+    compute_s: float = 0.0
+    wait_s: float = 0.0
+    sent: int = 0
+    received: int = 0
+    peak_memory: int = 0
+    gpu_util: float | None = None
+    losses: list[float] = field(default_factory=list)
+
+    def add(self, record: dict[str, Any]) -> None:
+        """Add a ``steps`` record of this rank (a warm-up one only moves the memory)."""
+        self.peak_memory = max(self.peak_memory, int(record.get("peak_memory") or 0))
+        if record.get("gpu_util") is not None:
+            self.gpu_util = float(record["gpu_util"])
+        if record.get("warmup"):
+            return
+        self.steps += int(record["last"]) - int(record["first"]) + 1
+        for name in ("step_s", "compute_s", "wait_s"):
+            setattr(self, name, getattr(self, name) + float(record[name]))
+        self.sent += int(record["sent"])
+        self.received += int(record["received"])
+        self.losses.extend(float(x) for x in record.get("losses", []))
+
+    def mean(self, total: float) -> float:
+        return total / self.steps if self.steps else 0.0
+
+
+@dataclass(frozen=True)
+class DeviceRow:
+    """A device's line of the summary: measured, and simulated where known."""
+
+    rank: int
+    name: str
+    samples_per_s: float
+    step_s: float
+    compute_share: float
+    wait_share: float
+    peak_memory: int
+    memory_capacity: int
+    gpu_util: float | None
+    busy_s: float
+    simulated_busy_s: float | None
+
+    @property
+    def busy_error(self) -> float | None:
+        """Measured busy time against simulated, as a fraction (0.1: 10% over)."""
+        if not self.simulated_busy_s:
+            return None
+        return self.busy_s / self.simulated_busy_s - 1.0
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    batch_size: int
+    steps: int
+    iteration_s: float
+    simulated_iteration_s: float | None
+    devices: list[DeviceRow]
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.batch_size / self.iteration_s if self.iteration_s else 0.0
+
+    @property
+    def iteration_error(self) -> float | None:
+        if not self.simulated_iteration_s:
+            return None
+        return self.iteration_s / self.simulated_iteration_s - 1.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"batch_size": self.batch_size, "steps": self.steps,
+                "iteration_s": self.iteration_s, "samples_per_s": self.samples_per_s,
+                "simulated_iteration_s": self.simulated_iteration_s,
+                "iteration_error": self.iteration_error,
+                "devices": [{**row.__dict__, "busy_error": row.busy_error}
+                            for row in self.devices]}
+
+
+def measures(records: Iterable[dict[str, Any]], num_ranks: int) -> list[DeviceMeasure]:
+    """Each rank's sums over the ``steps`` records of a run."""
+    found = [DeviceMeasure(rank) for rank in range(num_ranks)]
+    for record in records:
+        rank = record.get("rank")
+        if record.get("kind") == "steps" and isinstance(rank, int) and 0 <= rank < num_ranks:
+            found[rank].add(record)
+    return found
+
+
+def summarize(records: Iterable[dict[str, Any]], device_names: list[str],
+              capacities: list[int], batch_size: int,
+              simulated: dict[str, Any] | None) -> RunSummary:
+    """The summary of a run's records; ``simulated`` is the run log's header entry
+    (``iteration_s``, ``busy_s`` per device) or None."""
+    per_rank = measures(records, len(device_names))
+    step_means = [m.mean(m.step_s) for m in per_rank if m.steps]
+    iteration = max(step_means, default=0.0)   # a step ends when its slowest rank does
+    busy = (simulated or {}).get("busy_s") or [None] * len(device_names)
+    rows = []
+    for m, name, capacity, predicted in zip(per_rank, device_names, capacities, busy):
+        step = m.mean(m.step_s)
+        rows.append(DeviceRow(m.rank, name, batch_size / step if step else 0.0, step,
+                              m.compute_s / m.step_s if m.step_s else 0.0,
+                              m.wait_s / m.step_s if m.step_s else 0.0,
+                              m.peak_memory, capacity, m.gpu_util, m.mean(m.compute_s),
+                              predicted))
+    return RunSummary(batch_size, max((m.steps for m in per_rank), default=0), iteration,
+                      (simulated or {}).get("iteration_s"), rows)

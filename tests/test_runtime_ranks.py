@@ -1,0 +1,186 @@
+"""The runtime with real torchrun ranks (gloo on the CPU, one thread each): every small
+model under every test strategy equals one process and moves the simulated bytes, and
+``flextui launch`` runs, reports, checks and tears down. Every process a test starts is
+ended by its PID, and each test asserts none survives."""
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from flextui.runtime.launch import free_port
+from flextui.runtime.runlog import read_run_log
+from runtime_models import SMALL_MODELS, STRATEGIES
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("gloo")]
+
+RUNNER = Path(__file__).with_name("runtime_cases.py")
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def wait_gone(pids, timeout: float = 20.0) -> list[int]:
+    """The PIDs still alive after ``timeout`` seconds (reaped zombies count as gone)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        left = [p for p in pids if alive(p) and not _zombie(p)]
+        if not left:
+            return []
+        time.sleep(0.1)
+    return [p for p in pids if alive(p) and not _zombie(p)]
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1].startswith("Z")
+    except OSError:
+        return False
+
+
+def parent_of(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().split(") ")[1].split()[1])
+
+
+def end(pids) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_every_strategy_trains_as_one_process_and_moves_the_simulated_bytes(ranks):
+    """Loss at each of 3 steps and every parameter after them equal one process to
+    1e-9 relative (float64); each rank's bytes in one step equal its device's in the
+    simulated Timeline."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
+               "--nproc-per-node", str(ranks), "--rdzv-backend", "c10d", "--rdzv-endpoint",
+               f"localhost:{free_port()}", "--max-restarts", "0", str(RUNNER)]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=ENV, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=900)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, err[-4000:]
+    rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert len(rows) == ranks * len(SMALL_MODELS) * len(STRATEGIES)
+    for row in rows:
+        assert row["loss_error"] < 1e-9 and row["param_error"] < 1e-9, row
+        assert (row["sent"], row["received"]) == \
+            (row["simulated_sent"], row["simulated_received"]), row
+    assert any(row["sent"] for row in rows)
+
+
+def launch(tmp_path, *args, env=None, **popen):
+    return subprocess.Popen([sys.executable, "-m", "flextui", "launch", *args], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**ENV, **(env or {})}, **popen)
+
+
+def starts(path: Path) -> dict[int, int]:
+    """Rank -> PID of the ranks that have started, from the run log."""
+    try:
+        log = read_run_log(path)
+    except Exception:  # noqa: BLE001 (not written yet)
+        return {}
+    return {r["rank"]: r["pid"] for r in log.records if r.get("kind") == "start"}
+
+
+def wait_for_starts(path: Path, ranks: int, proc, timeout: float = 120.0) -> dict[int, int]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        found = starts(path)
+        if len(found) == ranks:
+            return found
+        time.sleep(0.1)
+    raise AssertionError(f"the ranks did not start (launcher exit {proc.poll()})")
+
+
+def test_launch_trains_prints_every_device_and_keeps_a_run_log(tmp_path):
+    log = tmp_path / "run.ffrun"
+    proc = launch(tmp_path, "-m", "lenet", "-b", "16", "--nproc-per-node", "2",
+                  "--strategy", "expert", "--steps", "3", "--warmup", "1",
+                  "--run-log", str(log))
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    assert "n0.rank0" in out and "n0.rank1" in out and "simulated" in out, out
+    assert "finished in" in out
+    run = read_run_log(log)
+    assert run.header["num_ranks"] == 2 and run.final["status"] == "finished"
+    kinds = {(r["rank"], r["kind"]) for r in run.records}
+    assert kinds == {(rank, kind) for rank in (0, 1) for kind in ("start", "steps", "end")}
+    steps = [r for r in run.records if r["kind"] == "steps" and not r["warmup"]]
+    assert sum(r["last"] - r["first"] + 1 for r in steps) == 6   # 3 timed steps, 2 ranks
+    assert wait_gone(starts(log).values()) == []
+
+
+def test_launch_check_compares_with_one_process(tmp_path):
+    proc = launch(tmp_path, "-m", "transformer", "-o", "layers=1", "-o", "width=16",
+                  "-o", "heads=2", "-o", "seq_len=8", "-o", "vocab=50", "--nproc-per-node",
+                  "4", "--strategy", "random", "--check", "--run-log", "check.ffrun")
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:] + out
+    assert "check passed: 4 ranks equal one process" in out
+    assert wait_gone(starts(tmp_path / "check.ffrun").values()) == []
+
+
+def test_sigterm_stops_every_rank(tmp_path):
+    log = tmp_path / "long.ffrun"
+    proc = launch(tmp_path, "-m", "lenet", "--nproc-per-node", "2", "--steps", "1000000",
+                  "--run-log", str(log))
+    pids: dict[int, int] = {}
+    try:
+        pids = wait_for_starts(log, 2, proc)
+        torchrun = parent_of(pids[0])
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+        assert proc.returncode == 128 + signal.SIGTERM
+        assert wait_gone([*pids.values(), torchrun], timeout=10) == []
+        assert read_run_log(log).final["status"] == "stopped"
+    finally:
+        end([proc.pid, *pids.values()])
+
+
+def test_a_failing_rank_is_named_and_every_rank_ends(tmp_path):
+    log = tmp_path / "fail.ffrun"
+    proc = launch(tmp_path, "-m", "lenet", "--nproc-per-node", "2", "--steps", "1000",
+                  "--run-log", str(log), env={"FLEXTUI_RANK_FAULT": "1:2"})
+    try:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 1, err[-3000:]
+        assert "rank 1 on localhost failed" in out and "fails at step 2" in out, out
+        final = read_run_log(log).final
+        assert final["status"] == "failed" and final["failed_rank"] == 1
+        assert wait_gone(starts(log).values(), timeout=10) == []
+    finally:
+        end([proc.pid, *starts(log).values()])
+
+
+def test_ranks_end_when_the_launcher_is_killed(tmp_path):
+    log = tmp_path / "orphan.ffrun"
+    proc = launch(tmp_path, "-m", "lenet", "--nproc-per-node", "2", "--steps", "1000000",
+                  "--run-log", str(log))
+    pids: dict[int, int] = {}
+    torchrun: list[int] = []
+    try:
+        pids = wait_for_starts(log, 2, proc)
+        torchrun = [parent_of(pids[0])]
+        proc.kill()
+        proc.wait(timeout=10)
+        assert wait_gone([*pids.values(), *torchrun], timeout=20) == []
+    finally:
+        end([proc.pid, *pids.values(), *torchrun])
