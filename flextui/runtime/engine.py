@@ -222,6 +222,9 @@ class RankProgram:
         mine = [p for p in pieces if p in received or p in state.grads]
         if not mine:
             return None
+        if len(mine) == 1 and mine[0].region == out_region:  # the whole block, as it came
+            p = mine[0]
+            return received[p] if p in received else state.grads.pop(p)
         total = torch.zeros(shape_of(out_region), dtype=self.dtype, device=self.device)
         for p in mine:
             total[within(p.region, out_region)] += received[p] if p in received \
@@ -259,13 +262,19 @@ class RankProgram:
     # -- gradients of replicated parameters, and the update ----------------------------
 
     def _start_sync(self, sync: ReplicaSync, state: _StepState, pending: PendingSums) -> None:
+        """Start summing the group's gradients: in place when its one cell is the rank's
+        whole box (data parallelism), else gathered into a buffer and scattered back."""
         grad = self._grad(sync.param)
         box = self.boxes[sync.param]
+        if sync.cells == (box,) and grad.is_contiguous():
+            self.comm.start_sum(sync.ranks, grad.view(-1), pending)
+            return
         flat = torch.cat([grad[within(cell, box)].reshape(-1) for cell in sync.cells])
         state.sums.append((sync, flat))
         self.comm.start_sum(sync.ranks, flat, pending)
 
     def _finish_syncs(self, state: _StepState) -> None:
+        """Scatter the gathered sums back into the gradients."""
         for sync, flat in state.sums:
             grad, box, at = self._grad(sync.param), self.boxes[sync.param], 0
             for cell in sync.cells:
