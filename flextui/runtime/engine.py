@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -109,7 +110,7 @@ class RankProgram:
     def step(self, step: int) -> StepResult:
         started = time.perf_counter()
         self.comm.traffic.reset()
-        state = _StepState(kernel_seed(self.seed, step))
+        state = _StepState(kernel_seed(self.seed, step), ComputeClock(self.device))
         for op in self.ops:
             self._forward(op, step, state)
         pending = PendingSums()
@@ -122,12 +123,13 @@ class RankProgram:
                 self._start_sync(self.syncs[next_sync], state, pending)
                 next_sync += 1
         self.comm.wait(pending)
-        compute = time.perf_counter()
+        began = state.clock.start()
         self._finish_syncs(state)
         self._update()
-        state.compute_s += time.perf_counter() - compute
+        state.clock.stop(began)
+        compute_s = state.clock.seconds()  # on a GPU, once the step's kernels are done
         traffic = self.comm.traffic
-        return StepResult(state.loss_share, time.perf_counter() - started, state.compute_s,
+        return StepResult(state.loss_share, time.perf_counter() - started, compute_s,
                           traffic.wait_s, traffic.sent, traffic.received)
 
     def _forward(self, op: Op, step: int, state: _StepState) -> None:
@@ -136,7 +138,7 @@ class RankProgram:
         kernel = kernel_for(op.type)
         for k in self.tasks[op.index]:
             region = self.plan.region(op, k)
-            began = time.perf_counter()
+            began = state.clock.start()
             if op.type == "input":
                 out_region = op.output_regions(region)[0]
                 inputs = [input_block(op, out_region, self.seed, step, self.dtype,
@@ -148,7 +150,7 @@ class RankProgram:
                                                  self.boxes[p.name])]
                       for i, p in enumerate(op.params)]
             outputs, loss = kernel.forward_loss(op, region, inputs, params, state.kernel_seed)
-            state.compute_s += time.perf_counter() - began
+            state.clock.stop(began)
             state.inputs[(op.index, k)] = inputs
             state.outputs[(op.index, k)] = outputs
             if loss is not None:
@@ -188,7 +190,7 @@ class RankProgram:
         pieces = self.plan.pieces_from[op.index]
         received = self._move(pieces, forward=False, state=state)
         for m in self.tasks[op.index]:
-            began = time.perf_counter()
+            began = state.clock.start()
             outputs = state.outputs.pop((op.index, m))
             roots, seeds = [], []
             out_regions = op.output_regions(self.plan.region(op, m))
@@ -212,7 +214,7 @@ class RankProgram:
                 for p in self.into[(op.index, m, slot)]:
                     if self.ops[p.producer].type != "input":
                         state.grads[p] = leaf.grad[within(p.region, need)]
-            state.compute_s += time.perf_counter() - began
+            state.clock.stop(began)
 
     def _output_grad(self, pieces: list[Piece], out_region: Region,
                      received: dict[Piece, torch.Tensor], state: _StepState
@@ -298,15 +300,49 @@ class RankProgram:
                 param.grad = None
 
 
+class ComputeClock:
+    """The time a step spends computing: wall time on the CPU; on a GPU, CUDA events
+    around each stretch of kernels, read once the step is done (no synchronisation
+    between tasks)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.device = device
+        self.total = 0.0
+        self.spans: list[tuple[Any, Any]] = []
+
+    def start(self) -> Any:
+        if not self.cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def stop(self, started: Any) -> None:
+        if not self.cuda:
+            self.total += time.perf_counter() - started
+            return
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        self.spans.append((started, event))
+
+    def seconds(self) -> float:
+        if self.spans:
+            torch.cuda.synchronize(self.device)
+            self.total += sum(a.elapsed_time(b) for a, b in self.spans) / 1e3
+            self.spans.clear()
+        return self.total
+
+
 class _StepState:
     """What one step keeps between its forward and backward passes."""
 
-    def __init__(self, kernel_seed: int) -> None:
+    def __init__(self, kernel_seed: int, clock: ComputeClock) -> None:
         self.kernel_seed = kernel_seed
+        self.clock = clock
         self.inputs: dict[tuple[int, int], list[torch.Tensor]] = {}
         self.outputs: dict[tuple[int, int], list[torch.Tensor]] = {}
         self.losses: dict[tuple[int, int], torch.Tensor] = {}
         self.grads: dict[Piece, torch.Tensor] = {}
         self.sums: list[tuple[ReplicaSync, torch.Tensor]] = []
         self.loss_share = 0.0
-        self.compute_s = 0.0
