@@ -7,7 +7,6 @@ import sys
 
 import pytest
 import torch
-from runtime_models import small, strategy
 
 from flextui.graph import full_region
 from flextui.machine import load_named_cluster
@@ -17,6 +16,7 @@ from flextui.runtime.plan import compile_plan
 from flextui.runtime.reference import train_whole
 from flextui.runtime.worker import relative_error
 from flextui.strategy import ParallelConfig, Strategy
+from runtime_models import small, strategy
 
 pytestmark = pytest.mark.gpu
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
