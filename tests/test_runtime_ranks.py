@@ -138,7 +138,8 @@ def test_launch_check_compares_with_one_process(tmp_path):
     assert wait_gone(starts(tmp_path / "check.ffrun").values()) == []
 
 
-def test_sigterm_stops_every_rank(tmp_path):
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_stops_every_rank(tmp_path, signum):
     log = tmp_path / "long.ffrun"
     proc = launch(tmp_path, "-m", "lenet", "--nproc-per-node", "2", "--steps", "1000000",
                   "--run-log", str(log))
@@ -146,9 +147,9 @@ def test_sigterm_stops_every_rank(tmp_path):
     try:
         pids = wait_for_starts(log, 2, proc)
         torchrun = parent_of(pids[0])
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signum)
         proc.communicate(timeout=60)
-        assert proc.returncode == 128 + signal.SIGTERM
+        assert proc.returncode == 128 + signum
         assert wait_gone([*pids.values(), torchrun], timeout=10) == []
         assert read_run_log(log).final["status"] == "stopped"
     finally:

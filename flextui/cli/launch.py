@@ -64,7 +64,8 @@ def add_parser(sub) -> None:
                    help="default: nccl with GPUs, gloo without")
     p.add_argument("--port", type=int, help="rendezvous port on localhost (default: a free one)")
     p.add_argument("--run-log", metavar="FILE.ffrun",
-                   help="the run log (default: <model>-<cluster>-<time>.ffrun here)")
+                   help="the run log (default: <model>-<cluster>-<time>.ffrun next to the "
+                   "strategy file, or here)")
     p.add_argument("--check", action="store_true",
                    help="instead of training: run 3 steps at a small batch in float64 and "
                    "compare every rank's parameters and the loss with one process")
@@ -90,7 +91,8 @@ def cmd_launch(args: argparse.Namespace, console: Console) -> int:
     training = Training(steps=args.steps, warmup=args.warmup, seed=args.seed, lr=args.lr,
                         backend=backend)
     cost_model = load_cost_model(args, graph, cluster, training=True)
-    run_log = Path(args.run_log) if args.run_log else None
+    run_log = Path(args.run_log) if args.run_log else _beside_strategy(args.strategy, graph,
+                                                                        cluster)
     prepared = job.prepare(graph, strategy, cluster, training, cost_model, run_log=run_log,
                            port=args.port)
     if args.check:
@@ -169,6 +171,17 @@ def _strategy(args: argparse.Namespace, graph, cluster):
     if args.strategy in BUILTIN_STRATEGIES:
         return builtin_strategy(args.strategy, graph, cluster)
     return load_strategy(args.strategy, graph, cluster, same_graph=True)
+
+
+def _beside_strategy(strategy: str, graph, cluster) -> Path | None:
+    """A new run log next to the strategy file launched (None: the default, here)."""
+    from flextui.runtime.job import RUN_SUFFIX
+    from flextui.search.files import default_log_path
+
+    path = Path(strategy)
+    if not path.is_file():
+        return None
+    return default_log_path(graph, cluster, path.parent, suffix=RUN_SUFFIX)
 
 
 def _backend(args: argparse.Namespace, cluster):
