@@ -89,7 +89,7 @@ class RankProgram:
                                         dtype, self.device)
                 self.params[name] = block.requires_grad_()
         self.velocity = {name: torch.zeros_like(p) for name, p in self.params.items()}
-        self.syncs = [s for s in plan.syncs if rank in s.ranks]
+        self.buckets = [b for b in plan.buckets if rank in b[0].ranks]
         #: the pieces of each local task's input (op, k, slot) and output (op, m, o)
         self.into: dict[tuple[int, int, int], list[Piece]] = {}
         self.out_of: dict[tuple[int, int, int], list[Piece]] = {}
@@ -99,11 +99,14 @@ class RankProgram:
                     self.into.setdefault((p.consumer, p.k, p.slot), []).append(p)
                 if p.src == rank:
                     self.out_of.setdefault((p.producer, p.m, p.output), []).append(p)
-        #: the op after whose backward a parameter's gradient is complete on this rank
+        #: the op after whose backward a parameter's gradient is complete on this rank,
+        #: and each bucket's
         self.ready_after = {
             name: min(op.index for op in self.ops for p in op.params
                       if p.name == name and self.tasks[op.index])
             for name in self.params}
+        self.bucket_ready = [min(self.ready_after[s.param] for s in bucket)
+                             for bucket in self.buckets]
 
     # -- the step ----------------------------------------------------------------------
 
@@ -114,14 +117,14 @@ class RankProgram:
         for op in self.ops:
             self._forward(op, step, state)
         pending = PendingSums()
-        next_sync = 0
+        next_bucket = 0
         for op in reversed(self.ops):
             if op.type != "input":
                 self._backward(op, state)
-            while next_sync < len(self.syncs) and \
-                    self.ready_after[self.syncs[next_sync].param] >= op.index:
-                self._start_sync(self.syncs[next_sync], state, pending)
-                next_sync += 1
+            while next_bucket < len(self.buckets) and \
+                    self.bucket_ready[next_bucket] >= op.index:
+                self._start_sum(self.buckets[next_bucket], state, pending)
+                next_bucket += 1
         self.comm.wait(pending)
         began = state.clock.start()
         self._finish_syncs(state)
@@ -146,8 +149,7 @@ class RankProgram:
             else:
                 inputs = [self._input_block(op, k, slot, need, received, state)
                           for slot, need in enumerate(op.input_regions(region))]
-            params = [self.params[p.name][within(op.param_region(i, region),
-                                                 self.boxes[p.name])]
+            params = [self._shard(p.name, op.param_region(i, region))
                       for i, p in enumerate(op.params)]
             outputs, loss = kernel.forward_loss(op, region, inputs, params, state.kernel_seed)
             state.clock.stop(began)
@@ -156,6 +158,12 @@ class RankProgram:
             if loss is not None:
                 state.losses[(op.index, k)] = loss
                 state.loss_share += float(loss.detach())
+
+    def _shard(self, name: str, region: Region) -> torch.Tensor:
+        """A task's shard of a parameter: a view of the rank's box, or the box itself
+        when the shard is all of it (no view to go back through in the backward pass)."""
+        box = self.boxes[name]
+        return self.params[name] if region == box else self.params[name][within(region, box)]
 
     def _input_block(self, op: Op, k: int, slot: int, need: Region,
                      received: dict[Piece, torch.Tensor], state: _StepState) -> torch.Tensor:
@@ -263,24 +271,31 @@ class RankProgram:
 
     # -- gradients of replicated parameters, and the update ----------------------------
 
-    def _start_sync(self, sync: ReplicaSync, state: _StepState, pending: PendingSums) -> None:
-        """Start summing the group's gradients: in place when its one cell is the rank's
-        whole box (data parallelism), else gathered into a buffer and scattered back."""
-        grad = self._grad(sync.param)
-        box = self.boxes[sync.param]
-        if sync.cells == (box,) and grad.is_contiguous():
-            self.comm.start_sum(sync.ranks, grad.view(-1), pending)
+    def _start_sum(self, bucket: tuple[ReplicaSync, ...], state: _StepState,
+                   pending: PendingSums) -> None:
+        """Start summing a bucket of replica groups' gradients over their ranks: in place
+        when it is one group whose one cell is the rank's whole box (data parallelism),
+        else gathered into a buffer and scattered back when the sums are done."""
+        first = bucket[0]
+        grad = self._grad(first.param)
+        if len(bucket) == 1 and first.cells == (self.boxes[first.param],) \
+                and grad.is_contiguous():
+            self.comm.start_sum(first.ranks, grad.view(-1), pending)
             return
-        flat = torch.cat([grad[within(cell, box)].reshape(-1) for cell in sync.cells])
-        state.sums.append((sync, flat))
-        self.comm.start_sum(sync.ranks, flat, pending)
+        flat = torch.cat([part.reshape(-1) for part in self._bucket_parts(bucket)])
+        state.sums.append((bucket, flat))
+        self.comm.start_sum(first.ranks, flat, pending)
+
+    def _bucket_parts(self, bucket: tuple[ReplicaSync, ...]) -> list[torch.Tensor]:
+        """The gradient cells a bucket sums, in order (views of the gradients)."""
+        return [self._grad(s.param)[within(cell, self.boxes[s.param])]
+                for s in bucket for cell in s.cells]
 
     def _finish_syncs(self, state: _StepState) -> None:
         """Scatter the gathered sums back into the gradients."""
-        for sync, flat in state.sums:
-            grad, box, at = self._grad(sync.param), self.boxes[sync.param], 0
-            for cell in sync.cells:
-                part = grad[within(cell, box)]
+        for bucket, flat in state.sums:
+            at = 0
+            for part in self._bucket_parts(bucket):
                 part.copy_(flat[at:at + part.numel()].view_as(part))
                 at += part.numel()
 
@@ -296,7 +311,7 @@ class RankProgram:
             for name, param in self.params.items():
                 velocity = self.velocity[name]
                 velocity.mul_(momentum).add_(self._grad(name))
-                param.sub_(lr * velocity)
+                param.add_(velocity, alpha=-lr)
                 param.grad = None
 
 
@@ -344,5 +359,5 @@ class _StepState:
         self.outputs: dict[tuple[int, int], list[torch.Tensor]] = {}
         self.losses: dict[tuple[int, int], torch.Tensor] = {}
         self.grads: dict[Piece, torch.Tensor] = {}
-        self.sums: list[tuple[ReplicaSync, torch.Tensor]] = []
+        self.sums: list[tuple[tuple[ReplicaSync, ...], torch.Tensor]] = []
         self.loss_share = 0.0

@@ -28,6 +28,9 @@ from flextui.sim.replicas import replica_cells
 from flextui.sim.taskgraph import overlap_regions
 from flextui.strategy import ParallelConfig, Strategy
 
+#: the most bytes of small replica groups one all-reduce sums together
+BUCKET_BYTES = 1 << 20
+
 
 @dataclass(frozen=True, eq=False)
 class Piece:
@@ -75,6 +78,9 @@ class Plan:
     pieces_into: list[list[Piece]]        # per op: the pieces its forward tasks read
     pieces_from: list[list[Piece]]        # per op: the pieces its outputs feed
     syncs: list[ReplicaSync]              # in the order every rank issues them
+    #: the syncs in the all-reduces ranks issue: small groups of one rank set whose
+    #: parameters are last used by one op go together (BUCKET_BYTES), others alone
+    buckets: list[tuple[ReplicaSync, ...]]
     #: per parameter and rank: the box of the parameter holding every shard it uses
     param_boxes: dict[str, dict[int, Region]] = field(default_factory=dict)
     #: per input op of an integer dtype: the values its data must stay below
@@ -140,9 +146,9 @@ def compile_plan(graph: OpGraph, strategy: Strategy, num_ranks: int) -> Plan:
         pieces.sort(key=order)
     for pieces in pieces_from:
         pieces.sort(key=order)
-    syncs, boxes = _parameters(graph, configs)
-    return Plan(graph, strategy, num_ranks, configs, pieces_into, pieces_from, syncs, boxes,
-                index_bounds(graph))
+    keyed, boxes = _parameters(graph, configs)
+    return Plan(graph, strategy, num_ranks, configs, pieces_into, pieces_from,
+                [s for _, s in keyed], _buckets(keyed), boxes, index_bounds(graph))
 
 
 def _forward_key(p: Piece) -> tuple[int, int, int, int, int]:
@@ -166,7 +172,8 @@ def _check_tiled(op: Op, config: ParallelConfig, pieces: list[Piece]) -> None:
 
 
 def _parameters(graph: OpGraph, configs: list[ParallelConfig],
-                ) -> tuple[list[ReplicaSync], dict[str, dict[int, Region]]]:
+                ) -> tuple[list[tuple[tuple[int, int], ReplicaSync]],
+                           dict[str, dict[int, Region]]]:
     """Each parameter's replica groups (in the order ranks issue their all-reduces: the
     parameters whose last user in the backward pass comes first, then by group) and, per
     rank, the box of the parameter its shards lie in."""
@@ -193,7 +200,26 @@ def _parameters(graph: OpGraph, configs: list[ParallelConfig],
                 syncs.append(((-first_user, order), ReplicaSync(
                     name, ranks, tuple(cells), numel, numel * dtype_bytes(param.dtype))))
     syncs.sort(key=lambda item: item[0])
-    return [s for _, s in syncs], boxes
+    return syncs, boxes
+
+
+def _buckets(keyed: list[tuple[tuple[int, int], ReplicaSync]]
+             ) -> list[tuple[ReplicaSync, ...]]:
+    """Consecutive small syncs of one rank set and one last-using op, together (an
+    all-reduce costs a call and a latency whatever its size: a layer's bias need not
+    pay them alone)."""
+    buckets: list[list[ReplicaSync]] = []
+    last_key: tuple[int, tuple[int, ...]] | None = None
+    for (first_user, _), sync in keyed:
+        key = (first_user, sync.ranks)
+        small = sync.nbytes < BUCKET_BYTES
+        if small and key == last_key \
+                and sum(s.nbytes for s in buckets[-1]) + sync.nbytes <= BUCKET_BYTES:
+            buckets[-1].append(sync)
+        else:
+            buckets.append([sync])
+        last_key = key if small else None
+    return [tuple(b) for b in buckets]
 
 
 def index_bounds(graph: OpGraph) -> dict[int, int]:

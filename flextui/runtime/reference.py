@@ -60,6 +60,6 @@ def train_whole(graph: OpGraph, steps: int, *, seed: int = 0,
             for name, param in params.items():
                 grad = param.grad if param.grad is not None else torch.zeros_like(param)
                 velocity[name].mul_(optimizer.momentum).add_(grad)
-                param.sub_(optimizer.lr * velocity[name])
+                param.add_(velocity[name], alpha=-optimizer.lr)
                 param.grad = None
     return ReferenceRun(losses, {name: p.detach() for name, p in params.items()})
