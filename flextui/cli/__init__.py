@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from rich.console import Console
 
 from flextui import __version__
-from flextui.cli import launch, profile, replay, search
+from flextui.cli import launch, profile, replay, runs, search
 from flextui.cli.common import cluster_arg, cost_args, memory_arg, model_args
 from flextui.cli.show import cmd_clusters, cmd_models, cmd_show
 from flextui.cli.simulate import cmd_simulate
@@ -71,6 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_parser(sub)
     profile.add_parser(sub)
     launch.add_parser(sub)
+    runs.add_parser(sub)
     return parser
 
 

@@ -114,7 +114,7 @@ def cmd_launch(args: argparse.Namespace, console: Console) -> int:
                    "failed_rank": outcome.failed_rank, "run_log": str(prepared.run_log),
                    **summary.to_dict()})
     else:
-        _print_summary(summary, console)
+        print_summary(summary, console)
         console.print(outcome.message, highlight=False)
     if caught.exit_status:
         return caught.exit_status
@@ -259,7 +259,7 @@ class _Progress:
             print(f"[rank {rank}] {line}" if rank >= 0 else line, file=sys.stderr)
 
 
-def _print_summary(summary, console: Console) -> None:
+def print_summary(summary, console: Console) -> None:
     table = Table(title=f"measured over {summary.steps} steps of batch {summary.batch_size} "
                   "(ms; busy: compute per step, against simulated)", box=box.SIMPLE_HEAD,
                   padding=(0, 1), pad_edge=False, collapse_padding=True)

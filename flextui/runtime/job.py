@@ -143,6 +143,7 @@ def execute(prepared: Prepared, stop: threading.Event,
 
 
 def summary_of(prepared: Prepared, records: list[dict[str, Any]]) -> RunSummary:
+    """The run's summary, on the launch's cluster, against its simulated figures."""
     cluster = prepared.cluster
     return summarize(records, [d.name for d in cluster.devices],
                      [d.spec.memory_bytes for d in cluster.devices],

@@ -28,6 +28,9 @@ from flextui import __version__
 from flextui.documents import BadDocument, DocumentFormat, pack, unpack
 from flextui.errors import FlextuiError
 from flextui.fields import FieldReader
+from flextui.graph import graph_from_dict
+from flextui.machine import Cluster
+from flextui.runtime.summary import RunSummary, summarize
 from flextui.search.logfile import scan_frames
 from flextui.search.logformat import frame, now_iso
 
@@ -141,3 +144,19 @@ def read_run_log(path: str | Path) -> RunLog:
                           f"{'truncated' if frames.truncated else 'missing'}")
     log.truncated = frames.truncated
     return log
+
+
+def summary_of_log(log: RunLog) -> RunSummary:
+    """The run's summary from its log: the records against the header's simulated
+    figures, on the header's cluster."""
+    header = log.header
+    f = FieldReader(str(log.path), RunLogError)
+    try:
+        cluster = Cluster.from_dict(f.mapping(header.get("cluster"), "header cluster"))
+        batch = graph_from_dict(f.mapping(header.get("graph"), "header graph")).batch_size
+    except FlextuiError as exc:
+        raise RunLogError(f"{log.path}: the header cannot be read ({exc})") from None
+    simulated = header.get("simulated")
+    return summarize(log.records, [d.name for d in cluster.devices],
+                     [d.spec.memory_bytes for d in cluster.devices], batch,
+                     simulated if isinstance(simulated, dict) else None)

@@ -1,0 +1,48 @@
+"""``flextui runs show RUNLOG``: what a launch measured against what the simulator
+predicted, per device and overall, read back from its run log (also after a crash)."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+
+from flextui.cli.common import emit_json
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("runs", help="read the run logs (.ffrun) flextui launch keeps")
+    runs = p.add_subparsers(dest="runs_command", metavar="COMMAND", required=True)
+    show = runs.add_parser("show", help="measured against simulated, per device and overall",
+                           description="Print what a launch measured against what the "
+                           "simulator predicted for it, per device (busy time: compute per "
+                           "step) and overall (iteration time), with the errors, and how the "
+                           "run ended. A run log cut short by a killed launcher reads up to "
+                           "its last whole record.")
+    show.add_argument("log", metavar="RUNLOG", help="a .ffrun file")
+    show.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    show.set_defaults(handler=cmd_runs_show)
+
+
+def cmd_runs_show(args: argparse.Namespace, console: Console) -> int:
+    from flextui.cli.launch import print_summary
+    from flextui.runtime.runlog import read_run_log, summary_of_log
+
+    log = read_run_log(args.log)
+    summary = summary_of_log(log)
+    final = log.final or {}
+    status = final.get("status", "cut short" if log.truncated else "unfinished")
+    if args.json:
+        emit_json({"run_log": str(log.path), "status": status,
+                   "message": final.get("message"), "truncated": log.truncated,
+                   **summary.to_dict()})
+        return 0
+    strategy = log.header.get("strategy", ["?"])[0]
+    console.print(f"{log.header['graph']['name']} ({strategy}) on {log.header['num_ranks']} "
+                  f"ranks ({log.header['cluster']['name']}), {log.header['created']}",
+                  highlight=False)
+    print_summary(summary, console)
+    said = final.get("message", "the log has no final record")
+    console.print((said if status == "finished" else f"{status}: {said}")
+                  + (" (the log is cut short)" if log.truncated else ""), highlight=False)
+    return 0
