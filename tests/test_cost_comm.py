@@ -9,7 +9,6 @@ import msgpack
 import pytest
 import torch.multiprocessing as mp
 
-from conftest import cluster, model
 from flextui.cost import AnalyticCostModel, comm, cost_model_from_identity
 from flextui.cost.calibrated import CalibratedCommModel
 from flextui.cost.calibration import (
@@ -25,6 +24,7 @@ from flextui.cost.ring import ring_allreduce_s
 from flextui.errors import FlextuiError
 from flextui.sim import DeltaSimulator, Simulator, TaskKind
 from flextui.strategy import builtin_strategy, random_config
+from helpers import cluster, model
 
 TABLE = ((1000, 1.0), (2000, 3.0), (4000, 4.0))
 

@@ -7,7 +7,6 @@ import msgpack
 import pytest
 import torch
 
-from conftest import line_cluster, model
 from flextui.cli import main
 from flextui.cost import AnalyticCostModel, cost_model_from_identity, profile as profiler
 from flextui.cost.cache import ProfileCache, ProfileEntry
@@ -22,6 +21,7 @@ from flextui.errors import FlextuiError
 from flextui.machine import DeviceSpec
 from flextui.sim import Simulator
 from flextui.strategy import builtin_strategy
+from helpers import line_cluster, model
 
 CPU = DeviceSpec("cpu", 2**34, {"float32": 1e11}, 2e10)
 

@@ -15,7 +15,6 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from conftest import cluster, edit_log_header, model
 from flextui.cost import AnalyticCostModel
 from flextui.cost.profiled import IDENTITY_PREFIX as PROFILED_PREFIX
 from flextui.errors import FlextuiError, SearchLogError
@@ -35,6 +34,7 @@ from flextui.search.log import (
 from flextui.search.logfile import scan_frames
 from flextui.search.logformat import frame
 from flextui.strategy import ParallelConfig, Strategy, data_parallel, random_config
+from helpers import cluster, edit_log_header, model
 
 
 def setting():
