@@ -262,6 +262,7 @@ def test_profiled_includes_the_kinds_communication_calibration(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("gloo")   # as the gloo tests in test_cost_comm.py
 def test_cli_calibrates_communication_between_two_cpu_processes(tmp_path, capsys):
     code, out, _ = run(capsys, "profile", "--comm", "--device", "cpu", "--repeats", "2",
                        "--profiles", str(tmp_path), "--json")
