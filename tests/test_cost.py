@@ -4,9 +4,9 @@ import math
 
 import pytest
 
-from conftest import cluster
 from flextui.cost import AnalyticCostModel, CostModel, OpCost
 from flextui.graph import GraphBuilder
+from helpers import cluster
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ import msgpack
 import pytest
 import torch.multiprocessing as mp
 
-from conftest import cluster, model
 from flextui.cost import AnalyticCostModel, comm, cost_model_from_identity
 from flextui.cost.calibrated import CalibratedCommModel
 from flextui.cost.calibration import (
@@ -25,6 +24,7 @@ from flextui.cost.ring import ring_allreduce_s
 from flextui.errors import FlextuiError
 from flextui.sim import DeltaSimulator, Simulator, TaskKind
 from flextui.strategy import builtin_strategy, random_config
+from helpers import cluster, model
 
 TABLE = ((1000, 1.0), (2000, 3.0), (4000, 4.0))
 
@@ -156,12 +156,20 @@ def test_measure_comm_refuses_bad_requests_before_starting_anything(devices, siz
         comm.measure_comm(devices, sizes)
 
 
+#: the tests that start gloo ranks run one after another on one xdist worker: a group's
+#: rank 0 listens on a port that was free a moment before, and a second group's ranks,
+#: connecting meanwhile, could take it (test_runtime_ranks.py's torchrun tests, which
+#: rendezvous on such a port too, are in the group)
+GLOO = pytest.mark.xdist_group("gloo")
+
+
 def test_default_sizes_are_powers_of_two_from_4_kib():
     assert comm.default_sizes("cpu") == [2**k for k in range(12, 23)]
     assert comm.default_sizes("cuda")[-1] == 2**28
     assert comm.default_sizes("cpu", max_bytes=16384) == [4096, 8192, 16384]
 
 
+@GLOO
 def test_a_calibration_that_runs_out_of_time_ends_in_a_clear_error():
     with pytest.raises(FlextuiError, match="timed out after 0.3 s"):
         comm.measure_comm(["cpu", "cpu"], [4096], repeats=1, timeout_s=0.3)
@@ -195,6 +203,7 @@ def _check_measured(cal, world_size, sizes):
         assert table[-1][1] > table[0][1]  # 4096x the bytes takes longer
 
 
+@GLOO
 def test_real_gloo_measurement_with_two_cpu_ranks():
     steps = []
     start = time.perf_counter()
@@ -206,6 +215,7 @@ def test_real_gloo_measurement_with_two_cpu_ranks():
     print(f"gloo calibration, 2 ranks, 3 sizes x 5 repeats: {elapsed:.2f} s")
 
 
+@GLOO
 @pytest.mark.slow
 def test_real_gloo_measurement_with_three_cpu_ranks():
     cal = comm.measure_comm(["cpu"] * 3, [4096, 2**24], repeats=3)

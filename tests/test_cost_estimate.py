@@ -47,7 +47,10 @@ def lenet_profile(tmp_path, *more):
             "--profiles", str(tmp_path), "--repeats", "1", "--warmup", "0", *more)
 
 
-def test_a_profile_says_what_it_will_measure_and_then_what_it_did(tmp_path, capsys):
+def test_a_profile_says_what_it_will_measure_and_then_what_it_did(tmp_path, capsys, monkeypatch):
+    # a line each: without a terminal Rich wraps at 80 columns, and where depends on the
+    # length of the CPU's name ("AMD EPYC" put "measured / now" on two lines)
+    monkeypatch.setenv("COLUMNS", "1000")
     code, out, _ = run(capsys, *lenet_profile(tmp_path))
     assert code == 0
     tasks = int(out.split("measuring ")[1].split(" of ")[0])

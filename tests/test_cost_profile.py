@@ -7,7 +7,6 @@ import msgpack
 import pytest
 import torch
 
-from conftest import line_cluster, model
 from flextui.cli import main
 from flextui.cost import AnalyticCostModel, cost_model_from_identity, profile as profiler
 from flextui.cost.cache import ProfileCache, ProfileEntry
@@ -22,6 +21,7 @@ from flextui.errors import FlextuiError
 from flextui.machine import DeviceSpec
 from flextui.sim import Simulator
 from flextui.strategy import builtin_strategy
+from helpers import line_cluster, model
 
 CPU = DeviceSpec("cpu", 2**34, {"float32": 1e11}, 2e10)
 
@@ -262,6 +262,7 @@ def test_profiled_includes_the_kinds_communication_calibration(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("gloo")   # as the gloo tests in test_cost_comm.py
 def test_cli_calibrates_communication_between_two_cpu_processes(tmp_path, capsys):
     code, out, _ = run(capsys, "profile", "--comm", "--device", "cpu", "--repeats", "2",
                        "--profiles", str(tmp_path), "--json")

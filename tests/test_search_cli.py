@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-from conftest import edit_log_header
 from flextui.cli import main
 from flextui.search import read_search_log
 from flextui.sim import taskstore
+from helpers import edit_log_header
 
 
 def run(capsys, *argv):

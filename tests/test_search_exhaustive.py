@@ -7,7 +7,6 @@ import random
 
 import pytest
 
-from conftest import TEST_SPEC as SPEC, line_cluster
 from flextui.cost import AnalyticCostModel, OpCost
 from flextui.errors import ClusterError, FlextuiError, StrategyError
 from flextui.graph import GraphBuilder
@@ -28,6 +27,7 @@ from flextui.search.exhaustive.search import (
 from flextui.search.exhaustive.tables import BoundTables, lower_bound
 from flextui.sim import Simulator
 from flextui.strategy import ParallelConfig, Strategy, count_configs, valid_configs
+from helpers import TEST_SPEC as SPEC, line_cluster
 
 SMALL = DeviceSpec("small", 3000, {"float32": 1e12}, 1e12)
 

@@ -15,7 +15,6 @@ from pathlib import Path
 import msgpack
 import pytest
 
-from conftest import cluster, edit_log_header, model
 from flextui.cost import AnalyticCostModel
 from flextui.cost.profiled import IDENTITY_PREFIX as PROFILED_PREFIX
 from flextui.errors import FlextuiError, SearchLogError
@@ -35,6 +34,7 @@ from flextui.search.log import (
 from flextui.search.logfile import scan_frames
 from flextui.search.logformat import frame
 from flextui.strategy import ParallelConfig, Strategy, data_parallel, random_config
+from helpers import cluster, edit_log_header, model
 
 
 def setting():
@@ -255,6 +255,18 @@ def record_offsets(path):
     return offsets, len(data)
 
 
+def growing_prefix(path, data: bytes, ends: range):
+    """For each ``end`` of ``ends`` (rising by one), leave ``data[:end]`` at ``path`` and
+    yield ``end``. The file grows by appends: rewriting it each time truncates it, and
+    thousands of truncations took a busy disk tens of seconds."""
+    path.write_bytes(data[:ends.start])
+    for end in ends:
+        if end > ends.start:
+            with path.open("ab") as f:
+                f.write(data[end - 1:end])
+        yield end
+
+
 def test_truncated_last_record_is_not_an_error(tmp_path):
     path = tmp_path / "a.ffsearch"
     _, t = run_search(path, iterations=10)
@@ -262,8 +274,7 @@ def test_truncated_last_record_is_not_an_error(tmp_path):
     offsets, size = record_offsets(path)
     last = offsets[-1]
     cut = tmp_path / "cut.ffsearch"
-    for end in range(last + 1, size):
-        cut.write_bytes(data[:end])
+    for end in growing_prefix(cut, data, range(last + 1, size)):
         log = read_search_log(cut)
         assert log.truncated and log.complete_bytes == last, end
         assert log.final is None and log.steps == t["steps"]
@@ -277,8 +288,7 @@ def test_truncated_header_is_an_error(tmp_path):
     SearchLogWriter(path, header()).close()
     data = file_bytes(path)
     cut = tmp_path / "cut.ffsearch"
-    for end in range(len(data)):
-        cut.write_bytes(data[:end])
+    for _ in growing_prefix(cut, data, range(len(data))):
         with pytest.raises(SearchLogError):
             read_search_log(cut)
     cut.write_bytes(MAGIC)

@@ -2,23 +2,16 @@
 logging and resume."""
 
 import dataclasses
-import functools
 import threading
 
 import pytest
 
 from flextui.cost import AnalyticCostModel
-from flextui.machine import load_named_cluster
 from flextui.search import RestartEvent, SearchOptions, read_search_log, run_search
 from flextui.search.mcmc import Chain
 from flextui.sim import Simulator
 from flextui.strategy import builtin_strategy, data_parallel
-from tests.conftest import model
-
-
-@functools.cache
-def four_gpus():
-    return load_named_cluster("p100-4x4", nodes=1)
+from helpers import four_gpus, model
 
 
 def lenet_chain(**options):

@@ -1,23 +1,16 @@
 """Propagation moves: which config a neighbour adopts, the walk, and that with them the
 MCMC search reaches LeNet's proven optimum (which one-op moves alone never did)."""
 
-import functools
 import random
 
 import pytest
 
-from conftest import assert_multi_op_steps_replay, model
 from flextui.cost import AnalyticCostModel
-from flextui.machine import load_named_cluster
 from flextui.search import SearchOptions, run_search
 from flextui.search.propagate import adopted_config, propagation
 from flextui.sim import Simulator
 from flextui.strategy import ParallelConfig, Strategy, data_parallel, random_strategy
-
-
-@functools.cache
-def four_gpus():
-    return load_named_cluster("p100-4x4", nodes=1)
+from helpers import assert_multi_op_steps_replay, four_gpus, model
 
 
 def two_way_data_parallel(graph):

@@ -3,7 +3,6 @@ and the app's Setup screen), the first-launch default, and the cluster summary."
 
 import pytest
 
-from conftest import TEST_SPEC
 from flextui.defaults import DEFAULT_CLUSTER, DEFAULT_MODEL
 from flextui.errors import ClusterError, FieldError, FlextuiError, ModelError
 from flextui.machine import Cluster, Device, DeviceSpec, Link, load_named_cluster
@@ -20,6 +19,7 @@ from flextui.session.choices import (
     parse_model_options,
     split_options,
 )
+from helpers import TEST_SPEC
 
 GPU = DeviceSpec("gpu", 2**34, {"float32": 1e13}, 1e12)
 

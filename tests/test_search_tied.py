@@ -6,7 +6,6 @@ import functools
 
 import pytest
 
-from conftest import assert_multi_op_steps_replay, model
 from flextui.cost import AnalyticCostModel
 from flextui.graph.library import load_model
 from flextui.machine import load_named_cluster
@@ -15,6 +14,7 @@ from flextui.search.mcmc import Chain
 from flextui.search.tied import tied_groups
 from flextui.sim import Simulator
 from flextui.strategy import data_parallel
+from helpers import assert_multi_op_steps_replay, model
 
 
 @functools.cache

@@ -13,8 +13,7 @@ from flextui.session.live_search import LiveSearch
 from flextui.session.playback import Playback
 from flextui.session.search_watch import CostHistory, HistoryPoint, SearchWatch
 from flextui.sim import Simulator
-from tests.conftest import model
-from tests.test_search_mcmc import four_gpus
+from helpers import four_gpus, model
 
 
 def point(step):

@@ -3,12 +3,12 @@ data parallelism's where that is compute-bound (so a search has little to find).
 
 import pytest
 
-from conftest import model
 from flextui.cost import AnalyticCostModel
 from flextui.machine import load_named_cluster
 from flextui.search.compute_bound import work_lower_bound
 from flextui.sim import Simulator
 from flextui.strategy import data_parallel, expert, model_parallel, random_strategy
+from helpers import model
 
 
 @pytest.mark.parametrize("name", ["lenet", "rnnlm2", "alexnet", "inception_v3"])

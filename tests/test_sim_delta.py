@@ -6,12 +6,12 @@ from importlib.resources import files
 
 import pytest
 
-from conftest import cluster, model
 from flextui.cost import AnalyticCostModel
 from flextui.graph.library import model_names
 from flextui.machine import parse_cluster
 from flextui.sim import DeltaSimulator, Simulator
 from flextui.strategy import builtin_strategy, random_config
+from helpers import cluster, model
 
 # smaller unrollings keep the full simulations this test compares against quick
 SMALL = {"rnntc": {"steps": 3}, "rnnlm": {"steps": 3}, "nmt": {"steps": 3},

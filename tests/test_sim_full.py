@@ -4,13 +4,13 @@ import math
 
 import pytest
 
-from conftest import cluster, line_cluster, model
 from flextui.cost import AnalyticCostModel, OpCost
 from flextui.graph import GraphBuilder
 from flextui.machine import Cluster
 from flextui.sim import Simulator, TaskKind
 from flextui.sim.schedule import schedule
 from flextui.strategy import ParallelConfig, Strategy, builtin_strategy
+from helpers import cluster, line_cluster, model
 
 
 class FixedCost:

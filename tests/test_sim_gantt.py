@@ -2,7 +2,6 @@
 
 import pytest
 
-from conftest import model
 from flextui.cost import AnalyticCostModel
 from flextui.graph import region_volume
 from flextui.graph.tensor import dtype_bytes
@@ -30,6 +29,7 @@ from flextui.sim import (
     Timeline,
 )
 from flextui.strategy import builtin_strategy
+from helpers import model
 
 F, B, T, S, U = (TaskKind.FORWARD, TaskKind.BACKWARD, TaskKind.TRANSFER, TaskKind.SYNC,
                  TaskKind.UPDATE)

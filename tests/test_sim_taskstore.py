@@ -6,12 +6,12 @@ from array import array
 
 import pytest
 
-from conftest import cluster, model
 from flextui.cost import AnalyticCostModel
 from flextui.sim import DeltaSimulator, Simulator, taskstore
 from flextui.sim.schedule import Times
 from flextui.sim.taskstore import PyTaskStore
 from flextui.strategy import builtin_strategy, random_config
+from helpers import cluster, model
 
 needs_c = pytest.mark.skipif(taskstore.CTaskStore is None,
                              reason="the C task store was not built (no C compiler)")

@@ -5,7 +5,6 @@ import random
 
 import pytest
 
-from conftest import cluster, model
 from flextui.errors import FlextuiError, StrategyError
 from flextui.graph import region_volume
 from flextui.strategy import (
@@ -19,6 +18,7 @@ from flextui.strategy import (
     strategy_to_json,
     valid_configs,
 )
+from helpers import cluster, model
 
 
 @pytest.mark.parametrize("name", BUILTIN_STRATEGIES)

@@ -6,7 +6,6 @@ tabs and names a replay's keys "replay"; a snapshot of the Setup screen at that 
 import pytest
 from textual.widgets import Static
 
-from conftest import lenet_node, start_lenet_search, wait_for
 from flextui.machine import load_named_cluster
 from flextui.search import SearchOptions
 from flextui.session.live_profile import LiveProfile
@@ -15,6 +14,7 @@ from flextui.tui.screens.help import HelpScreen
 from flextui.tui.screens.profile import ProfileScreen
 from flextui.tui.screens.search import SearchScreen
 from flextui.tui.screens.setup import SetupScreen
+from helpers import lenet_node, start_lenet_search, wait_for
 
 SIZE = (80, 24)
 HELP_AND_EXIT = {"Keys", "Quit"}   # on every screen, with "Back" on all but Setup

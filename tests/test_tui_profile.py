@@ -8,7 +8,6 @@ import pytest
 import torch
 from rich.console import Console
 
-from conftest import wait_for
 from flextui.cost.profiled import ProfiledCostModel
 from flextui.search import read_search_log
 from flextui.session.live_profile import LiveProfile
@@ -17,6 +16,7 @@ from flextui.tui.screens.dialogs import ErrorDialog
 from flextui.tui.screens.profile import ProfileScreen
 from flextui.tui.screens.search import SearchScreen
 from flextui.tui.screens.setup import SetupScreen
+from helpers import wait_for
 
 CPU_PAIR = """
 name = "cpu-pair"

@@ -9,7 +9,6 @@ import threading
 
 import pytest
 
-from conftest import edit_log_header, lenet_node, start_lenet_search, wait_for
 from flextui.cost import AnalyticCostModel
 from flextui.search import SearchOptions, read_search_log
 from flextui.search.summary import baseline_costs
@@ -23,6 +22,7 @@ from flextui.tui.screens.search import SearchScreen, SearchSetup
 from flextui.tui.screens.setup import SetupScreen
 from flextui.tui.widgets.chart import Chart
 from flextui.tui.widgets.strategy import StrategyTable
+from helpers import edit_log_header, lenet_node, start_lenet_search, wait_for
 
 
 async def test_live_search_shows_what_the_search_found(tmp_path):

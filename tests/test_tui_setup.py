@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 from textual.app import App
 from textual.widgets import Static
+from textual.worker import WorkerFailed
 
 from flextui.graph.library import load_model
 from flextui.machine import load_named_cluster
@@ -41,10 +42,17 @@ def cpu_only(monkeypatch):
 
 
 async def settle(pilot) -> None:
-    """Let debounce timers fire and the loads finish."""
+    """Let debounce timers fire and the loads finish. A load of a bad value fails, and
+    the screen shows its error (which the tests read): waiting ignores that failure, as
+    ``wait_for_complete`` did only when the load had ended before the wait began (on a
+    busy machine it had not, and the test failed)."""
     for _ in range(3):
         await pilot.pause(0.05)
-        await pilot.app.workers.wait_for_complete()
+        for worker in list(pilot.app.workers):
+            try:
+                await worker.wait()
+            except WorkerFailed:
+                pass
     await pilot.pause()
 
 

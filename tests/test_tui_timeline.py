@@ -8,7 +8,6 @@ from textual.app import App
 from textual.widgets import Static
 
 import flextui
-from conftest import model
 from flextui.cost import AnalyticCostModel
 from flextui.machine import load_named_cluster
 from flextui.machine.units import format_bytes
@@ -18,6 +17,7 @@ from flextui.strategy import builtin_strategy
 from flextui.tui.screens.timeline import TimelineScreen
 from flextui.tui.widgets.gantt import Gantt
 from flextui.tui.widgets.usage import UsageBars, bar
+from helpers import model
 
 CSS = Path(flextui.__file__).parent / "tui" / "app.tcss"
 GRAPH = model("lenet")
