@@ -5,6 +5,8 @@ never imports conftest (pytest may import it a second time under another name, w
 own caches)."""
 
 import functools
+import html
+import re
 import time
 
 from flextui.graph.library import load_model
@@ -50,6 +52,12 @@ async def wait_for(pilot, condition, timeout=60.0):
         if time.monotonic() > deadline:
             raise AssertionError("timed out waiting in the app")
         await pilot.pause(0.05)
+
+
+def screen_text(app) -> str:
+    """What the app's screen shows, as plain text (its screenshot without the SVG)."""
+    svg = app.export_screenshot()
+    return html.unescape(re.sub(r"<[^>]+>", "", svg)).replace("\xa0", " ")
 
 
 def assert_multi_op_steps_replay(path, graph, where, cost_model, count: int = 10) -> None:

@@ -13,7 +13,7 @@ from rich.console import Console
 
 from flextui import __version__
 from flextui.cli import launch, profile, replay, runs, search
-from flextui.cli.common import cluster_arg, cost_args, memory_arg, model_args
+from flextui.cli.common import cluster_arg, cost_args, interactive, memory_arg, model_args
 from flextui.cli.show import cmd_clusters, cmd_models, cmd_show
 from flextui.cli.simulate import cmd_simulate
 from flextui.errors import FlextuiError
@@ -73,11 +73,6 @@ def build_parser() -> argparse.ArgumentParser:
     launch.add_parser(sub)
     runs.add_parser(sub)
     return parser
-
-
-def interactive() -> bool:
-    """A person at a terminal: the app can open."""
-    return sys.stdin.isatty() and sys.stdout.isatty()
 
 
 def open_app(args: argparse.Namespace, console: Console) -> int:

@@ -31,6 +31,11 @@ def load_graph(args: argparse.Namespace):
     return load_model(args.model, **model_options(args))
 
 
+def interactive() -> bool:
+    """A person at a terminal: the app can open."""
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
 def emit_json(data: Any) -> None:
     json.dump(data, sys.stdout, indent=2)
     sys.stdout.write("\n")

@@ -27,6 +27,7 @@ from rich.table import Table
 from flextui.cli.common import (
     cost_args,
     emit_json,
+    interactive,
     load_cost_model,
     load_graph,
     model_args,
@@ -73,12 +74,16 @@ def add_parser(sub) -> None:
                    help="print the torchrun command and environment; start nothing")
     cost_args(p)
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("--headless", action="store_true",
+                   help="in a terminal too, print progress and the table instead of opening "
+                   "the app's Launch screen")
     p.set_defaults(handler=cmd_launch)
 
 
 def cmd_launch(args: argparse.Namespace, console: Console) -> int:
     from flextui.runtime import job
     from flextui.runtime.spec import Training
+    from flextui.session.launching import launch_request
 
     for flag, value, least in (("--steps", args.steps, 1), ("--warmup", args.warmup, 0),
                                ("--nproc-per-node", args.nproc_per_node, 1)):
@@ -87,19 +92,24 @@ def cmd_launch(args: argparse.Namespace, console: Console) -> int:
     graph = load_graph(args)
     cluster = _cluster(args)
     strategy = _strategy(args, graph, cluster)
-    backend = _backend(args, cluster)
+    backend = job.choose_backend(cluster, args.backend)
     training = Training(steps=args.steps, warmup=args.warmup, seed=args.seed, lr=args.lr,
                         backend=backend)
     cost_model = load_cost_model(args, graph, cluster, training=True)
     run_log = Path(args.run_log) if args.run_log else _beside_strategy(args.strategy, graph,
                                                                         cluster)
-    prepared = job.prepare(graph, strategy, cluster, training, cost_model, run_log=run_log,
-                           port=args.port)
+    request = launch_request(graph, strategy, cluster, cost_model,
+                             f"{graph.name} on {cluster.name}", training=training,
+                             run_log=run_log, port=args.port)
+    prepared = request.prepared
     if args.check:
         small = _check_graph(args, graph, strategy)
         prepared = job.as_check(prepared, small)
     if args.dry_run:
         return _dry_run(prepared, console)
+    if not (args.headless or args.json or args.check) and interactive():
+        from flextui.tui.app import run_app
+        return run_app(launch=request)
     stop = threading.Event()
     progress = _Progress(prepared, console, quiet=args.json)
     console.print(f"launching {graph.name} ({strategy.name}) on {cluster.num_devices} ranks "
@@ -133,10 +143,6 @@ def _cluster(args: argparse.Namespace):
     name = args.cluster or _file_cluster(args.strategy)
     if name is not None:
         cluster = load_named_cluster(name)
-        nodes = {d.node for d in cluster.devices}
-        if len(nodes) > 1:
-            raise FlextuiError(f"cluster {cluster.name!r} has {len(nodes)} nodes; a launch "
-                               "runs on this machine: give a one-node cluster")
         if args.nproc_per_node is not None and args.nproc_per_node != cluster.num_devices:
             raise FlextuiError(f"--nproc-per-node {args.nproc_per_node}, but cluster "
                                f"{cluster.name!r} has {cluster.num_devices} devices")
@@ -182,21 +188,6 @@ def _beside_strategy(strategy: str, graph, cluster) -> Path | None:
     if not path.is_file():
         return None
     return default_log_path(graph, cluster, path.parent, suffix=RUN_SUFFIX)
-
-
-def _backend(args: argparse.Namespace, cluster):
-    import torch
-
-    from flextui.runtime.spec import Backend
-
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    backend = Backend(args.backend) if args.backend else \
-        (Backend.NCCL if gpus and cluster.devices[0].spec.kind != "cpu-rank" else Backend.GLOO)
-    if backend == Backend.NCCL and gpus < cluster.num_devices:
-        raise FlextuiError(f"--backend nccl needs a GPU per rank: this launch has "
-                           f"{cluster.num_devices} ranks and this machine {gpus} GPUs; use "
-                           "--backend gloo to run them as CPU processes")
-    return backend
 
 
 def _check_graph(args: argparse.Namespace, graph, strategy):
@@ -277,7 +268,7 @@ def print_summary(summary, console: Console) -> None:
                       "n/a" if row.simulated_busy_s is None
                       else f"{row.simulated_busy_s * 1e3:.2f}",
                       "n/a" if error is None else f"{error:+.0%}",
-                      style="bold red" if error is not None and abs(error) > 0.25 else None)
+                      style="bold red" if row.deviates else None)
     console.print(table)
     simulated = summary.simulated_iteration_s
     error = summary.iteration_error

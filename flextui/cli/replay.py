@@ -34,7 +34,8 @@ def add_parser(sub) -> None:
 
 
 def cmd_replay(args: argparse.Namespace, console: Console) -> int | None:
-    from flextui.cli import interactive, open_app
+    from flextui.cli import open_app
+    from flextui.cli.common import interactive
     exporting = args.export_strategy or args.trace or args.step is not None
     if not (args.headless or args.json or exporting) and interactive():
         from flextui.search.log import read_search_log

@@ -22,7 +22,7 @@ from flextui.graph import DimKind, OpGraph
 from flextui.machine import Cluster
 from flextui.runtime.launch import Outcome, Run, Torchrun, free_port, port_is_free
 from flextui.runtime.runlog import RunLogWriter
-from flextui.runtime.spec import LaunchSpec, RunDtype, Training
+from flextui.runtime.spec import Backend, LaunchSpec, RunDtype, Training
 from flextui.runtime.summary import RunSummary, summarize
 from flextui.search.files import default_log_path
 from flextui.sim import Simulator
@@ -46,12 +46,33 @@ class Prepared:
                         uuid.uuid4().hex[:12], directory / "ranks")
 
 
+def choose_backend(cluster: Cluster, asked: str | None = None) -> Backend:
+    """NCCL when this machine has a GPU per rank of a GPU cluster, else gloo between CPU
+    processes; ``asked`` ("nccl", "gloo") overrides, and NCCL without a GPU per rank is
+    refused."""
+    import torch
+
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    gpu_cluster = cluster.devices[0].spec.kind not in ("cpu", "cpu-rank")
+    backend = Backend(asked) if asked else \
+        (Backend.NCCL if gpu_cluster and gpus >= cluster.num_devices else Backend.GLOO)
+    if backend == Backend.NCCL and gpus < cluster.num_devices:
+        raise FlextuiError(f"--backend nccl needs a GPU per rank: this launch has "
+                           f"{cluster.num_devices} ranks and this machine {gpus} GPUs; use "
+                           "--backend gloo to run them as CPU processes")
+    return backend
+
+
 def prepare(graph: OpGraph, strategy: Strategy, cluster: Cluster, training: Training,
             cost_model: CostModel, *, run_log: Path | None = None, port: int | None = None
             ) -> Prepared:
     """Check everything a launch needs before a process starts; FlextuiError says what
-    is wrong (a strategy for more devices than the launch has, a busy port, no
-    torchrun)."""
+    is wrong (a cluster of several nodes, a strategy for more devices than the launch
+    has, a busy port, no torchrun)."""
+    nodes = {d.node for d in cluster.devices}
+    if len(nodes) > 1:
+        raise FlextuiError(f"cluster {cluster.name!r} has {len(nodes)} nodes; a launch runs "
+                           "on this machine: give a one-node cluster")
     used = max(strategy.devices_used(), default=0) + 1
     if used > cluster.num_devices:
         raise StrategyError(f"strategy {strategy.name!r} uses {used} devices; this launch has "

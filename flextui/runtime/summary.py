@@ -7,6 +7,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+#: a device whose measured busy time is off the simulated by more than this is
+#: highlighted
+DEVIATION = 0.25
+
 
 @dataclass
 class DeviceMeasure:
@@ -60,9 +64,15 @@ class DeviceRow:
     @property
     def busy_error(self) -> float | None:
         """Measured busy time against simulated, as a fraction (0.1: 10% over)."""
-        if not self.simulated_busy_s:
+        if not self.simulated_busy_s or not self.busy_s:
             return None
         return self.busy_s / self.simulated_busy_s - 1.0
+
+    @property
+    def deviates(self) -> bool:
+        """Off the simulated by more than DEVIATION: shown highlighted."""
+        error = self.busy_error
+        return error is not None and abs(error) > DEVIATION
 
 
 @dataclass(frozen=True)
@@ -107,7 +117,14 @@ def summarize(records: Iterable[dict[str, Any]], device_names: list[str],
               simulated: dict[str, Any] | None) -> RunSummary:
     """The summary of a run's records; ``simulated`` is the run log's header entry
     (``iteration_s``, ``busy_s`` per device) or None."""
-    per_rank = measures(records, len(device_names))
+    return summary_of_measures(measures(records, len(device_names)), device_names,
+                               capacities, batch_size, simulated)
+
+
+def summary_of_measures(per_rank: list[DeviceMeasure], device_names: list[str],
+                        capacities: list[int], batch_size: int,
+                        simulated: dict[str, Any] | None) -> RunSummary:
+    """``summarize`` of ranks' sums kept as the records came (a live launch's)."""
     step_means = [m.mean(m.step_s) for m in per_rank if m.steps]
     iteration = max(step_means, default=0.0)   # a step ends when its slowest rank does
     busy = (simulated or {}).get("busy_s") or [None] * len(device_names)

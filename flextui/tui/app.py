@@ -27,15 +27,21 @@ from textual.screen import Screen
 from flextui.cost import AnalyticCostModel, CostModel, cost_model_from_identity
 from flextui.cost.choose import CostKind, choose_cost_model
 from flextui.errors import FlextuiError
+from flextui.graph import OpGraph
+from flextui.machine import Cluster
 from flextui.search.files import default_log_path
 from flextui.search.log import read_search_log
 from flextui.search.options import SearchOptions
 from flextui.search.summary import baseline_costs
+from flextui.session.launching import LaunchRequest, launch_request
+from flextui.session.live_launch import LiveLaunch
 from flextui.session.live_profile import LiveProfile
 from flextui.session.live_search import LiveSearch
 from flextui.session.playback import Playback
+from flextui.strategy import Strategy
 from flextui.tui.screens.dialogs import ErrorDialog, OpenLogDialog
 from flextui.tui.screens.help import HelpScreen
+from flextui.tui.screens.launch import LaunchScreen
 from flextui.tui.screens.profile import ProfileScreen
 from flextui.tui.screens.search import SearchScreen, SearchSetup
 from flextui.tui.screens.setup import SetupScreen
@@ -59,7 +65,8 @@ class FlextuiApp(App):
     ]
 
     def __init__(self, *, model: str | None = None, cluster: str | None = None,
-                 replay: str | Path | None = None, log_dir: str | Path = ".") -> None:
+                 replay: str | Path | None = None, log_dir: str | Path = ".",
+                 launch: LaunchRequest | None = None) -> None:
         super().__init__()
         # Worker processes need multiprocessing's resource tracker, which starts on first
         # use with a copy of stderr; once the app runs, stderr is Textual's capture (no
@@ -67,9 +74,11 @@ class FlextuiApp(App):
         resource_tracker.ensure_running()
         self.initial_model, self.initial_cluster = model, cluster
         self.replay_path = Path(replay) if replay is not None else None
+        self.launch_request = launch
         self.log_dir = Path(log_dir)
         self.searches: list[LiveSearch] = []
         self.profiles: list[LiveProfile] = []
+        self.launches: list[LiveLaunch] = []
 
     def on_mount(self) -> None:
         if not self.is_headless:   # a terminal's app (tests run headless, in their own loop)
@@ -79,6 +88,8 @@ class FlextuiApp(App):
         self.push_screen(SetupScreen(self.initial_model, self.initial_cluster))
         if self.replay_path is not None:
             self.open_replay(self.replay_path)
+        if self.launch_request is not None:
+            self.start_launch(self.launch_request)
 
     # -- searches -----------------------------------------------------------------------
 
@@ -118,6 +129,27 @@ class FlextuiApp(App):
         title = f"{message.model_label} on {message.cluster_label}"
         setup = SearchSetup(graph, cluster, live.cost_model, options, title)
         self.push_screen(SearchScreen(live, setup, str(log_path)))
+
+    # -- launches -------------------------------------------------------------------------
+
+    def start_launch(self, request: LaunchRequest) -> None:
+        """Start the launch ``request`` prepared and show it; ``b`` on its screen runs
+        data parallelism on the same devices."""
+        live = LiveLaunch(request.prepared, request.label)
+        live.start()
+        self.launches.append(live)
+        self.push_screen(LaunchScreen(live, request.title, request.baseline))
+
+    def launch_strategy(self, graph: OpGraph, cluster: Cluster, strategy: Strategy,
+                        cost_model: CostModel, title: str) -> None:
+        """Launch ``strategy`` (a search's best, say) on ``cluster``'s devices here."""
+        try:
+            request = launch_request(graph, strategy, cluster, cost_model, title,
+                                     self.log_dir)
+        except FlextuiError as exc:
+            self.show_error("Cannot launch this strategy", str(exc))
+            return
+        self.start_launch(request)
 
     def open_replay(self, path: Path) -> None:
         """Replay the log at ``path``: it is read on a worker thread (a long search's log
@@ -193,11 +225,13 @@ class FlextuiApp(App):
         self.stop_searches()
 
     def stop_searches(self) -> None:
-        """Stop every live search and profile and wait for them, so each search log gets
-        its final record and each profile cache what was measured."""
-        for live in [*self.searches, *self.profiles]:
+        """Stop every live search, profile and launch and wait for them, so each search
+        log gets its final record, each profile cache what was measured, and every rank
+        of a launch ends (its run log finished)."""
+        work = [*self.searches, *self.profiles, *self.launches]
+        for live in work:
             live.stop()
-        for live in [*self.searches, *self.profiles]:
+        for live in work:
             live.join(timeout=10)
 
 

@@ -76,6 +76,7 @@ class SearchScreen(Screen):
         Binding("end", "to_end", "To end", show=False),
         Binding("t", "timeline", "Timeline"),
         Binding("s", "save", "Save best"),
+        Binding("l", "launch", "Launch best", show=False),
         Binding("g", "toggle_axis", "Steps/time", show=False),
         *(Binding(str(i), f"show_tab('{tab}')", f"{label} tab", show=False)
           for i, (tab, label) in enumerate(TABS.items(), 1)),
@@ -164,7 +165,7 @@ class SearchScreen(Screen):
             return self.live is not None and not self.live.done
         if action in REPLAY_ONLY:
             return self.replay
-        if action in ("timeline", "save"):
+        if action in ("timeline", "save", "launch"):
             return True if self.view is not None and self.view.best is not None else None
         return True
 
@@ -251,6 +252,16 @@ class SearchScreen(Screen):
                                 strategy=Strategy(best, name="best found"),
                                 compare=("data parallel", dp, data_parallel))
         self.app.call_from_thread(self.app.push_screen, screen)
+
+    def action_launch(self) -> None:
+        """Train the best strategy for real on the search's devices here (the Launch
+        screen); a search still running goes on."""
+        if self.view is None or self.view.best is None:
+            return
+        setup = self.setup
+        best = Strategy(self.view.best, name=searched_strategy_name(setup.options.seed))
+        cast("FlextuiApp", self.app).launch_strategy(setup.graph, setup.cluster, best,
+                                                     setup.cost_model, setup.title)
 
     def action_back(self) -> None:
         if self.live is not None and not self.live.done:

@@ -1,0 +1,107 @@
+"""What a display shows of a launch in progress: the ranks' records folded into one
+frame per poll (``LaunchWatch.view``), with a bounded history of each device's
+samples/s for its sparkline and a bounded tail of the ranks' output.
+
+The watch keeps sums, not records: a run of a million steps costs it the same memory
+as a run of ten (HISTORY points per device, LOG_LINES lines).
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+from typing import Any
+
+from flextui.runtime.summary import DeviceMeasure, DeviceRow, summary_of_measures
+
+HISTORY = 120        # samples/s points per device (a sparkline's width, and then some)
+LOG_LINES = 1000     # lines of the ranks' output kept for the log pane
+
+
+@dataclass(frozen=True)
+class LaunchView:
+    """One frame of a launch: its state, its devices, its totals and the last lines."""
+
+    state: str
+    devices: list[DeviceRow]
+    histories: list[tuple[float, ...]]   # each device's recent samples/s, oldest first
+    steps_done: int
+    steps_asked: int
+    warmup: int
+    elapsed_s: float
+    samples_per_s: float
+    iteration_s: float
+    simulated_iteration_s: float | None
+    lines: list[tuple[int, str]]
+    line_count: int                     # lines so far: ``lines`` are the last of them
+    message: str | None = None
+    failed_rank: int | None = None
+    host: str | None = None
+
+    @property
+    def iteration_error(self) -> float | None:
+        if not self.simulated_iteration_s or not self.iteration_s:
+            return None
+        return self.iteration_s / self.simulated_iteration_s - 1.0
+
+    @property
+    def remaining_s(self) -> float | None:
+        """The time the steps left should take at the measured pace."""
+        if not self.iteration_s:
+            return None
+        total = self.warmup + self.steps_asked
+        return max(0, total - self.steps_done) * self.iteration_s
+
+
+@dataclass
+class LaunchWatch:
+    """Folds records and output lines; not thread-safe (its owner locks)."""
+
+    names: list[str]
+    capacities: list[int]
+    batch_size: int
+    steps_asked: int
+    warmup: int
+    simulated: dict[str, Any] | None
+    measures: list[DeviceMeasure] = field(default_factory=list)
+    history: list[collections.deque] = field(default_factory=list)
+    done: list[int] = field(default_factory=list)
+    hosts: dict[int, str] = field(default_factory=dict)
+    lines: collections.deque = field(default_factory=lambda: collections.deque(maxlen=LOG_LINES))
+    line_count: int = 0
+
+    def __post_init__(self) -> None:
+        self.measures = [DeviceMeasure(rank) for rank in range(len(self.names))]
+        self.history = [collections.deque(maxlen=HISTORY) for _ in self.names]
+        self.done = [0] * len(self.names)
+
+    def record(self, record: dict[str, Any]) -> None:
+        rank = record.get("rank")
+        if not isinstance(rank, int) or not 0 <= rank < len(self.names):
+            return
+        if record.get("kind") == "start" and isinstance(record.get("host"), str):
+            self.hosts[rank] = record["host"]
+        if record.get("kind") != "steps":
+            return
+        self.measures[rank].add(record)
+        self.done[rank] = max(self.done[rank], int(record["last"]) + 1)
+        count = int(record["last"]) - int(record["first"]) + 1
+        step = float(record["step_s"]) / max(1, count)
+        if step > 0 and not record.get("warmup"):
+            self.history[rank].append(self.batch_size / step)
+
+    def output(self, rank: int, line: str) -> None:
+        self.lines.append((rank, line))
+        self.line_count += 1
+
+    def view(self, state: str, elapsed_s: float, message: str | None = None,
+             failed_rank: int | None = None, lines: int = 200) -> LaunchView:
+        summary = summary_of_measures(self.measures, self.names, self.capacities,
+                                      self.batch_size, self.simulated)
+        tail = list(self.lines)[-lines:]
+        return LaunchView(state, summary.devices, [tuple(h) for h in self.history],
+                          min(self.done, default=0), self.steps_asked, self.warmup, elapsed_s,
+                          summary.samples_per_s, summary.iteration_s,
+                          summary.simulated_iteration_s, tail, self.line_count, message,
+                          failed_rank, self.hosts.get(failed_rank)
+                          if failed_rank is not None else None)

@@ -1,0 +1,53 @@
+"""Launches as a person asks for them, for both front ends: a strategy on a cluster's
+devices here, prepared with the defaults a person expects (a short timed run, the
+backend the machine allows, a run log beside the searches'), and the data-parallel
+baseline on the same devices."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from flextui.cost.model import CostModel
+from flextui.graph import OpGraph
+from flextui.machine import Cluster
+from flextui.runtime.job import RUN_SUFFIX, Prepared, choose_backend, prepare
+from flextui.runtime.spec import Training
+from flextui.search.files import default_log_path
+from flextui.session.live_launch import LiveLaunch
+from flextui.strategy import Strategy, builtin_strategy
+
+#: what a launch from the app runs: long enough to read its figures, short enough to wait
+APP_STEPS, APP_WARMUP = 50, 3
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """A launch ready to show: its prepared run, how the screen names it, and how to
+    make the data-parallel baseline (None: there is none to run)."""
+
+    prepared: Prepared
+    label: str
+    title: str
+    baseline: Callable[[], LiveLaunch] | None
+
+
+def launch_request(graph: OpGraph, strategy: Strategy, cluster: Cluster,
+                   cost_model: CostModel, title: str, log_dir: Path = Path(),
+                   training: Training | None = None, **prepare_args) -> LaunchRequest:
+    """Prepare ``strategy`` on ``cluster`` (FlextuiError if it cannot run here)."""
+    training = training or Training(steps=APP_STEPS, warmup=APP_WARMUP,
+                                    backend=choose_backend(cluster))
+    if "run_log" not in prepare_args:
+        prepare_args["run_log"] = default_log_path(graph, cluster, log_dir, suffix=RUN_SUFFIX)
+    prepared = prepare(graph, strategy, cluster, training, cost_model, **prepare_args)
+
+    def baseline() -> LiveLaunch:
+        data_parallel = builtin_strategy("data-parallel", graph, cluster)
+        run = prepare(graph, data_parallel, cluster, training, cost_model,
+                      run_log=default_log_path(graph, cluster, log_dir, suffix=RUN_SUFFIX))
+        return LiveLaunch(run, "data parallel")
+
+    return LaunchRequest(prepared, strategy.name or "strategy", title,
+                         None if strategy.name == "data-parallel" else baseline)

@@ -1,0 +1,176 @@
+"""The Launch screen: a strategy training for real (a ``LiveLaunch`` running torchrun off
+the UI thread), one line per device, the run against the simulator, and the ranks' own
+output. A timer polls the launch four times a second, so however often ranks report
+the screen redraws at most that often; histories and the log pane are bounded.
+
+``b`` runs data parallelism on the same devices once the run has ended (two runs at once
+would share the devices) and shows both runs' throughput side by side."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, ClassVar, cast
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical
+from textual.screen import Screen
+from textual.widgets import Footer, Header, RichLog, Static
+
+from flextui.session.launch_watch import LOG_LINES, LaunchView
+from flextui.session.live_launch import LiveLaunch
+from flextui.tui.widgets.devices import DeviceTable
+from flextui.tui.widgets.stats import STATE_STYLES
+
+if TYPE_CHECKING:
+    from flextui.tui.app import FlextuiApp
+
+REFRESH_S = 0.25
+
+
+def _ms(seconds: float | None) -> str:
+    return "—" if not seconds else f"{seconds * 1e3:,.2f} ms"
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "—"
+    return f"{seconds:,.0f} s" if seconds >= 10 else f"{seconds:.1f} s"
+
+
+def launch_figures(view: LaunchView, label: str, baseline: LaunchView | None) -> Table:
+    """The run's state and totals, measured against simulated, and the baseline's."""
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(style="dim", no_wrap=True)
+    grid.add_column(no_wrap=True, overflow="ellipsis")
+    total = view.warmup + view.steps_asked
+    grid.add_row("state", Text.assemble((view.state, STATE_STYLES.get(view.state, "")),
+                                        f"  step {view.steps_done:,} of {total:,} "
+                                        f"({view.warmup} warm-up)"))
+    grid.add_row("time", f"{_duration(view.elapsed_s)} elapsed, "
+                         f"{_duration(view.remaining_s)} left")
+    error = view.iteration_error
+    grid.add_row("iteration", Text.assemble(
+        f"{_ms(view.iteration_s)} measured, {_ms(view.simulated_iteration_s)} simulated ",
+        (f"({error:+.0%})" if error is not None else "",
+         "bold red" if error is not None and abs(error) > 0.25 else "dim")))
+    line = Text(f"{view.samples_per_s:,.0f} samples/s ({label})")
+    if baseline is not None:
+        ratio = (view.samples_per_s / baseline.samples_per_s
+                 if baseline.samples_per_s else None)
+        line.append(f" · {baseline.samples_per_s:,.0f} (data parallel, {baseline.state})")
+        if ratio is not None:
+            line.append(f" · {ratio:.2f}×", style="bold green" if ratio > 1 else "bold")
+    grid.add_row("throughput", line)
+    return grid
+
+
+class LaunchScreen(Screen):
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("x", "stop", "Stop"),
+        Binding("b", "baseline", "Data parallel"),
+        Binding("escape", "back", "Back"),
+    ]
+    DEFAULT_CSS = """
+    LaunchScreen #launch-figures { height: auto; }
+    LaunchScreen #launch-devices { height: auto; max-height: 50%; overflow-y: auto; }
+    LaunchScreen #launch-log { height: 1fr; min-height: 3; }
+    """
+    help_section = "launch"
+
+    def __init__(self, live: LiveLaunch, title: str,
+                 baseline: Callable[[], LiveLaunch] | None = None) -> None:
+        super().__init__()
+        self.live, self.title_text = live, title
+        self._make_baseline = baseline
+        self.baseline: LiveLaunch | None = None
+        self._baseline_wanted = False
+        self._lines_shown = 0
+        self._failure_shown = False
+        self._ended = False
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Vertical(id="launch-top", classes="panel"):
+            yield Static(id="launch-figures")
+            yield DeviceTable(id="launch-devices")
+        yield RichLog(id="launch-log", classes="panel", max_lines=LOG_LINES, wrap=False,
+                      markup=False)
+        yield Footer(compact=True)
+
+    def on_mount(self) -> None:
+        self.title = self.title_text
+        prepared = self.live.prepared
+        self.sub_title = (f"launch · {prepared.spec.num_ranks} ranks, "
+                          f"{prepared.spec.training.backend} · {prepared.run_log.name}")
+        self.query_one("#launch-top").border_title = "devices"
+        self.query_one("#launch-log").border_title = "ranks' output"
+        self.refresh_view()
+        self.set_interval(REFRESH_S, self.refresh_view)
+
+    def refresh_view(self) -> None:
+        view = self.live.view()
+        baseline = self.baseline.view() if self.baseline is not None else None
+        self.query_one("#launch-figures", Static).update(
+            launch_figures(view, self.live.label, baseline))
+        self.query_one(DeviceTable).show(view.devices, view.histories)
+        new = view.line_count - self._lines_shown
+        if new > 0:
+            log = self.query_one(RichLog)
+            for rank, line in view.lines[-min(new, len(view.lines)):]:
+                log.write(Text(f"[{rank}] " if rank >= 0 else "", style="dim") + Text(line))
+            self._lines_shown = view.line_count
+        if view.state == "failed" and not self._failure_shown:
+            self._failure_shown = True
+            where = (f"Rank {view.failed_rank} on {view.host or 'localhost'} failed"
+                     if view.failed_rank is not None else "The launch failed")
+            cast("FlextuiApp", self.app).show_error(where, view.message or "")
+        if self.live.done and not self._ended:
+            self._ended = True
+            self.refresh_bindings()
+            if self._baseline_wanted:
+                self._start_baseline()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "stop":
+            return not self.live.done or (self.baseline is not None and not self.baseline.done)
+        if action == "baseline":
+            return self._make_baseline is not None and self.baseline is None
+        return True
+
+    def action_stop(self) -> None:
+        for live in (self.live, self.baseline):
+            if live is not None and not live.done:
+                live.stop()
+        self.notify("stopping: every rank ends; the run log keeps what they reported",
+                    timeout=3)
+
+    def action_baseline(self) -> None:
+        if self._make_baseline is None or self.baseline is not None:
+            return
+        if not self.live.done:
+            self._baseline_wanted = True
+            self.notify("data parallelism runs on the same devices when this run ends",
+                        timeout=4)
+            return
+        self._start_baseline()
+
+    def _start_baseline(self) -> None:
+        assert self._make_baseline is not None
+        self._baseline_wanted = False
+        try:
+            self.baseline = self._make_baseline()
+        except Exception as exc:  # noqa: BLE001 (a refusal, shown; the screen goes on)
+            cast("FlextuiApp", self.app).show_error("Cannot run data parallelism", str(exc))
+            return
+        self.baseline.start()
+        cast("FlextuiApp", self.app).launches.append(self.baseline)
+        self.refresh_bindings()
+
+    def action_back(self) -> None:
+        for live in (self.live, self.baseline):
+            if live is not None and not live.done:
+                live.stop()
+        self.app.pop_screen()

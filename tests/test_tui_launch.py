@@ -1,0 +1,194 @@
+"""The app's Launch screen: driven by a recorded metric stream with Textual's Pilot (what
+it shows, stopping, a failed rank's dialog, 80x24 and a snapshot), and once with a real
+2-rank gloo run (every rank ends when the app quits)."""
+
+import time
+from pathlib import Path
+
+import pytest
+
+from flextui.cost import AnalyticCostModel
+from flextui.machine import load_named_cluster
+from flextui.runtime.job import prepare
+from flextui.runtime.launch import Outcome, RunStatus
+from flextui.runtime.spec import Training
+from flextui.session.launching import LaunchRequest, launch_request
+from flextui.session.live_launch import LiveLaunch
+from flextui.strategy import builtin_strategy
+from flextui.tui.app import FlextuiApp
+from flextui.tui.screens.dialogs import ErrorDialog
+from flextui.tui.screens.help import HelpScreen
+from flextui.tui.screens.launch import LaunchScreen
+from flextui.tui.widgets.devices import sparkline
+from helpers import screen_text, wait_for
+from runtime_models import small
+
+SIZE = (80, 24)
+
+
+def lenet_prepared(tmp_path: Path, name="expert"):
+    graph, cluster = small("lenet"), load_named_cluster("local-cpu-2")
+    strategy = builtin_strategy(name, graph, cluster)
+    return prepare(graph, strategy, cluster, Training(steps=10, warmup=1),
+                   AnalyticCostModel(), run_log=tmp_path / "recorded.ffrun")
+
+
+def steps(rank, first, last, step_s, compute_s, wait_s, warmup=False):
+    count = last - first + 1
+    return {"kind": "steps", "rank": rank, "first": first, "last": last, "warmup": warmup,
+            "step_s": step_s * count, "compute_s": compute_s * count,
+            "wait_s": wait_s * count, "sent": 10 * count, "received": 10 * count,
+            "losses": [2.3] * count, "peak_memory": 300 * 2**20, "gpu_util": None}
+
+
+RECORDS = [
+    {"kind": "start", "rank": 0, "pid": 1, "host": "node-a"},
+    {"kind": "start", "rank": 1, "pid": 2, "host": "node-b"},
+    steps(0, 0, 0, 0.5, 0.4, 0.1, warmup=True), steps(1, 0, 0, 0.5, 0.3, 0.2, warmup=True),
+    *(steps(rank, s, s, 0.010 + 0.001 * s, 0.006, 0.003) for s in range(1, 11)
+      for rank in (0, 1)),
+]
+
+
+class RecordedLaunch(LiveLaunch):
+    """A launch that plays recorded records instead of starting torchrun; with ``hold``
+    it waits to be stopped before it ends."""
+
+    def __init__(self, prepared, records, outcome, lines=(), hold=False):
+        super().__init__(prepared)
+        self.records, self.recorded, self.lines, self.hold = records, outcome, lines, hold
+
+    def _work(self):
+        with self._lock:
+            self._started = time.monotonic()
+            self._state = "running"
+        for record in self.records:
+            self._record(record)
+        for rank, line in self.lines:
+            self._output(rank, line)
+        if self.hold:
+            self._stop.wait()
+        with self._lock:
+            self.outcome = self.recorded
+            self._state = str(self.recorded.status)
+
+
+FINISHED = Outcome(RunStatus.FINISHED, 0, None, "finished in 3.0 s", 3.0)
+
+
+def open_launch(app, live, baseline=None):
+    live.start()
+    app.launches.append(live)
+    app.push_screen(LaunchScreen(live, "lenet on local-cpu-2", baseline))
+
+
+async def test_the_screen_shows_every_device_against_the_simulator(tmp_path):
+    live = RecordedLaunch(lenet_prepared(tmp_path), RECORDS, FINISHED,
+                          lines=[(1, "hello from rank 1"), (-1, "torchrun says")])
+    app = FlextuiApp()
+    async with app.run_test(size=SIZE) as pilot:
+        open_launch(app, live)
+        screen = app.screen
+        await wait_for(pilot, lambda: live.done and screen._ended)
+        view = live.view()
+        assert [d.name for d in view.devices] == ["n0.rank0", "n0.rank1"]
+        assert view.steps_done == 11 and view.elapsed_s == 3.0
+        assert view.iteration_s == pytest.approx(0.0155)          # mean of 11..20 ms
+        assert view.devices[0].busy_s == pytest.approx(0.006)
+        assert view.devices[0].simulated_busy_s == live.prepared.simulated["busy_s"][0]
+        assert len(view.histories[0]) == 10
+        shown = screen_text(app)
+        assert "n0.rank0" in shown and "n0.rank1" in shown and "[1] hello from rank 1" in shown
+        assert "finished" in shown and "15.50 ms measured" in shown
+        assert not screen.check_action("stop", ())     # nothing runs any more
+        await pilot.press("question_mark")
+        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
+        assert ("launch", "esc", "Back") in app.screen.rows
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: isinstance(app.screen, LaunchScreen))
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: not isinstance(app.screen, LaunchScreen))
+
+
+async def test_x_stops_the_run_and_b_waits_for_it(tmp_path):
+    stopped = Outcome(RunStatus.STOPPED, -15, None, "stopped; every rank ended", 1.0)
+    live = RecordedLaunch(lenet_prepared(tmp_path), RECORDS[:6], stopped, hold=True)
+    made = []
+
+    def baseline():
+        run = RecordedLaunch(lenet_prepared(tmp_path / "dp", "data-parallel"), RECORDS,
+                             FINISHED)
+        made.append(run)
+        return run
+
+    (tmp_path / "dp").mkdir()
+    app = FlextuiApp()
+    async with app.run_test(size=SIZE) as pilot:
+        open_launch(app, live, baseline)
+        await wait_for(pilot, lambda: live.view().state == "running")
+        await pilot.pause(0.3)
+        await pilot.press("b")
+        assert made == []                                   # not while the run goes
+        await pilot.press("x")
+        await wait_for(pilot, lambda: live.done, timeout=10)
+        await wait_for(pilot, lambda: live.done and made and made[0].done)
+        assert live.view().state == "stopped"
+        await wait_for(pilot, lambda: "(data parallel, finished)" in screen_text(app))
+
+
+async def test_a_failed_rank_is_named_in_a_dialog(tmp_path):
+    failed = Outcome(RunStatus.FAILED, 1, 1, "rank 1 on localhost failed: RuntimeError: boom",
+                     2.0)
+    live = RecordedLaunch(lenet_prepared(tmp_path), RECORDS[:4], failed)
+    app = FlextuiApp()
+    async with app.run_test(size=SIZE) as pilot:
+        open_launch(app, live)
+        await wait_for(pilot, lambda: isinstance(app.screen, ErrorDialog))
+        dialog = app.screen
+        assert dialog.heading == "Rank 1 on node-b failed" and "boom" in dialog.message
+
+
+def test_sparklines_scale_to_their_window():
+    assert sparkline(()) == "·" * 12
+    assert sparkline((1.0, 2.0, 3.0), width=3) == "▁▄█"
+    assert sparkline((5.0, 5.0), width=4) == "  ▄▄"
+
+
+def test_launch_screen_snapshot(snap_compare, tmp_path):
+    live = RecordedLaunch(lenet_prepared(tmp_path), RECORDS, FINISHED,
+                          lines=[(0, "[rank output] step 10 done")])
+
+    async def show(pilot):
+        app = pilot.app
+        open_launch(app, live)
+        await wait_for(pilot, lambda: live.done and app.screen._ended)
+        await pilot.pause(0.3)
+
+    assert snap_compare(FlextuiApp(), terminal_size=SIZE, run_before=show)
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("gloo")
+async def test_a_real_launch_runs_in_the_app_and_ends_with_it(tmp_path):
+    graph, cluster = small("lenet"), load_named_cluster("local-cpu-2")
+    request: LaunchRequest = launch_request(
+        graph, builtin_strategy("data-parallel", graph, cluster), cluster,
+        AnalyticCostModel(), "lenet", tmp_path, training=Training(steps=100000, warmup=1))
+    app = FlextuiApp(launch=request)
+    pids: list[int] = []
+    async with app.run_test(size=SIZE) as pilot:
+        live = app.launches[0]
+        await wait_for(pilot, lambda: live.view().steps_done >= 3, timeout=120)
+        view = live.view()
+        assert all(d.samples_per_s > 0 for d in view.devices)
+        from flextui.runtime.runlog import read_run_log
+        pids = [r["pid"] for r in read_run_log(request.prepared.run_log).records
+                if r["kind"] == "start"]
+        assert len(pids) == 2
+    # the app has quit: every rank has ended and the run log is finished
+    import os
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    from flextui.runtime.runlog import read_run_log
+    assert read_run_log(request.prepared.run_log).final["status"] == "stopped"
