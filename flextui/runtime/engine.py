@@ -170,7 +170,9 @@ class RankProgram:
         """Input ``slot`` of task ``k``, assembled from its pieces as a leaf tensor."""
         mine = self.into[(op.index, k, slot)]
         tensor = op.inputs[slot]
-        grad = tensor.dtype in FLOAT_DTYPES
+        # data (an input op's output) gets no gradient: nothing would receive it
+        grad = tensor.dtype in FLOAT_DTYPES and tensor.producer is not None \
+            and tensor.producer.type != "input"
         if len(mine) == 1 and mine[0].local:
             whole = self._producer_block(mine[0], state)
             if tuple(whole.shape) == shape_of(need):  # the producer's block, as it is
