@@ -69,3 +69,23 @@ def test_a_dry_run_prints_the_torchrun_command_and_starts_nothing(capsys):
                  "--max-restarts 0", "-m flextui.runtime.worker", "FLEXTUI_LAUNCHER_PID=",
                  "OMP_NUM_THREADS="):
         assert part in out, part
+
+
+def test_a_failure_quoting_brackets_is_printed_as_said(tmp_path, capsys, monkeypatch):
+    """A failed rank's last line is quoted in the message; gloo's errors name their source
+    as [path:line], which Rich took for a closing tag (MarkupError, a traceback, no
+    message) whenever that line was the last."""
+    from flextui.cli import launch as cli_launch
+    from flextui.runtime import job
+    from flextui.runtime.launch import Outcome, RunStatus
+
+    said = ("rank 0 on localhost failed: RuntimeError: [/__w/pytorch/pytorch/third_party/"
+            "gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer")
+    monkeypatch.setattr(job, "execute", lambda *a, **k: (
+        Outcome(RunStatus.FAILED, 1, 0, said, 1.0), None, []))
+    monkeypatch.setattr(cli_launch, "print_summary", lambda summary, console: None)
+    monkeypatch.setenv("COLUMNS", "1000")
+    code = main(["launch", "-m", "lenet", "--nproc-per-node", "2",
+                 "--run-log", str(tmp_path / "run.ffrun")])
+    out, err = capsys.readouterr()
+    assert code == 1 and said in out and "Traceback" not in err

@@ -22,6 +22,7 @@ from typing import Any
 
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from flextui.cli.common import (
@@ -125,7 +126,8 @@ def cmd_launch(args: argparse.Namespace, console: Console) -> int:
                    **summary.to_dict()})
     else:
         print_summary(summary, console)
-        console.print(outcome.message, highlight=False)
+        # the message quotes a rank's output (gloo's errors hold [path:line]): not markup
+        console.print(outcome.message, markup=False, highlight=False)
     if caught.exit_status:
         return caught.exit_status
     return EXIT_FAILED if outcome.status == "failed" else 0
@@ -289,5 +291,5 @@ def _report_check(outcome, records: list[dict[str, Any]], console: Console,
                       f"{result.worst:.1e} (tolerance {TOLERANCE:.0e}) over "
                       f"{result.steps} steps", highlight=False)
     else:
-        console.print(f"[red]check failed[/]: {result.message}", highlight=False)
+        console.print(f"[red]check failed[/]: {escape(result.message)}", highlight=False)
     return 0 if result.equal else EXIT_FAILED
