@@ -26,6 +26,7 @@ from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
+from torch.distributed.elastic.multiprocessing.errors import record
 
 from flextui.runtime.comm import Comm
 from flextui.runtime.engine import Optimizer, RankProgram, within
@@ -39,6 +40,9 @@ RANK_FAULT = "FLEXTUI_RANK_FAULT"
 WATCH_S = 0.5
 
 
+# record leaves an error file with the time of the failure, so torchrun names the rank
+# that failed first, not a peer whose connection to it broke
+@record
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
