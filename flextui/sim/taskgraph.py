@@ -29,7 +29,6 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from flextui.cost.model import CostModel
 from flextui.cost.ring import ring_allreduce_s
@@ -143,15 +142,19 @@ class TaskGraph:
              duration: float, key: tuple, nbytes: int = 0, workspace: int = 0,
              keeps: int = -1) -> int:
         t = self.store.add(resources, duration, key)
-        row = (kind, op, part, resources, nbytes, workspace, key, keeps)
-        columns: tuple[list[Any], ...] = (self.kind, self.op, self.part, self.resources,
-                                          self.nbytes, self.workspace, self.key, self.keeps)
-        if t < len(self.kind):
-            for column, value in zip(columns, row):
-                column[t] = value
-        else:
-            for column, value in zip(columns, row):
-                column.append(value)
+        if t < len(self.kind):   # a freed id, reused
+            self.kind[t], self.op[t], self.part[t], self.resources[t] = kind, op, part, resources
+            self.nbytes[t], self.workspace[t], self.key[t], self.keeps[t] = \
+                nbytes, workspace, key, keeps
+        else:   # written out, not looped over: this runs once per task of a simulation
+            self.kind.append(kind)
+            self.op.append(op)
+            self.part.append(part)
+            self.resources.append(resources)
+            self.nbytes.append(nbytes)
+            self.workspace.append(workspace)
+            self.key.append(key)
+            self.keeps.append(keeps)
         if self._added is not None:
             self._added.append(t)
         return t
@@ -208,20 +211,25 @@ class TaskGraph:
                                                                    cconf)
         return plan
 
-    def _route(self, src: int, dst: int, why: str):
+    def _route(self, src: int, dst: int, why: Callable[[], str]):
+        """The route from device ``src`` to ``dst``; without one, a ClusterError saying
+        ``why()`` it was needed (worded only then: routes are asked for on a hot path)."""
         try:
             return self.cluster.route(src, dst)
         except ClusterError as exc:
-            raise ClusterError(f"{why}: {exc}") from None
+            raise ClusterError(f"{why()}: {exc}") from None
 
     def _connect(self, a: int, b: int, src: int, dst: int, nbytes: int, key: tuple,
                  owned: list[int]) -> None:
         """``b`` needs ``nbytes`` that ``a`` made: a dependency, or a transfer chain (whose
         last hop into a forward task is an input block its device keeps)."""
         prev = a
+        if src == dst:
+            self._link(prev, b)
+            return
         ops = self.graph.ops
-        why = f"op {ops[self.op[b]].name!r} needs data from op {ops[self.op[a]].name!r}"
-        route = self._route(src, dst, why) if src != dst else ()
+        route = self._route(src, dst, lambda: f"op {ops[self.op[b]].name!r} needs data from "
+                                              f"op {ops[self.op[a]].name!r}")
         for hop, link in enumerate(route):
             keeps = dst if hop == len(route) - 1 and self.kind[b] == TaskKind.FORWARD else -1
             t = self._new(TaskKind.TRANSFER, self.op[b], self.part[b],
@@ -260,9 +268,9 @@ class TaskGraph:
                 ready_on.setdefault(group.devices[0], []).extend(group.tasks)
                 continue
             ring = list(zip(group.devices, group.devices[1:] + group.devices[:1]))
-            why = f"the gradients of parameter {name!r} are all-reduced"
-            links = sorted({self.link_resource[link.id]
-                            for a, b in ring for link in self._route(a, b, why)})
+            links = sorted({self.link_resource[link.id] for a, b in ring
+                            for link in self._route(a, b, lambda: f"the gradients of "
+                                                    f"parameter {name!r} are all-reduced")})
             sync = self._new(TaskKind.SYNC, -1, g, tuple(links),
                              self.allreduce_s(nbytes, group.devices, self.cluster),
                              (2, order, g), nbytes)

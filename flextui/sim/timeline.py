@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from flextui.sim.memory import MemoryUsage
 from flextui.sim.schedule import Times
 from flextui.sim.taskgraph import TaskGraph, TaskKind
 
 
-@dataclass(frozen=True)
-class TaskTiming:
+class TaskTiming(NamedTuple):
+    """One task of a simulated iteration (a named tuple: a timeline makes one per task,
+    hundreds of thousands for a large strategy)."""
+
     key: tuple
     kind: TaskKind
     op: str            # the op (for a transfer: the op whose task it feeds); "" for syncs/updates
@@ -69,20 +72,27 @@ def build_timeline(tg: TaskGraph, times: Times, memory: list[MemoryUsage],
                    memory_penalty_s: float) -> Timeline:
     cluster, ops = tg.cluster, tg.graph.ops
     names = [d.name for d in cluster.devices] + [link.name for link in cluster.links]
+    op_names = [op.name for op in ops] + [""]          # op -1 (syncs, updates): ""
+    kinds = list(TaskKind)
+    moving = (TaskKind.TRANSFER, TaskKind.SYNC)
+    resource_names: dict[tuple[int, ...], tuple[str, ...]] = {}
     tasks = []
     busy = [0.0] * tg.num_resources
     moved = [0] * tg.num_resources
     sent = [0] * tg.num_devices
     received = [0] * tg.num_devices
+    ready, start, end = times.ready, times.start, times.end
     for t in tg.live_ids():
-        kind = TaskKind(tg.kind[t])
-        tasks.append(TaskTiming(tg.key[t], kind, ops[tg.op[t]].name if tg.op[t] >= 0 else "",
-                                tg.part[t], tuple(names[r] for r in tg.resources[t]),
-                                times.ready[t], times.start[t], times.end[t], tg.nbytes[t]))
-        for r in tg.resources[t]:
-            busy[r] += times.end[t] - times.start[t]
-            if kind in (TaskKind.TRANSFER, TaskKind.SYNC):
-                moved[r] += tg.nbytes[t]
+        kind, resources, nbytes = kinds[tg.kind[t]], tg.resources[t], tg.nbytes[t]
+        shown = resource_names.get(resources)
+        if shown is None:
+            shown = resource_names[resources] = tuple(names[r] for r in resources)
+        tasks.append(TaskTiming(tg.key[t], kind, op_names[tg.op[t]], tg.part[t], shown,
+                                ready[t], start[t], end[t], nbytes))
+        for r in resources:
+            busy[r] += end[t] - start[t]
+            if kind in moving:
+                moved[r] += nbytes
     device_ids = {d.name: d.id for d in cluster.devices}
     for link in cluster.links:  # bytes a device puts on its own links, or takes off them
         if link.src in device_ids:
