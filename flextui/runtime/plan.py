@@ -78,8 +78,8 @@ class Plan:
     pieces_into: list[list[Piece]]        # per op: the pieces its forward tasks read
     pieces_from: list[list[Piece]]        # per op: the pieces its outputs feed
     syncs: list[ReplicaSync]              # in the order every rank issues them
-    #: the syncs in the all-reduces ranks issue: small groups of one rank set whose
-    #: parameters are last used by one op go together (BUCKET_BYTES), others alone
+    #: the syncs in the all-reduces ranks issue: consecutive small groups of one rank set
+    #: go together (up to BUCKET_BYTES), others alone
     buckets: list[tuple[ReplicaSync, ...]]
     #: per parameter and rank: the box of the parameter holding every shard it uses
     param_boxes: dict[str, dict[int, Region]] = field(default_factory=dict)
@@ -205,20 +205,20 @@ def _parameters(graph: OpGraph, configs: list[ParallelConfig],
 
 def _buckets(keyed: list[tuple[tuple[int, int], ReplicaSync]]
              ) -> list[tuple[ReplicaSync, ...]]:
-    """Consecutive small syncs of one rank set and one last-using op, together (an
-    all-reduce costs a call and a latency whatever its size: a layer's bias need not
-    pay them alone)."""
+    """Consecutive small syncs of one rank set, together up to BUCKET_BYTES: an
+    all-reduce costs a call and a latency whatever its size, so a small model's
+    gradients are summed in one (as DDP's buckets do); a bucket starts when the last of
+    its gradients is ready."""
     buckets: list[list[ReplicaSync]] = []
-    last_key: tuple[int, tuple[int, ...]] | None = None
-    for (first_user, _), sync in keyed:
-        key = (first_user, sync.ranks)
+    open_ranks: tuple[int, ...] | None = None   # the rank set of a bucket still filling
+    for _, sync in keyed:
         small = sync.nbytes < BUCKET_BYTES
-        if small and key == last_key \
+        if small and sync.ranks == open_ranks \
                 and sum(s.nbytes for s in buckets[-1]) + sync.nbytes <= BUCKET_BYTES:
             buckets[-1].append(sync)
         else:
             buckets.append([sync])
-        last_key = key if small else None
+        open_ranks = sync.ranks if small else None
     return [tuple(b) for b in buckets]
 
 
