@@ -18,9 +18,9 @@ def header(ranks=2):
     spec = LaunchSpec(graph, builtin_strategy("data-parallel", graph, cluster), ranks,
                       Training())
     return {**spec.to_dict(), "graph_hash": graph.fingerprint, "cluster": cluster.to_dict(),
-            "command": ["torchrun"], "simulated": {"iteration_s": 0.010,
-                                                    "busy_s": [0.008, 0.004],
-                                                    "cost_model": "analytic"}}
+            "commands": [["torchrun"]], "hosts": ["localhost"],
+            "simulated": {"iteration_s": 0.010, "busy_s": [0.008, 0.004],
+                          "cost_model": "analytic"}}
 
 
 def steps(rank, first, last, step_s, compute_s, warmup=False):

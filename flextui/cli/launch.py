@@ -64,7 +64,19 @@ def add_parser(sub) -> None:
     p.add_argument("--lr", type=float, default=0.01, help="SGD learning rate (default 0.01)")
     p.add_argument("--backend", choices=("nccl", "gloo"),
                    help="default: nccl with GPUs, gloo without")
-    p.add_argument("--port", type=int, help="rendezvous port on localhost (default: a free one)")
+    p.add_argument("--port", type=int, help="rendezvous port on localhost, or on the first host "
+                   "(default: a free one)")
+    hosts = p.add_mutually_exclusive_group()
+    hosts.add_argument("--hosts", metavar="H1,H2,...",
+                       help="run over these hosts through ssh, host k running node k of the "
+                       "cluster (default: this machine)")
+    hosts.add_argument("--hostfile", metavar="FILE",
+                       help="the hosts, one a line: 'HOST slots=N' (as DeepSpeed reads it)")
+    p.add_argument("--ssh", metavar="CMD",
+                   help="the ssh command that reaches a host (default: $FLEXTUI_SSH, else "
+                   "ssh; always with -o BatchMode=yes)")
+    p.add_argument("--remote-python", metavar="PATH",
+                   help="the Python with flextui on the hosts (default: this one's path)")
     p.add_argument("--run-log", metavar="FILE.ffrun",
                    help="the run log (default: <model>-<cluster>-<time>.ffrun next to the "
                    "strategy file, or here)")
@@ -91,9 +103,10 @@ def cmd_launch(args: argparse.Namespace, console: Console) -> int:
         if value is not None and value < least:
             raise FlextuiError(f"{flag} must be at least {least}")
     graph = load_graph(args)
-    cluster = _cluster(args)
+    hosts = _hosts(args)
+    cluster = _cluster(args, hosts)
     strategy = _strategy(args, graph, cluster)
-    backend = job.choose_backend(cluster, args.backend)
+    backend = job.choose_backend(cluster, args.backend, on_hosts=bool(hosts))
     training = Training(steps=args.steps, warmup=args.warmup, seed=args.seed, lr=args.lr,
                         backend=backend)
     cost_model = load_cost_model(args, graph, cluster, training=True)
@@ -101,7 +114,8 @@ def cmd_launch(args: argparse.Namespace, console: Console) -> int:
                                                                         cluster)
     request = launch_request(graph, strategy, cluster, cost_model,
                              f"{graph.name} on {cluster.name}", training=training,
-                             run_log=run_log, port=args.port)
+                             run_log=run_log, port=args.port, hosts=hosts,
+                             remote=_remote(args, hosts))
     prepared = request.prepared
     if args.check:
         small = _check_graph(args, graph, strategy)
@@ -113,8 +127,10 @@ def cmd_launch(args: argparse.Namespace, console: Console) -> int:
         return run_app(launch=request)
     stop = threading.Event()
     progress = _Progress(prepared, console, quiet=args.json)
+    where = f" over {', '.join(h.name for h in hosts)}" if hosts else ""
     console.print(f"launching {graph.name} ({strategy.name}) on {cluster.num_devices} ranks "
-                  f"({cluster.name}, {backend}); run log {prepared.run_log}", highlight=False)
+                  f"({cluster.name}, {backend}){where}; run log {prepared.run_log}",
+                  highlight=False)
     with stop_on_signals(stop) as caught:
         outcome, summary, records = job.execute(prepared, stop, progress.record,
                                                 progress.output)
@@ -136,12 +152,39 @@ def cmd_launch(args: argparse.Namespace, console: Console) -> int:
 # -- what is launched -------------------------------------------------------------------
 
 
-def _cluster(args: argparse.Namespace):
+def _hosts(args: argparse.Namespace):
+    from flextui.runtime.hosts import parse_host_list, read_hostfile
+
+    if args.hostfile:
+        return read_hostfile(args.hostfile)
+    if args.hosts is not None:
+        return parse_host_list(args.hosts)
+    if args.ssh or args.remote_python:
+        raise FlextuiError("--ssh and --remote-python are for a launch over hosts: give "
+                           "--hosts or --hostfile")
+    return None
+
+
+def _remote(args: argparse.Namespace, hosts):
+    from flextui.runtime.nodes import Remote
+
+    return Remote.choose(args.ssh, args.remote_python) if hosts else None
+
+
+def _cluster(args: argparse.Namespace, hosts):
     """The launch's devices: --cluster, else this machine's GPUs, else CPU processes
-    (as many as the strategy file was made for, --nproc-per-node, or 2)."""
+    (as many as the strategy file was made for, --nproc-per-node, or 2); over hosts
+    without --cluster, CPU processes on each (their slots, --nproc-per-node, or 2)."""
     from flextui.machine import load_named_cluster
     from flextui.machine.detect import cpu_ranks, detect_local
 
+    if hosts and not args.cluster:
+        slots = {h.slots for h in hosts if h.slots is not None} | \
+            ({args.nproc_per_node} if args.nproc_per_node else set())
+        if len(slots) > 1:
+            raise FlextuiError(f"the hosts ask for different numbers of ranks ({sorted(slots)})"
+                               ": give --cluster with a node of that many devices per host")
+        return cpu_ranks(slots.pop() if slots else 2, nodes=len(hosts))
     name = args.cluster or _file_cluster(args.strategy)
     if name is not None:
         cluster = load_named_cluster(name)
@@ -211,13 +254,17 @@ def _check_graph(args: argparse.Namespace, graph, strategy):
 
 def _dry_run(prepared, console: Console) -> int:
     from flextui.runtime.launch import Torchrun
-    torchrun = prepared.torchrun(Path("<plan dir>"))
-    env = Torchrun.environment(launcher_pid=0)
-    print(" ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()) + " "
-          + shlex.join(torchrun.command()))
-    console.print(f"(the plan file is written to a temporary directory when the run starts; "
-                  f"{prepared.spec.num_ranks} ranks, {prepared.spec.training.backend}, "
-                  f"FLEXTUI_LAUNCHER_PID is the launcher's PID)", highlight=False)
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in
+                   Torchrun.environment(launcher_pid=0).items())
+    for command in prepared.commands():
+        print(f"{env} {shlex.join(command)}" if prepared.nodes is None
+              else shlex.join(command))
+    where = ("the plan travels over each ssh session's stdin to the node program, which "
+             "writes it to a temporary directory" if prepared.nodes else
+             "the plan file is written to a temporary directory when the run starts")
+    console.print(f"({where}; {prepared.spec.num_ranks} ranks, "
+                  f"{prepared.spec.training.backend}, FLEXTUI_LAUNCHER_PID is the PID of the "
+                  "launcher or node program)", highlight=False)
     return 0
 
 

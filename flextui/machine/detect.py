@@ -32,7 +32,8 @@ from flextui.machine.nvtopo import (
     is_switched,
 )
 
-__all__ = ["CPU_CLOCK_HZ", "CPU_FLOP_PER_CYCLE", "cpu_ranks", "describe_local", "detect_local"]
+__all__ = ["CPU_CLOCK_HZ", "CPU_FLOP_PER_CYCLE", "cpu_ranks", "describe_local", "detect_local",
+           "usable_cpus"]
 
 CPU_CLOCK_HZ = 2.5e9
 CPU_FLOP_PER_CYCLE = 16
@@ -43,9 +44,13 @@ PCIE_LATENCY = 1e-6
 #: (``flextui profile --comm --device cpu`` measures the link kind "loopback")
 LOOPBACK_BANDWIDTH = 2e9
 LOOPBACK_LATENCY = 30e-6
+#: between the machines of a launch over hosts without a cluster file: 10 Gb/s ethernet
+ETHERNET_BANDWIDTH = 1.25e9
+ETHERNET_LATENCY = 50e-6
 
 
-def _cpu_count() -> int:
+def usable_cpus() -> int:
+    """The CPU cores this process may run on."""
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
@@ -77,7 +82,7 @@ def _cuda_available(torch: Any | None) -> bool:
 
 
 def _cpu_cluster() -> Cluster:
-    cores = _cpu_count()
+    cores = usable_cpus()
     peak = cores * CPU_CLOCK_HZ * CPU_FLOP_PER_CYCLE
     spec = DeviceSpec(kind="cpu", memory_bytes=_physical_memory(), peak_flops={"float32": peak},
                       mem_bandwidth=CPU_MEM_BANDWIDTH)
@@ -87,25 +92,40 @@ def _cpu_cluster() -> Cluster:
     return Cluster("local", [Device(0, "n0.cpu0", 0, spec)], [], description=description)
 
 
-def cpu_ranks(ranks: int) -> Cluster:
-    """``ranks`` CPU processes of this machine, one thread each, as a cluster: what
-    ``flextui launch`` runs on without a GPU, named ``local-cpu-N`` so a search can
-    target it by name. Each rank has one core's estimated peak and an equal share of
-    the memory; they talk through one loopback switch."""
+def cpu_ranks(ranks: int, nodes: int = 1) -> Cluster:
+    """``ranks`` CPU processes, one thread each, on each of ``nodes`` machines like this
+    one, as a cluster: what ``flextui launch`` runs on without a GPU. One node is named
+    ``local-cpu-N`` so a search can target it by name; several (a launch over hosts)
+    ``cpu-NODESxN``. Each rank has one core's estimated peak and an equal share of the
+    memory; the ranks of a node talk through its loopback switch, nodes through an
+    ethernet switch."""
     spec = DeviceSpec(kind="cpu-rank", memory_bytes=max(1, _physical_memory() // ranks),
                       peak_flops={"float32": CPU_CLOCK_HZ * CPU_FLOP_PER_CYCLE},
-                      mem_bandwidth=CPU_MEM_BANDWIDTH / max(1, min(ranks, _cpu_count())))
-    devices = [Device(i, f"n0.rank{i}", 0, spec) for i in range(ranks)]
-    links = [Link(2 * i + j, f"{a}->{b}", "loopback", a, b, LOOPBACK_BANDWIDTH,
-                  LOOPBACK_LATENCY)
-             for i, d in enumerate(devices)
-             for j, (a, b) in enumerate(((d.name, "n0.loopback"), ("n0.loopback", d.name)))]
-    description = (f"{ranks} CPU processes of this machine, one thread each (peak float32 "
+                      mem_bandwidth=CPU_MEM_BANDWIDTH / max(1, min(ranks, usable_cpus())))
+    devices = [Device(n * ranks + i, f"n{n}.rank{i}", n, spec)
+               for n in range(nodes) for i in range(ranks)]
+    wires = [(d.name, f"n{d.node}.loopback", "loopback", LOOPBACK_BANDWIDTH, LOOPBACK_LATENCY)
+             for d in devices]
+    switches = [f"n{n}.loopback" for n in range(nodes)]
+    if nodes > 1:
+        wires += [(f"n{n}.loopback", "network", "ethernet", ETHERNET_BANDWIDTH,
+                   ETHERNET_LATENCY) for n in range(nodes)]
+        switches.append("network")
+    links = [Link(2 * i + j, f"{a}->{b}", kind, a, b, bandwidth, latency)
+             for i, (x, y, kind, bandwidth, latency) in enumerate(wires)
+             for j, (a, b) in enumerate(((x, y), (y, x)))]
+    where = "this machine" if nodes == 1 else f"each of {nodes} machines like this one"
+    description = (f"{ranks} CPU processes of {where}, one thread each (peak float32 "
                    f"estimated as one core at 2.5 GHz x 16 FLOP/cycle; gloo over loopback "
                    f"assumed {LOOPBACK_BANDWIDTH / 1e9:.0f} GB/s, "
-                   f"{LOOPBACK_LATENCY * 1e6:.0f} us); estimated=True")
-    return Cluster(f"local-cpu-{ranks}", devices, links if ranks > 1 else [],
-                   switches=["n0.loopback"] if ranks > 1 else [], description=description)
+                   f"{LOOPBACK_LATENCY * 1e6:.0f} us"
+                   + (f"; between machines {ETHERNET_BANDWIDTH * 8 / 1e9:.0f} Gb/s ethernet, "
+                      f"{ETHERNET_LATENCY * 1e6:.0f} us" if nodes > 1 else "")
+                   + "); estimated=True")
+    name = f"local-cpu-{ranks}" if nodes == 1 else f"cpu-{nodes}x{ranks}"
+    many = len(devices) > 1
+    return Cluster(name, devices, links if many else [], switches=switches if many else [],
+                   description=description)
 
 
 def _gpu_cluster(torch: Any) -> Cluster:
@@ -187,7 +207,7 @@ def describe_local() -> dict[str, Any]:
         "torch_version": getattr(torch, "__version__", None) if torch is not None else None,
         "cuda_available": _cuda_available(torch),
         "cuda_version": getattr(getattr(torch, "version", None), "cuda", None),
-        "cpu_cores": _cpu_count(),
+        "cpu_cores": usable_cpus(),
         "memory_bytes": _physical_memory(),
         "devices": [],
     }

@@ -20,7 +20,9 @@ from flextui.cost.model import CostModel
 from flextui.errors import FlextuiError, StrategyError
 from flextui.graph import DimKind, OpGraph
 from flextui.machine import Cluster
+from flextui.runtime.hosts import Host, place
 from flextui.runtime.launch import Outcome, Run, Torchrun, free_port, port_is_free
+from flextui.runtime.nodes import Nodes, NodesRun, Remote, preflight
 from flextui.runtime.runlog import RunLogWriter
 from flextui.runtime.spec import Backend, LaunchSpec, RunDtype, Training
 from flextui.runtime.summary import RunSummary, summarize
@@ -40,20 +42,35 @@ class Prepared:
     port: int
     run_log: Path
     simulated: dict[str, Any]
+    nodes: Nodes | None = None  # a launch over hosts, after their preflight
 
     def torchrun(self, directory: Path) -> Torchrun:
         return Torchrun(directory / "plan.msgpack", self.spec.num_ranks, self.port,
                         uuid.uuid4().hex[:12], directory / "ranks")
 
+    def commands(self) -> list[list[str]]:
+        """What starts the run: torchrun here, or per host ssh with the node program
+        and the torchrun it runs (the plan directory is made when the run starts)."""
+        where = Path("<plan dir>")
+        if self.nodes is None:
+            return [self.torchrun(where).command()]
+        return [[*self.nodes.remote.command(host), "->",
+                 *self.nodes.torchrun(k, where, "<run id>").command()]
+                for k, host in enumerate(self.nodes.hosts)]
 
-def choose_backend(cluster: Cluster, asked: str | None = None) -> Backend:
+
+def choose_backend(cluster: Cluster, asked: str | None = None, on_hosts: bool = False
+                   ) -> Backend:
     """NCCL when this machine has a GPU per rank of a GPU cluster, else gloo between CPU
     processes; ``asked`` ("nccl", "gloo") overrides, and NCCL without a GPU per rank is
-    refused."""
+    refused. ``on_hosts``: the launch runs on other hosts, NCCL for a GPU cluster (their
+    preflight counts their GPUs)."""
     import torch
 
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     gpu_cluster = cluster.devices[0].spec.kind not in ("cpu", "cpu-rank")
+    if on_hosts:
+        return Backend(asked) if asked else Backend.NCCL if gpu_cluster else Backend.GLOO
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
     backend = Backend(asked) if asked else \
         (Backend.NCCL if gpu_cluster and gpus >= cluster.num_devices else Backend.GLOO)
     if backend == Backend.NCCL and gpus < cluster.num_devices:
@@ -64,15 +81,16 @@ def choose_backend(cluster: Cluster, asked: str | None = None) -> Backend:
 
 
 def prepare(graph: OpGraph, strategy: Strategy, cluster: Cluster, training: Training,
-            cost_model: CostModel, *, run_log: Path | None = None, port: int | None = None
-            ) -> Prepared:
-    """Check everything a launch needs before a process starts; FlextuiError says what
-    is wrong (a cluster of several nodes, a strategy for more devices than the launch
-    has, a busy port, no torchrun)."""
+            cost_model: CostModel, *, run_log: Path | None = None, port: int | None = None,
+            hosts: list[Host] | None = None, remote: Remote | None = None) -> Prepared:
+    """Check everything a launch needs before a rank starts; FlextuiError says what is
+    wrong (a cluster of several nodes without hosts, a strategy for more devices than
+    the launch has, a busy port, no torchrun, a host that fails its preflight)."""
     nodes = {d.node for d in cluster.devices}
-    if len(nodes) > 1:
-        raise FlextuiError(f"cluster {cluster.name!r} has {len(nodes)} nodes; a launch runs "
-                           "on this machine: give a one-node cluster")
+    if len(nodes) > 1 and not hosts:
+        raise FlextuiError(f"cluster {cluster.name!r} has {len(nodes)} nodes: give their hosts "
+                           "with --hosts or --hostfile (one host per node), or a one-node "
+                           "cluster to run on this machine")
     used = max(strategy.devices_used(), default=0) + 1
     if used > cluster.num_devices:
         raise StrategyError(f"strategy {strategy.name!r} uses {used} devices; this launch has "
@@ -82,7 +100,12 @@ def prepare(graph: OpGraph, strategy: Strategy, cluster: Cluster, training: Trai
     if importlib.util.find_spec("torch.distributed.run") is None:
         raise FlextuiError("torchrun (torch.distributed.run) is missing from this Python; "
                            "install a torch with distributed support")
-    if port is None:
+    placed = None
+    if hosts:
+        placed = preflight(hosts, place(hosts, cluster), training.backend,
+                           remote or Remote.choose(), port)
+        port = placed.port
+    elif port is None:
         port = free_port()
     elif not port_is_free(port):
         raise FlextuiError(f"port {port} is in use on localhost; leave --port out to use a "
@@ -92,7 +115,7 @@ def prepare(graph: OpGraph, strategy: Strategy, cluster: Cluster, training: Trai
                  "busy_s": [d.busy_s for d in timeline.devices]}
     path = run_log or default_log_path(graph, cluster, suffix=RUN_SUFFIX)
     return Prepared(LaunchSpec(graph, strategy, cluster.num_devices, training), cluster, port,
-                    path, simulated)
+                    path, simulated, placed)
 
 
 def check_batch(graph: OpGraph, strategy: Strategy) -> int:
@@ -121,7 +144,7 @@ def as_check(prepared: Prepared, graph: OpGraph, steps: int = 3) -> Prepared:
 def execute(prepared: Prepared, stop: threading.Event,
             on_record: Callable[[dict[str, Any]], None] = lambda r: None,
             on_output: Callable[[int, str], None] = lambda rank, line: None,
-            on_start: Callable[[Run], None] = lambda run: None,
+            on_start: Callable[[Run | NodesRun], None] = lambda run: None,
             ) -> tuple[Outcome, RunSummary, list[dict[str, Any]]]:
     """Run the launch to its end (``stop`` ends it early): every record and line goes to
     the run log and to the callbacks. Returns how it ended, its summary and its
@@ -144,9 +167,13 @@ def execute(prepared: Prepared, stop: threading.Event,
 
     try:
         with tempfile.TemporaryDirectory(prefix="flextui-launch-") as tmp:
-            torchrun = prepared.torchrun(Path(tmp))
-            torchrun.plan.write_bytes(spec.encode())
-            run = Run(torchrun, record, output)
+            run: Run | NodesRun
+            if prepared.nodes is not None:
+                run = NodesRun(prepared.nodes, spec.encode(), record, output)
+            else:
+                torchrun = prepared.torchrun(Path(tmp))
+                torchrun.plan.write_bytes(spec.encode())
+                run = Run(torchrun, record, output)
             run.start()
             on_start(run)
             try:
@@ -175,5 +202,6 @@ def _header(prepared: Prepared) -> dict[str, Any]:
     spec = prepared.spec
     return {**spec.to_dict(), "graph_hash": spec.graph.fingerprint,
             "cluster": prepared.cluster.to_dict(),
-            "command": prepared.torchrun(Path("<plan dir>")).command(),
+            "commands": prepared.commands(),
+            "hosts": [h.name for h in prepared.nodes.hosts] if prepared.nodes else ["localhost"],
             "simulated": prepared.simulated}

@@ -24,8 +24,8 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import IO, Any
@@ -48,19 +48,29 @@ class RunStatus(StrEnum):
 
 @dataclass(frozen=True)
 class Torchrun:
-    """One launch's torchrun: ``plan`` (the launch plan file) on ``ranks`` local
-    processes, rendezvous on ``port``, its logs under ``log_dir``."""
+    """One node's torchrun: ``plan`` (the launch plan file) on ``ranks`` local
+    processes, its logs under ``log_dir``. One node: c10d rendezvous on localhost's
+    ``port``. Several: static rendezvous at ``master``:``port`` (the first host) with
+    this node's ``node_rank``, so node *k*'s ranks follow node *k-1*'s and device *i*
+    of the cluster is global rank *i* on the host its node names (c10d would number
+    the nodes in the order of their host names)."""
 
     plan: Path
     ranks: int
     port: int
     run_id: str
     log_dir: Path
+    master: str = "localhost"
+    nnodes: int = 1
+    node_rank: int = 0
 
     def command(self) -> list[str]:
-        return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
-                "--nproc-per-node", str(self.ranks), "--rdzv-backend", "c10d",
-                "--rdzv-endpoint", f"localhost:{self.port}", "--rdzv-id", self.run_id,
+        rendezvous = (["--nnodes", "1", "--rdzv-backend", "c10d"] if self.nnodes == 1 else
+                      ["--nnodes", str(self.nnodes), "--node-rank", str(self.node_rank),
+                       "--rdzv-backend", "static"])
+        return [sys.executable, "-m", "torch.distributed.run", *rendezvous,
+                "--nproc-per-node", str(self.ranks),
+                "--rdzv-endpoint", f"{self.master}:{self.port}", "--rdzv-id", self.run_id,
                 "--max-restarts", "0", "--role", "rank", "--tee", "3",
                 "--log-dir", str(self.log_dir), "-m", "flextui.runtime.worker", str(self.plan)]
 
@@ -101,23 +111,106 @@ class Outcome:
     elapsed_s: float
 
 
-@dataclass
-class _Tails:
-    lines: dict[int, collections.deque] = field(default_factory=dict)
-    root_rank: int | None = None
-    root_exit: int | None = None
-    in_root_cause: bool = False
+class RankOutput:
+    """torchrun's output, line by line: metrics records go to ``on_record``, every other
+    line to ``on_output`` (rank -1: torchrun's own), and enough is kept to say which rank
+    failed first and what it said: the ranks' ``failed`` records (with the time of the
+    failure), else the root cause torchrun names, and each rank's last lines."""
+
+    def __init__(self, on_record: Callable[[dict[str, Any]], None],
+                 on_output: Callable[[int, str], None],
+                 host_of: Callable[[int], str] = lambda rank: "localhost") -> None:
+        self.on_record, self.on_output = on_record, on_output
+        self.host_of = host_of
+        self.worker_pids: dict[int, int] = {}
+        self.failures: list[dict[str, Any]] = []
+        self._lines: dict[int, collections.deque] = {}
+        self._root_rank: int | None = None
+        self._root_exit: int | None = None
+        self._in_root_cause = False
+
+    def feed(self, line: str, source: str = "") -> None:
+        """One line of output; ``source`` (a host) prefixes an untagged line shown."""
+        tagged = _RANK_LINE.match(line)
+        rank = int(tagged[1]) if tagged else -1
+        text = tagged[2] if tagged else line
+        record = decode(text) if tagged else None
+        if record is not None:
+            kind = record.get("kind")
+            if kind == "start" and isinstance(record.get("pid"), int):
+                self.worker_pids[rank] = record["pid"]
+            elif kind == "failed" and isinstance(record.get("time"), (int, float)):
+                self.failures.append(record)
+            self.on_record(record)
+            return
+        self._remember(rank, text)
+        self.on_output(rank, f"{source}: {text}" if source and not tagged else text)
+
+    def first_failure(self) -> dict[str, Any] | None:
+        """The ``failed`` record of the rank that failed first, by the ranks' clocks."""
+        known = [r for r in self.failures if isinstance(r.get("rank"), int)]
+        return min(known, key=lambda r: r["time"], default=None)
+
+    def failure(self, code: int) -> tuple[int | None, str]:
+        """The rank that failed first (None: not known) and a line saying so: what it
+        raised, else its last line."""
+        first = self.first_failure()
+        rank = first["rank"] if first else self._root_rank
+        said = [line.strip() for line in self._lines.get(rank if rank is not None else -1, [])
+                if line.strip()]
+        last = str(first.get("error")) if first and first.get("error") else \
+            said[-1] if said else "no output"
+        if rank is None:
+            return None, f"torchrun failed (exit code {code}): {last}"
+        why = _why(said, self._root_exit if rank == self._root_rank else None)
+        return rank, f"rank {rank} on {self.host_of(rank)} failed{why}: {last}"
+
+    def _remember(self, rank: int, text: str) -> None:
+        self._lines.setdefault(rank, collections.deque(maxlen=TAIL_LINES)).append(text)
+        if rank != -1:
+            return
+        if "Root Cause" in text:
+            self._in_root_cause = True
+        elif self._in_root_cause:
+            found = _ROOT_RANK.match(text)
+            code = _EXIT_CODE.match(text)
+            if found and self._root_rank is None:
+                self._root_rank = int(found[1])
+            elif code and self._root_exit is None:
+                self._root_exit = int(code[1])
+
+
+def end_process_group(proc: subprocess.Popen, grace_s: float = GRACE_S) -> None:
+    """SIGTERM to the process group ``proc`` leads (started with a session of its own),
+    SIGKILL after ``grace_s`` if it is still there; returns when it has ended."""
+    if proc.poll() is not None:
+        return
+    _signal_group(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=grace_s)
+    if proc.poll() is None:
+        _signal_group(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def kill_pids(pids: Iterable[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _signal_group(pid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signum)
 
 
 class Run:
-    """A torchrun launch in progress."""
+    """A torchrun launch on this machine in progress."""
 
     def __init__(self, torchrun: Torchrun, on_record: Callable[[dict[str, Any]], None],
                  on_output: Callable[[int, str], None]) -> None:
         self.torchrun = torchrun
-        self.on_record, self.on_output = on_record, on_output
-        self.worker_pids: dict[int, int] = {}
-        self._tails = _Tails()
+        self.output = RankOutput(on_record, on_output)
         self._proc: subprocess.Popen[str] | None = None
         self._reader: threading.Thread | None = None
         self._started = 0.0
@@ -126,6 +219,10 @@ class Run:
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
+
+    @property
+    def worker_pids(self) -> dict[int, int]:
+        return self.output.worker_pids
 
     def start(self) -> None:
         self.torchrun.log_dir.mkdir(parents=True, exist_ok=True)
@@ -154,56 +251,13 @@ class Run:
         """End every process of the run: SIGTERM to torchrun's group, SIGKILL after
         GRACE_S, then to any rank that is still there."""
         self._stopped = True
-        if self._proc is None or self._proc.poll() is not None:
-            self._kill_workers(signal.SIGKILL)
-            return
-        self._signal_group(signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self._proc.wait(timeout=GRACE_S)
-        if self._proc.poll() is None:
-            self._signal_group(signal.SIGKILL)
-            self._proc.wait()
-        self._kill_workers(signal.SIGKILL)
-
-    def _signal_group(self, signum: int) -> None:
-        assert self._proc is not None
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self._proc.pid, signum)
-
-    def _kill_workers(self, signum: int) -> None:
-        for pid in self.worker_pids.values():
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signum)
+        if self._proc is not None:
+            end_process_group(self._proc)
+        kill_pids(self.worker_pids.values())
 
     def _read(self, stream: IO[str]) -> None:
         for raw in stream:
-            line = raw.rstrip("\n")
-            tagged = _RANK_LINE.match(line)
-            rank = int(tagged[1]) if tagged else -1
-            text = tagged[2] if tagged else line
-            record = decode(text) if tagged else None
-            if record is not None:
-                if record.get("kind") == "start" and isinstance(record.get("pid"), int):
-                    self.worker_pids[rank] = record["pid"]
-                self.on_record(record)
-                continue
-            self._remember(rank, text)
-            self.on_output(rank, text)
-
-    def _remember(self, rank: int, text: str) -> None:
-        tails = self._tails
-        tails.lines.setdefault(rank, collections.deque(maxlen=TAIL_LINES)).append(text)
-        if rank != -1:
-            return
-        if "Root Cause" in text:
-            tails.in_root_cause = True
-        elif tails.in_root_cause:
-            found = _ROOT_RANK.match(text)
-            code = _EXIT_CODE.match(text)
-            if found and tails.root_rank is None:
-                tails.root_rank = int(found[1])
-            elif code and tails.root_exit is None:
-                tails.root_exit = int(code[1])
+            self.output.feed(raw.rstrip("\n"))
 
     def _outcome(self, code: int) -> Outcome:
         elapsed = time.monotonic() - self._started
@@ -211,17 +265,8 @@ class Run:
             return Outcome(RunStatus.STOPPED, code, None, "stopped; every rank ended", elapsed)
         if code == 0:
             return Outcome(RunStatus.FINISHED, 0, None, f"finished in {elapsed:.1f} s", elapsed)
-        tails = self._tails
-        rank = tails.root_rank
-        said = [line.strip() for line in tails.lines.get(rank if rank is not None else -1, [])
-                if line.strip()]
-        last = said[-1] if said else "no output"
-        if rank is None:
-            return Outcome(RunStatus.FAILED, code, None,
-                           f"torchrun failed (exit code {code}): {last}", elapsed)
-        why = _why(said, tails.root_exit)
-        return Outcome(RunStatus.FAILED, code, rank, f"rank {rank} on localhost failed"
-                       f"{why}: {last}", elapsed)
+        rank, message = self.output.failure(code)
+        return Outcome(RunStatus.FAILED, code, rank, message, elapsed)
 
 
 def _why(lines: list[str], exit_code: int | None) -> str:

@@ -30,7 +30,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 
 from flextui.runtime.comm import Comm
 from flextui.runtime.engine import Optimizer, RankProgram, within
-from flextui.runtime.metrics import Reporter
+from flextui.runtime.metrics import MAX_LINE, Reporter, encode
 from flextui.runtime.plan import compile_plan
 from flextui.runtime.reference import train_whole
 from flextui.runtime.spec import Backend, LaunchSpec
@@ -58,8 +58,15 @@ def main(argv: list[str] | None = None) -> int:
     if nccl:
         torch.cuda.set_device(device)
     dist.init_process_group(str(training.backend))
+    rank = dist.get_rank()
     try:
-        return _run(spec, dist.get_rank(), device)
+        return _run(spec, rank, device)
+    except Exception as exc:
+        # when it failed, to the launcher: the rank that failed first is the cause, the
+        # peers that lost their connection to it after are not (clocks of one cluster)
+        _print(encode({"kind": "failed", "rank": rank, "time": time.time(),
+                       "error": f"{type(exc).__name__}: {exc}"[:MAX_LINE // 2]}))
+        raise
     finally:
         dist.destroy_process_group()
 

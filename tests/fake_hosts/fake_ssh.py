@@ -1,0 +1,29 @@
+"""A stand-in for ssh in tests: ``fake_ssh.py [-o OPTION]... HOST COMMAND`` runs COMMAND
+on this machine through a shell, its stdin and stdout those of the session, as ssh runs
+it on HOST. Some host names act out what goes wrong on a cluster:
+
+- ``down*``: nothing answers (ssh's "Connection refused", exit 255);
+- ``locked*``: the host wants a password, which BatchMode refuses (exit 255);
+- ``old*``: the host runs another torch (``old/sitecustomize.py``).
+"""
+
+import os
+import sys
+from pathlib import Path
+
+args = sys.argv[1:]
+while args and args[0].startswith("-"):
+    if args.pop(0) == "-o":
+        args.pop(0)
+host, command = args[0], " ".join(args[1:])
+if host.startswith("down"):
+    print(f"ssh: connect to host {host} port 22: Connection refused", file=sys.stderr)
+    sys.exit(255)
+if host.startswith("locked"):
+    print(f"tester@{host}: Permission denied (publickey,password).", file=sys.stderr)
+    sys.exit(255)
+env = dict(os.environ)
+if host.startswith("old"):
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).parent / "old"),
+                                                      env.get("PYTHONPATH")]))
+os.execvpe("sh", ["sh", "-c", command], env)
