@@ -148,6 +148,26 @@ async def test_a_failed_rank_is_named_in_a_dialog(tmp_path):
         assert dialog.heading == "Rank 1 on node-b failed" and "boom" in dialog.message
 
 
+async def test_setup_launches_a_built_in_or_a_file_and_names_a_bad_one(tmp_path,
+                                                                        monkeypatch):
+    """``l`` on Setup launches the strategy its Launch field names on the form's model
+    and cluster; a strategy file that is not there is a dialog, nothing started."""
+    started: list[LaunchRequest] = []
+    monkeypatch.setattr(FlextuiApp, "start_launch", lambda app, request: started.append(request))
+    app = FlextuiApp(model="lenet", cluster="local-cpu")
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("l")
+        await wait_for(pilot, lambda: started)
+        prepared = started[0].prepared
+        assert prepared.spec.strategy.name == "data-parallel"
+        assert prepared.spec.graph.name == "lenet" and prepared.cluster.name == "local-cpu"
+        app.screen.query_one("#launch-strategy").value = str(tmp_path / "nope.json")
+        await pilot.press("l")
+        await wait_for(pilot, lambda: isinstance(app.screen, ErrorDialog))
+        assert app.screen.heading == "Cannot launch this strategy"
+        assert "nope.json" in app.screen.message and len(started) == 1
+
+
 def test_sparklines_scale_to_their_window():
     assert sparkline(()) == "·" * 12
     assert sparkline((1.0, 2.0, 3.0), width=3) == "▁▄█"

@@ -16,7 +16,7 @@ from flextui.tui.widgets.summary import SetupSummary
 CSS = Path(__file__).parent.parent / "flextui" / "tui" / "app.tcss"
 FIELDS = ["model-name", "model-path", "batch-size", "model-options", "cluster-name",
           "cluster-path", "nodes", "budget", "beta", "workers", "seed", "memory",
-          "memory-budget", "cost", "start"]
+          "memory-budget", "cost", "launch-strategy", "start"]
 
 
 class Host(App):
@@ -176,7 +176,7 @@ async def test_the_form_scrolls_to_the_focused_field():
     app = Host()
     async with app.run_test(size=(80, 14)) as pilot:
         await settle(pilot)
-        for key, target in (("shift+tab", "cost"), ("tab", "start"),
+        for key, target in (("shift+tab", "launch-strategy"), ("tab", "start"),
                             ("m", "model-name")):
             await pilot.press(key)
             await pilot.pause()

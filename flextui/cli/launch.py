@@ -96,7 +96,7 @@ def add_parser(sub) -> None:
 def cmd_launch(args: argparse.Namespace, console: Console) -> int:
     from flextui.runtime import job
     from flextui.runtime.spec import Training
-    from flextui.session.launching import launch_request
+    from flextui.session.launching import launch_request, launch_strategy
 
     for flag, value, least in (("--steps", args.steps, 1), ("--warmup", args.warmup, 0),
                                ("--nproc-per-node", args.nproc_per_node, 1)):
@@ -105,7 +105,7 @@ def cmd_launch(args: argparse.Namespace, console: Console) -> int:
     graph = load_graph(args)
     hosts = _hosts(args)
     cluster = _cluster(args, hosts)
-    strategy = _strategy(args, graph, cluster)
+    strategy = launch_strategy(args.strategy, graph, cluster)
     backend = job.choose_backend(cluster, args.backend, on_hosts=bool(hosts))
     training = Training(steps=args.steps, warmup=args.warmup, seed=args.seed, lr=args.lr,
                         backend=backend)
@@ -214,14 +214,6 @@ def _file_cluster(strategy: str) -> str | None:
         return None  # loading the strategy says what is wrong with the file
     return name if isinstance(name, str) and re.fullmatch(r"local(-cpu-\d{1,5})?", name) \
         else None
-
-
-def _strategy(args: argparse.Namespace, graph, cluster):
-    from flextui.strategy import BUILTIN_STRATEGIES, builtin_strategy, load_strategy
-
-    if args.strategy in BUILTIN_STRATEGIES:
-        return builtin_strategy(args.strategy, graph, cluster)
-    return load_strategy(args.strategy, graph, cluster, same_graph=True)
 
 
 def _beside_strategy(strategy: str, graph, cluster) -> Path | None:

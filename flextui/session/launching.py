@@ -16,7 +16,7 @@ from flextui.runtime.job import RUN_SUFFIX, Prepared, choose_backend, prepare
 from flextui.runtime.spec import Training
 from flextui.search.files import default_log_path
 from flextui.session.live_launch import LiveLaunch
-from flextui.strategy import Strategy, builtin_strategy
+from flextui.strategy import BUILTIN_STRATEGIES, Strategy, builtin_strategy, load_strategy
 
 #: what a launch from the app runs: long enough to read its figures, short enough to wait
 APP_STEPS, APP_WARMUP = 50, 3
@@ -31,6 +31,14 @@ class LaunchRequest:
     label: str
     title: str
     baseline: Callable[[], LiveLaunch] | None
+
+
+def launch_strategy(text: str, graph: OpGraph, cluster: Cluster) -> Strategy:
+    """What a person names to launch: a built-in strategy (data-parallel, expert,
+    model-parallel, random) or a strategy file made for this model (its fingerprint)."""
+    if text in BUILTIN_STRATEGIES:
+        return builtin_strategy(text, graph, cluster)
+    return load_strategy(text, graph, cluster, same_graph=True)
 
 
 def launch_request(graph: OpGraph, strategy: Strategy, cluster: Cluster,

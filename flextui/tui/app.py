@@ -15,7 +15,7 @@ import os
 import signal
 import sys
 import termios
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from multiprocessing import resource_tracker
 from pathlib import Path
 from typing import ClassVar
@@ -33,7 +33,7 @@ from flextui.search.files import default_log_path
 from flextui.search.log import read_search_log
 from flextui.search.options import SearchOptions
 from flextui.search.summary import baseline_costs
-from flextui.session.launching import LaunchRequest, launch_request
+from flextui.session.launching import LaunchRequest, launch_request, launch_strategy
 from flextui.session.live_launch import LiveLaunch
 from flextui.session.live_profile import LiveProfile
 from flextui.session.live_search import LiveSearch
@@ -119,6 +119,17 @@ class FlextuiApp(App):
         self.push_screen(ProfileScreen(live, f"{message.model_label} for "
                                              f"{message.cluster_label}"))
 
+    def on_setup_screen_start_launch(self, message: SetupScreen.StartLaunch) -> None:
+        graph, cluster = message.graph, message.cluster
+
+        def request() -> LaunchRequest:
+            strategy = launch_strategy(message.strategy, graph, cluster)
+            choice = choose_cost_model(graph, cluster, message.cost, training=True)
+            return launch_request(graph, strategy, cluster, choice.model,
+                                  f"{message.model_label} on {message.cluster_label}",
+                                  self.log_dir)
+        self.prepare_launch(request)
+
     def start_search(self, message: SetupScreen.StartSearch, cost_model: CostModel) -> None:
         settle_heap()
         graph, cluster, options = message.graph, message.cluster, message.options
@@ -143,13 +154,22 @@ class FlextuiApp(App):
     def launch_strategy(self, graph: OpGraph, cluster: Cluster, strategy: Strategy,
                         cost_model: CostModel, title: str) -> None:
         """Launch ``strategy`` (a search's best, say) on ``cluster``'s devices here."""
-        try:
-            request = launch_request(graph, strategy, cluster, cost_model, title,
-                                     self.log_dir)
-        except FlextuiError as exc:
-            self.show_error("Cannot launch this strategy", str(exc))
-            return
-        self.start_launch(request)
+        self.prepare_launch(lambda: launch_request(graph, strategy, cluster, cost_model,
+                                                   title, self.log_dir))
+
+    def prepare_launch(self, request: Callable[[], LaunchRequest]) -> None:
+        """Prepare a launch on a worker thread (it simulates the strategy), then start
+        it; what stops it is shown in a dialog."""
+        self.notify("preparing the launch…", timeout=2)
+
+        def prepare() -> None:
+            try:
+                prepared = request()
+            except FlextuiError as exc:
+                self.call_from_thread(self.show_error, "Cannot launch this strategy", str(exc))
+                return
+            self.call_from_thread(self.start_launch, prepared)
+        self.run_worker(prepare, thread=True, group="launch")
 
     def open_replay(self, path: Path) -> None:
         """Replay the log at ``path``: it is read on a worker thread (a long search's log

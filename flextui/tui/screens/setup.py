@@ -106,8 +106,9 @@ class SetupScreen(Screen):
         Binding("ctrl+s", "start", "Search", priority=True),
         Binding("m", "focus_field('model-name')", "Model"),
         Binding("c", "focus_field('cluster-name')", "Cluster"),
-        Binding("o", "focus_field('budget')", "Options"),
+        Binding("o", "focus_field('budget')", "Options", show=False),  # 80 columns
         Binding("p", "profile", "Profile"),
+        Binding("l", "launch", "Launch"),
     ]
 
     class StartSearch(Message):
@@ -126,6 +127,12 @@ class SetupScreen(Screen):
     class StartProfile(StartSearch):
         """The user asked to profile the model's tasks for the cluster's device count."""
 
+    class StartLaunch(StartSearch):
+        """The user asked to train the model under ``strategy`` (a built-in name or a
+        strategy file) on the cluster's devices here."""
+
+        strategy = "data-parallel"
+
     def __init__(self, model: str | None = None, cluster: str | None = None) -> None:
         super().__init__()
         self.model_arg, self.cluster_arg = model, cluster
@@ -140,13 +147,16 @@ class SetupScreen(Screen):
     # -- layout -------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
-        yield Static("flextui · Setup: choose a model and a cluster; [b]s[/b] searches, "
-                     "[b]p[/b] profiles here", id="setup-title")
+        yield Static("flextui · Setup: choose a model and a cluster; [b]s[/b] search, "
+                     "[b]p[/b] profile, [b]l[/b] launch", id="setup-title")
         with Horizontal(id="setup-body"):
             with VerticalScroll(id="setup-form", can_focus=False):
                 yield self._part("model", "Model", self._model_rows())
                 yield self._part("cluster", "Cluster", self._cluster_rows())
                 yield self._part("options", "Search", self._option_rows())
+                yield self._part("launch", "Launch", [self._row("strategy", Input(
+                    "data-parallel", placeholder="a built-in or path/to/strategy.json",
+                    compact=True, id="launch-strategy"))])
                 yield Button("Start search (s)", id="start", variant="primary", compact=True)
             with VerticalScroll(id="setup-summary-box", classes="panel") as box:
                 box.border_title = "Summary"
@@ -347,12 +357,16 @@ class SetupScreen(Screen):
             self._request(part, force=True)  # a missing file may be there now
         self._try_start()
         if self.start_wanted:
-            what = "profiling" if self.start_wanted is self.StartProfile else "the search"
+            what = {self.StartProfile: "profiling", self.StartLaunch: "the launch"}.get(
+                self.start_wanted, "the search")
             self.notify(f"Loading… {what} starts when the model and cluster are ready.",
                         timeout=3)
 
     def action_profile(self) -> None:
         self.action_start(self.StartProfile)
+
+    def action_launch(self) -> None:
+        self.action_start(self.StartLaunch)
 
     def _try_start(self) -> None:
         options = self._check_options()
@@ -373,10 +387,11 @@ class SetupScreen(Screen):
         wanted, self.start_wanted = self.start_wanted, None
         assert wanted is not None  # this runs only while a start is wanted
         model, cluster = loaded
-        self.post_message(wanted(model.value, cluster.value, options,
-                                 self._label("model", model.value),
-                                 self._label("cluster", cluster.value),
-                                 CostKind(self._text("cost"))))
+        message = wanted(model.value, cluster.value, options, self._label("model", model.value),
+                         self._label("cluster", cluster.value), CostKind(self._text("cost")))
+        if isinstance(message, self.StartLaunch):
+            message.strategy = self._text("launch-strategy").strip() or message.strategy
+        self.post_message(message)
 
     def _stop_wanting(self, field: str | None) -> None:
         """Do not start; focus the input the error is about."""
