@@ -1,8 +1,9 @@
 """Make the README's screenshots: a real search in the app (Textual's headless driver),
-the Search screen when it ends and the Timeline screen of its best strategy, saved as
-SVG by Textual and converted to PNG (needs ``pip install cairosvg``).
+the Search screen when it ends and the Timeline screen of its best strategy, and a real
+launch of 2 CPU ranks on the Launch screen, saved as SVG by Textual and converted to PNG
+(needs ``pip install cairosvg``).
 
-    python docs/screenshots.py [--model mlp] [--nodes 4] [--seconds 20]
+    python docs/screenshots.py [--model mlp] [--nodes 4] [--seconds 20] [--steps 300]
 """
 
 from __future__ import annotations
@@ -15,9 +16,15 @@ from pathlib import Path
 
 import cairosvg
 
+from flextui.cost.choose import CostKind, choose_cost_model
+from flextui.errors import FlextuiError
 from flextui.graph.library import load_model
 from flextui.machine import load_named_cluster
+from flextui.machine.detect import cpu_ranks
+from flextui.runtime.spec import Training
 from flextui.search import SearchOptions
+from flextui.session.launching import launch_request
+from flextui.strategy import builtin_strategy
 from flextui.tui.app import FlextuiApp
 from flextui.tui.screens.setup import SetupScreen
 
@@ -58,13 +65,39 @@ async def shoot(model: str, nodes: int, seconds: float) -> None:
             await pilot.press("ctrl+q")
 
 
+async def shoot_launch(steps: int) -> None:
+    """LeNet under the expert strategy on 2 CPU ranks here, the screen taken when most
+    of the steps are done (the sparklines have a history)."""
+    graph, cluster = load_model("lenet", batch_size=32), cpu_ranks(2)
+    strategy = builtin_strategy("expert", graph, cluster)
+    try:  # measured against what the profiled CPU predicts, when it has been profiled
+        cost_model = choose_cost_model(graph, cluster, CostKind.PROFILED, training=True).model
+    except FlextuiError as exc:
+        print(f"analytic task times: {exc}")
+        cost_model = choose_cost_model(graph, cluster).model
+    with tempfile.TemporaryDirectory() as logs:
+        request = launch_request(graph, strategy, cluster, cost_model, "lenet on local-cpu-2",
+                                 Path(logs), Training(steps=steps, warmup=3))
+        app = FlextuiApp(log_dir=logs, launch=request)
+        async with app.run_test(size=SIZE) as pilot:
+            while not app.launches:
+                await pilot.pause(0.1)
+            live = app.launches[0]
+            while live.view().steps_done < steps * 0.7 and not live.done:
+                await pilot.pause(0.2)
+            to_png(app.export_screenshot(), HERE / "launch.png")
+            await pilot.press("ctrl+q")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="mlp")
     parser.add_argument("--nodes", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--steps", type=int, default=300, help="steps of the launch")
     args = parser.parse_args()
     asyncio.run(shoot(args.model, args.nodes, args.seconds))
+    asyncio.run(shoot_launch(args.steps))
 
 
 if __name__ == "__main__":

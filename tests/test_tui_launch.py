@@ -110,6 +110,19 @@ async def test_the_screen_shows_every_device_against_the_simulator(tmp_path):
         await wait_for(pilot, lambda: not isinstance(app.screen, LaunchScreen))
 
 
+async def test_a_wide_terminal_shows_busy_and_simulated_times_side_by_side(tmp_path):
+    live = RecordedLaunch(lenet_prepared(tmp_path), RECORDS, FINISHED)
+    app = FlextuiApp()
+    async with app.run_test(size=(120, 40)) as pilot:
+        open_launch(app, live)
+        await wait_for(pilot, lambda: live.done and app.screen._ended)
+        await pilot.pause(0.3)
+        shown = screen_text(app)
+        simulated = live.prepared.simulated["busy_s"][0] * 1e3
+        assert "busy ms" in shown and "sim ms" in shown and "error" in shown
+        assert f"6.00 {simulated:,.2f}" in " ".join(shown.split())
+
+
 async def test_x_stops_the_run_and_b_waits_for_it(tmp_path):
     stopped = Outcome(RunStatus.STOPPED, -15, None, "stopped; every rank ended", 1.0)
     live = RecordedLaunch(lenet_prepared(tmp_path), RECORDS[:6], stopped, hold=True)

@@ -112,8 +112,9 @@ def cmd_launch(args: argparse.Namespace, console: Console) -> int:
     cost_model = load_cost_model(args, graph, cluster, training=True)
     run_log = Path(args.run_log) if args.run_log else _beside_strategy(args.strategy, graph,
                                                                         cluster)
+    where = f" over {', '.join(h.name for h in hosts)}" if hosts else ""
     request = launch_request(graph, strategy, cluster, cost_model,
-                             f"{graph.name} on {cluster.name}", training=training,
+                             f"{graph.name} on {cluster.name}{where}", training=training,
                              run_log=run_log, port=args.port, hosts=hosts,
                              remote=_remote(args, hosts))
     prepared = request.prepared
@@ -127,7 +128,6 @@ def cmd_launch(args: argparse.Namespace, console: Console) -> int:
         return run_app(launch=request)
     stop = threading.Event()
     progress = _Progress(prepared, console, quiet=args.json)
-    where = f" over {', '.join(h.name for h in hosts)}" if hosts else ""
     console.print(f"launching {graph.name} ({strategy.name}) on {cluster.num_devices} ranks "
                   f"({cluster.name}, {backend}){where}; run log {prepared.run_log}",
                   highlight=False)

@@ -1,7 +1,8 @@
 """The Launch screen's devices: one line each, with its samples/s and their recent
 history as a sparkline, step time, how the step splits into compute and waiting on
 communication, memory against capacity, GPU utilisation, and its busy time against
-the simulated (a device off by more than a quarter is highlighted)."""
+the simulated (a device off by more than a quarter is highlighted; on a wide terminal
+the two times beside the error)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,10 @@ from flextui.tui.widgets.usage import bar
 SPARKS = "▁▂▃▄▅▆▇█"
 SPARK_WIDTH = 12
 SPLIT_WIDTH = 10
+#: from this many columns on, busy and simulated times are shown beside their error,
+#: and the history is longer
+WIDE = 110
+WIDE_SPARK_WIDTH = 24
 
 
 def sparkline(values: tuple[float, ...], width: int = SPARK_WIDTH) -> str:
@@ -67,8 +72,9 @@ class DeviceTable(Static):
         styles = {name: self.get_component_rich_style(f"devices--{name}")
                   for name in ("header", "compute", "wait", "idle", "deviates")}
         table = Table.grid(padding=(0, 1))
+        wide = self.size.width >= WIDE
         headers = ("device", "samples/s", "history", "step ms", "compute▒wait", "memory",
-                   "GPU", "busy/sim")
+                   "GPU", *(("busy ms", "sim ms", "error") if wide else ("busy/sim",)))
         for i, _ in enumerate(headers):
             table.add_column(justify="left" if i in (0, 2, 4) else "right", no_wrap=True)
         table.add_row(*(Text(h, style=styles["header"]) for h in headers))
@@ -77,11 +83,14 @@ class DeviceTable(Static):
             error = d.busy_error
             shares = split(d.compute_share, d.wait_share,
                            (styles["compute"], styles["wait"], styles["idle"]))
+            busy = (f"{d.busy_s * 1e3:,.2f}", "n/a" if d.simulated_busy_s is None
+                    else f"{d.simulated_busy_s * 1e3:,.2f}") if wide else ()
             table.add_row(
-                d.name, f"{d.samples_per_s:,.0f}", sparkline(history),
+                d.name, f"{d.samples_per_s:,.0f}",
+                sparkline(history, WIDE_SPARK_WIDTH if wide else SPARK_WIDTH),
                 f"{d.step_s * 1e3:,.2f}", shares,
                 f"{d.peak_memory / 2**20:,.0f}M {bar(used, 4)}",
-                "n/a" if d.gpu_util is None else f"{d.gpu_util:.0f}%",
+                "n/a" if d.gpu_util is None else f"{d.gpu_util:.0f}%", *busy,
                 Text("n/a" if error is None else f"{error:+.0%}",
                      style=styles["deviates"] if d.deviates else ""))
         self.update(table)
