@@ -6,6 +6,7 @@ host; every process a test starts is checked gone by its PID."""
 
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -114,6 +115,17 @@ def test_preflight_says_when_flextui_is_missing_on_a_host(capsys):
                  "--remote-python", "/bin/false", "--headless"])
     err = capsys.readouterr().err
     assert code == 2 and "host localhost: the node program did not answer" in err, err
+
+
+def test_preflight_refuses_a_busy_rendezvous_port_on_the_first_host(capsys):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        code = main(["launch", "-m", "lenet", "--hosts", TWO_NODES, "--ssh", FAKE_SSH,
+                     "--port", str(port), "--dry-run"])
+    err = capsys.readouterr().err
+    assert code == 2 and f"port {port} is in use on host localhost" in err, err
 
 
 def test_a_bad_hostfile_or_host_list_exits_2(tmp_path, capsys):

@@ -4,8 +4,9 @@ hosts (``flextui launch --hosts``) starts on every host through ssh.
 The launcher writes one request to the program's stdin, a 4-byte big-endian length and
 then a versioned msgpack document (``NODE_REQUEST``); no shared filesystem is assumed:
 
-- ``{"action": "preflight"}``: the program answers with this host's facts (its name,
-  the flextui, torch and Python versions, GPUs, CPU cores, a free port) and ends.
+- ``{"action": "preflight", "port"?}``: the program answers with this host's facts
+  (its name, the flextui, torch and Python versions, GPUs, CPU cores, whether the port
+  asked for is free, else a free one) and ends.
 - ``{"action": "run", "plan": ..., "nnodes", "node_rank", "ranks", "master", "port",
   "run_id"}``: the program writes the plan to a temporary directory, runs this node's
   torchrun with its output going straight to stdout (to the launcher, through ssh),
@@ -40,7 +41,7 @@ from flextui.documents import BadDocument, DocumentFormat
 from flextui.errors import FlextuiError
 from flextui.fields import FieldReader
 from flextui.machine.detect import usable_cpus
-from flextui.runtime.launch import Torchrun, end_process_group, free_port
+from flextui.runtime.launch import Torchrun, end_process_group, free_port, port_is_free
 
 NODE_REQUEST = DocumentFormat("flextui-node", 1, "node request")
 NODE_TAG = "@flextui-node "
@@ -76,14 +77,16 @@ def parse_node_line(line: str) -> dict[str, Any] | None:
     return fields if isinstance(fields, dict) else None
 
 
-def facts() -> dict[str, Any]:
-    """What preflight reports of this host."""
+def facts(port: int | None = None) -> dict[str, Any]:
+    """What preflight reports of this host: ``port`` is the rendezvous port asked for
+    (is it free here?), else a free one."""
     import torch
 
     return {"host": socket.gethostname(), "flextui": __version__, "torch": torch.__version__,
             "python": platform.python_version(),
             "gpus": torch.cuda.device_count() if torch.cuda.is_available() else 0,
-            "cpus": usable_cpus(), "port": free_port()}
+            "cpus": usable_cpus(), "port": port or free_port(),
+            "port_free": port is None or port_is_free(port)}
 
 
 def main() -> int:
@@ -93,7 +96,7 @@ def main() -> int:
         print(f"flextui node program: {exc}", file=sys.stderr)
         return 2
     if request["action"] == Action.PREFLIGHT:
-        _say(facts=facts())
+        _say(facts=facts(request.get("port")))
         return 0
     return _run(request)
 
@@ -116,6 +119,8 @@ def read_request(stream: IO[bytes]) -> dict[str, Any]:
     f = FieldReader("request")
     action = f.choice(f.required(body, "action", "request", "preflight"), "action",
                       (Action.PREFLIGHT, Action.RUN))
+    if action == Action.PREFLIGHT and body.get("port") is not None:
+        f.integer(body["port"], "port", 1, 65535)
     if action == Action.RUN:
         f.exact_keys(body, ("action", "plan", "nnodes", "node_rank", "ranks", "master",
                             "port", "run_id"), "request")

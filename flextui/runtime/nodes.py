@@ -112,7 +112,7 @@ def preflight(hosts: list[Host], ranks: list[int], backend: Backend, remote: Rem
     FlextuiError naming the first host (in order) that is not ready; nothing starts."""
     import torch
 
-    request = frame({"action": str(Action.PREFLIGHT)})
+    request = frame({"action": str(Action.PREFLIGHT), "port": port})
     procs = [_start(remote.command(host)) for host in hosts]
     with ThreadPoolExecutor(max_workers=min(len(procs), 64)) as pool:
         answers = list(pool.map(lambda proc: _answer(proc, request, timeout_s), procs))
@@ -133,10 +133,13 @@ def preflight(hosts: list[Host], ranks: list[int], backend: Backend, remote: Rem
         if not isinstance(devices, int) or devices < count:
             raise FlextuiError(f"host {host.name} has {devices} {what}; the launch puts "
                                f"{count} ranks there (one {what[:-1]} each)")
-    first_port = found[0].get("port")
-    if port is None and not isinstance(first_port, int):
+    if found[0].get("port_free") is not True:
+        raise FlextuiError(f"port {port} is in use on host {hosts[0].name}; leave --port out "
+                           "to use a free one")
+    port = found[0].get("port")
+    if not isinstance(port, int):
         raise FlextuiError(f"host {hosts[0].name}: preflight found no free port; give --port")
-    return Nodes(tuple(hosts), tuple(ranks), remote, port or int(first_port))  # type: ignore[arg-type]
+    return Nodes(tuple(hosts), tuple(ranks), remote, port)
 
 
 def _start(command: list[str]) -> subprocess.Popen[bytes]:
