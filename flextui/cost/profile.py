@@ -4,10 +4,12 @@ Each distinct task (``signatures``) runs on random operands of its block shapes:
 untimed warm-up runs, then ``repeats`` timed runs of the forward pass and, in training,
 of the backward pass alone (autograd from a fresh forward each time). On a GPU each run
 is timed with CUDA events around the kernel launches and ``torch.cuda.synchronize``; on
-the CPU with the monotonic clock. The entry keeps the median and the interquartile
-range, the repeats, and the peak memory: on a GPU the allocator's peak above what was
-allocated before the task, on the CPU the bytes of the task's tensors (operands,
-parameters, outputs and gradients; the CPU allocator keeps no peak). A block too large
+the CPU with the monotonic clock, torch computing with the threads of a launch's rank
+(the thread count is part of the profile's device name: ``cost.cpu_threads``). The
+entry keeps the median and the interquartile range, the repeats, and the peak memory:
+on a GPU the allocator's peak above what was allocated before the task, on the CPU the
+bytes of the task's tensors (operands, parameters, outputs and gradients; the CPU
+allocator keeps no peak). A block too large
 for the device is recorded as out of memory instead of stopping the run.
 
 ``profile_tasks`` skips what the cache already has and reports every task as a
@@ -17,9 +19,10 @@ every few seconds, so an interrupted run keeps what it measured.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -70,8 +73,10 @@ class ProfileRun:
     def run(self, *, warmup: int = 2, repeats: int = 10,
             on_event: Callable[[ProfileEvent], None] | None = None,
             stop: Callable[[], bool] | None = None) -> int:
-        return profile_tasks(self.signatures, self.cache, self.local.device, warmup=warmup,
-                             repeats=repeats, on_event=on_event, stop=stop)
+        """Measure what the cache lacks (on the CPU with the device's threads)."""
+        with cpu_threads(self.local.threads):
+            return profile_tasks(self.signatures, self.cache, self.local.device,
+                                 warmup=warmup, repeats=repeats, on_event=on_event, stop=stop)
 
     def estimates(self, *, warmup: int = 2, repeats: int = 10) -> list[float]:
         """Seconds each task will take to measure, 0 for those cached (``cost.estimate``)."""
@@ -105,6 +110,18 @@ def prepare_profile(graph: OpGraph, num_devices: int, *,
     measurement = Measurement(DTYPE_NAMES[dtype], training, local.name, torch.__version__)
     signatures = task_signatures(graph, measurement, num_devices=num_devices)
     return ProfileRun(local, measurement, signatures, cache)
+
+
+@contextlib.contextmanager
+def cpu_threads(threads: int | None) -> Iterator[None]:
+    """torch computes on the CPU with ``threads`` threads inside (None: as it is)."""
+    before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def profile_tasks(signatures: Sequence[TaskSignature], cache: ProfileCache, device: torch.device,

@@ -23,7 +23,7 @@ import platform
 from typing import Any
 
 from flextui.machine.cluster import Cluster, Device, DeviceSpec, Link
-from flextui.machine.gpus import device_kind_name, lookup_gpu
+from flextui.machine.gpus import CPU_KINDS, device_kind_name, lookup_gpu
 from flextui.machine.nvtopo import (
     NVLINK_LANE_BANDWIDTH,
     NVLINK_LATENCY,
@@ -32,7 +32,8 @@ from flextui.machine.nvtopo import (
     is_switched,
 )
 
-__all__ = ["CPU_CLOCK_HZ", "CPU_FLOP_PER_CYCLE", "cpu_ranks", "describe_local", "detect_local"]
+__all__ = ["CPU_CLOCK_HZ", "CPU_FLOP_PER_CYCLE", "CPU_KINDS", "cpu_ranks", "describe_local",
+           "detect_local", "rank_threads"]
 
 CPU_CLOCK_HZ = 2.5e9
 CPU_FLOP_PER_CYCLE = 16
@@ -43,6 +44,16 @@ PCIE_LATENCY = 1e-6
 #: (``flextui profile --comm --device cpu`` measures the link kind "loopback")
 LOOPBACK_BANDWIDTH = 2e9
 LOOPBACK_LATENCY = 30e-6
+#: what sets a CPU rank's threads (``flextui launch`` passes it on to its ranks)
+THREADS_ENV = "OMP_NUM_THREADS"
+
+
+def rank_threads() -> int:
+    """The threads a CPU rank computes with: ``OMP_NUM_THREADS`` when it is set to a
+    positive whole number (``flextui launch`` hands it to its ranks), else 1 (what a
+    launch sets when it is not set). Profiles for CPU ranks are measured with as many."""
+    text = os.environ.get(THREADS_ENV, "").strip()
+    return int(text) if text.isdigit() and int(text) > 0 else 1
 
 
 def _cpu_count() -> int:
@@ -88,22 +99,28 @@ def _cpu_cluster() -> Cluster:
 
 
 def cpu_ranks(ranks: int) -> Cluster:
-    """``ranks`` CPU processes of this machine, one thread each, as a cluster: what
-    ``flextui launch`` runs on without a GPU, named ``local-cpu-N`` so a search can
-    target it by name. Each rank has one core's estimated peak and an equal share of
-    the memory; they talk through one loopback switch."""
+    """``ranks`` CPU processes of this machine, ``rank_threads()`` threads each, as a
+    cluster: what ``flextui launch`` runs on without a GPU, named ``local-cpu-N`` so a
+    search can target it by name. Each rank has its threads' estimated peak and an equal
+    share of the memory; they talk through one loopback switch. Its figures are
+    estimates; ``--cost profiled`` replaces them with CPU profiles measured at the
+    ranks' thread count and the loopback calibration (``flextui profile --device cpu``,
+    ``flextui profile --comm --device cpu``)."""
+    threads = rank_threads()
     spec = DeviceSpec(kind="cpu-rank", memory_bytes=max(1, _physical_memory() // ranks),
-                      peak_flops={"float32": CPU_CLOCK_HZ * CPU_FLOP_PER_CYCLE},
+                      peak_flops={"float32": threads * CPU_CLOCK_HZ * CPU_FLOP_PER_CYCLE},
                       mem_bandwidth=CPU_MEM_BANDWIDTH / max(1, min(ranks, _cpu_count())))
     devices = [Device(i, f"n0.rank{i}", 0, spec) for i in range(ranks)]
     links = [Link(2 * i + j, f"{a}->{b}", "loopback", a, b, LOOPBACK_BANDWIDTH,
                   LOOPBACK_LATENCY)
              for i, d in enumerate(devices)
              for j, (a, b) in enumerate(((d.name, "n0.loopback"), ("n0.loopback", d.name)))]
-    description = (f"{ranks} CPU processes of this machine, one thread each (peak float32 "
-                   f"estimated as one core at 2.5 GHz x 16 FLOP/cycle; gloo over loopback "
-                   f"assumed {LOOPBACK_BANDWIDTH / 1e9:.0f} GB/s, "
-                   f"{LOOPBACK_LATENCY * 1e6:.0f} us); estimated=True")
+    each = f"{threads} thread{'s' if threads > 1 else ''} each"
+    description = (f"{ranks} CPU processes of this machine, {each} (peak float32 "
+                   f"estimated as {threads} core{'s' if threads > 1 else ''} at 2.5 GHz x 16 "
+                   f"FLOP/cycle; gloo over loopback assumed "
+                   f"{LOOPBACK_BANDWIDTH / 1e9:.0f} GB/s, {LOOPBACK_LATENCY * 1e6:.0f} us); "
+                   "estimated=True")
     return Cluster(f"local-cpu-{ranks}", devices, links if ranks > 1 else [],
                    switches=["n0.loopback"] if ranks > 1 else [], description=description)
 
