@@ -30,6 +30,7 @@ import torch.multiprocessing as mp
 from flextui.cost.calibration import CommCalibration
 from flextui.errors import FlextuiError
 from flextui.machine import detect_local
+from flextui.machine.detect import cpu_ranks
 from flextui.machine.gpus import device_kind_name
 
 MIN_BYTES = 4 * 2**10
@@ -134,11 +135,10 @@ def _check_devices(devices: Sequence[str]) -> tuple[str, list[int]]:
 
 
 def _measured_link(device_type: str, indices: list[int]) -> tuple[str, int]:
-    """(link kind, hops) of the route the measurement crosses in the detected cluster;
-    ("loopback", 1) for CPU ranks, which talk through the operating system."""
-    if device_type == "cpu":
-        return "loopback", 1
-    route = detect_local().route(indices[0], indices[1])
+    """(link kind, hops) of the route the measurement crosses in the detected cluster,
+    or for CPU ranks in ``local-cpu-N`` (rank, loopback switch, rank: two links)."""
+    cluster = cpu_ranks(2) if device_type == "cpu" else detect_local()
+    route = cluster.route(*(indices[:2] if indices else (0, 1)))
     return route[0].kind, len(route)
 
 
