@@ -30,7 +30,7 @@ import enum
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from flextui.cost.model import CostModel
+from flextui.cost.model import CostModel, sgd_update_s as update_s
 from flextui.cost.ring import ring_allreduce_s
 from flextui.errors import ClusterError
 from flextui.graph import Op, OpGraph, Region, intersect, region_volume
@@ -77,12 +77,6 @@ def block_overlaps(producer: Op, consumer: Op, pconf: ParallelConfig, cconf: Par
     widths = [dtype_bytes(t.dtype) for t in consumer.inputs]
     return tuple((slot, k, m, region_volume(overlap) * widths[slot])
                  for slot, k, m, overlap in overlap_regions(producer, consumer, pconf, cconf))
-
-
-def update_s(nbytes: float, device) -> float:
-    """Optimizer step (SGD with momentum): read weight, gradient and momentum, write
-    weight and momentum — five passes over the shard at memory bandwidth."""
-    return 5 * nbytes / device.spec.mem_bandwidth
 
 
 class TaskGraph:
