@@ -103,3 +103,13 @@ def test_an_update_is_cached_under_its_shard(tmp_path):
     cache.save()
     again = ProfileCache(cpu_name(1), [tmp_path])
     assert cached_updates(again, measurement(), [4096, 8192]) == ((8192, 1e-5),)
+
+
+def test_an_update_is_timed_with_its_shard_out_of_a_cache_this_large(tmp_path):
+    from flextui.cost.update import _cache_size, _evict_bytes
+    for text, expected in (("32768K", 32 * 2**20), ("2M", 2 * 2**20), ("512", 512),
+                           ("big", 0), ("", 0)):
+        (tmp_path / "size").write_text(text + "\n")
+        assert _cache_size(tmp_path / "size") == expected
+    assert _cache_size(tmp_path / "missing") == 0
+    assert 64 * 2**20 <= _evict_bytes(torch.device("cpu")) <= 2**30

@@ -3,9 +3,12 @@ runs it (``runtime.engine``: ``v = m * v + g; w -= lr * v``), timed on the local
 for shard sizes from 4 KiB up to the graph's largest parameter, doubling.
 
 A roofline guess (five passes over the shard at the memory bandwidth) is far off on a
-CPU, where a shard of a few MiB stays in cache and a CPU's bandwidth is itself a guess,
-so profiled cost models time updates from these measurements (interpolated between
-sizes, ``calibration.interpolate``). They live in the profile cache beside the tasks,
+CPU, whose bandwidth is itself a guess, so profiled cost models time updates from these
+measurements (interpolated between sizes, ``calibration.interpolate``). Each timed
+update starts with the shard out of cache (a buffer twice the last-level cache is
+written first), as in a step, where the update comes after the whole backward pass
+has been through the cache: timed warm, updates of a few MiB ran 2-4x faster than in a
+rank's step. They live in the profile cache beside the tasks,
 under keys of their own: op type ``sgd-momentum-update`` with the shard as the one
 parameter shape, its element count.
 """
@@ -15,6 +18,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import torch
 
@@ -84,10 +88,12 @@ def time_update(nbytes: int, dtype: torch.dtype, device: torch.device, *, warmup
     weight, grad = (torch.randn(numel, dtype=dtype, device=device, generator=generator)
                     for _ in range(2))
     velocity = torch.zeros_like(weight)
+    scratch = torch.empty(_evict_bytes(device) // 4, dtype=torch.float32, device=device)
     cuda = device.type == "cuda"
     times = []
     with torch.no_grad():
         for i in range(warmup + repeats):
+            scratch.fill_(i)   # the shard out of cache
             if cuda:
                 torch.cuda.synchronize(device)
             start = time.perf_counter()
@@ -100,3 +106,26 @@ def time_update(nbytes: int, dtype: torch.dtype, device: torch.device, *, warmup
     spread = statistics.quantiles(times, n=4) if len(times) > 1 else [0.0, 0.0, 0.0]
     return ProfileEntry(statistics.median(times), 0.0, max(0.0, spread[2] - spread[0]), 0.0,
                         repeats=repeats, peak_memory_bytes=3 * nbytes)
+
+
+def _evict_bytes(device: torch.device) -> int:
+    """Bytes to write to push a shard out of ``device``'s caches: twice its last-level
+    cache (the GPU's L2, or the largest CPU cache Linux lists), 64 MiB if unknown."""
+    if device.type == "cuda":
+        found = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0))
+    else:
+        found = max((_cache_size(path) for path in
+                     Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size")),
+                    default=0)
+    return min(max(2 * found, 64 * 2**20), 2**30)
+
+
+def _cache_size(path: Path) -> int:
+    """A sysfs cache size (``32768K``) in bytes, 0 if it cannot be read."""
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return 0
+    scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
+    digits = text[:-1] if text[-1:] in "KMG" else text
+    return int(digits) * scale if digits.isdigit() else 0
