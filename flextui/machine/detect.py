@@ -102,7 +102,8 @@ def cpu_ranks(ranks: int) -> Cluster:
     """``ranks`` CPU processes of this machine, ``rank_threads()`` threads each, as a
     cluster: what ``flextui launch`` runs on without a GPU, named ``local-cpu-N`` so a
     search can target it by name. Each rank has its threads' estimated peak and an equal
-    share of the memory; they talk through one loopback switch. Its figures are
+    share of the memory; they talk through one loopback switch, and when they take every
+    core their communication runs on their own cores (``host_driven_comm``). Its figures are
     estimates; ``--cost profiled`` replaces them with CPU profiles measured at the
     ranks' thread count and the loopback calibration (``flextui profile --device cpu``,
     ``flextui profile --comm --device cpu``)."""
@@ -116,13 +117,17 @@ def cpu_ranks(ranks: int) -> Cluster:
              for i, d in enumerate(devices)
              for j, (a, b) in enumerate(((d.name, "n0.loopback"), ("n0.loopback", d.name)))]
     each = f"{threads} thread{'s' if threads > 1 else ''} each"
+    # with no core to spare, gloo's copies and sums run on the ranks' own cores
+    host = ranks > 1 and ranks * threads >= _cpu_count()
     description = (f"{ranks} CPU processes of this machine, {each} (peak float32 "
                    f"estimated as {threads} core{'s' if threads > 1 else ''} at 2.5 GHz x 16 "
                    f"FLOP/cycle; gloo over loopback assumed "
-                   f"{LOOPBACK_BANDWIDTH / 1e9:.0f} GB/s, {LOOPBACK_LATENCY * 1e6:.0f} us); "
-                   "estimated=True")
+                   f"{LOOPBACK_BANDWIDTH / 1e9:.0f} GB/s, {LOOPBACK_LATENCY * 1e6:.0f} us)"
+                   f"{'; every core computes, so gloo runs on the ranks own cores' if host else ''}"
+                   "; estimated=True")
     return Cluster(f"local-cpu-{ranks}", devices, links if ranks > 1 else [],
-                   switches=["n0.loopback"] if ranks > 1 else [], description=description)
+                   switches=["n0.loopback"] if ranks > 1 else [], description=description,
+                   host_driven_comm=host)
 
 
 def _gpu_cluster(torch: Any) -> Cluster:
