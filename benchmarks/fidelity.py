@@ -144,14 +144,15 @@ def strategies(graph, cluster, cost_model) -> list:
     result = run_search(graph, cluster, cost_model, search_options(SEARCH_BUDGET, seed=0))
     found.append(Strategy(result.best, "searched"))
     found += [random_strategy(graph, cluster, seed) for seed in RANDOM_SEEDS]
-    distinct, seen = [], set()
+    distinct: dict[tuple, Strategy] = {}
     for strategy in found:
         shape = tuple((c.degrees, c.devices) for c in
                       (strategy[op.name] for op in graph.ops))
-        if shape not in seen:
-            seen.add(shape)
-            distinct.append(strategy)
-    return distinct
+        if shape in distinct:
+            print(f"  {strategy.name:<16} is {distinct[shape].name}: listed once")
+        else:
+            distinct[shape] = strategy
+    return list(distinct.values())
 
 
 def spearman(xs: list[float], ys: list[float]) -> float:
