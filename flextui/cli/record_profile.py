@@ -15,7 +15,7 @@ def add_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--record-profile", action="store_true",
                    help="time every task on the ranks and write the times into the profile "
                    "cache (--profiles DIR), so the next --cost profiled search uses them "
-                   "(on a GPU each task's time costs a synchronisation)")
+                   "(on a GPU each task's time costs a pair of CUDA events)")
 
 
 def check(args: argparse.Namespace) -> None:
