@@ -22,6 +22,7 @@ from flextui.cost.calibration import (
 )
 from flextui.cost.ring import ring_allreduce_s
 from flextui.errors import FlextuiError
+from flextui.machine.detect import cpu_ranks
 from flextui.sim import DeltaSimulator, Simulator, TaskKind
 from flextui.strategy import builtin_strategy, random_config
 from helpers import cluster, model
@@ -195,8 +196,13 @@ def test_a_rank_that_dies_ends_in_a_clear_error_and_the_others_are_stopped():
 
 
 def _check_measured(cal, world_size, sizes):
-    assert (cal.device, cal.backend, cal.link_kind, cal.hops) == ("cpu", "gloo", "loopback", 1)
+    assert (cal.device, cal.backend, cal.link_kind, cal.hops) == ("cpu", "gloo", "loopback", 2)
     assert cal.world_size == world_size
+    # between two ranks of local-cpu-N (through its loopback switch) as measured end to end
+    route = cpu_ranks(world_size).route(0, 1)
+    calibrated = CalibratedCommModel(AnalyticCostModel(), [cal])
+    assert sum(calibrated.transfer_s(65536, link) for link in route) == \
+        pytest.approx(cal.p2p_s(65536))
     for table in (cal.p2p, cal.allreduce):
         assert [n for n, _ in table] == sizes
         assert all(0 < t < 1 for _, t in table)

@@ -34,6 +34,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("clusters", help="list the built-in clusters, or describe this machine")
     p.add_argument("--detect", action="store_true", help="describe the local machine (GPUs or CPU)")
+    p.add_argument("--cpu-ranks", type=int, metavar="N",
+                   help="with --detect: describe N CPU processes of this machine (the cluster "
+                   "local-cpu-N a CPU launch runs on) and the measured figures --cost profiled "
+                   "would use for it")
+    p.add_argument("--profiles", metavar="DIR", help="with --cpu-ranks: the profile directory "
+                   "(default $FLEXTUI_PROFILES, else the user's cache directory)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(handler=cmd_clusters)
 

@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from flextui.cli import record_profile
 from flextui.cli.common import (
     cost_args,
     emit_json,
@@ -86,6 +87,7 @@ def add_parser(sub) -> None:
     p.add_argument("--dry-run", action="store_true",
                    help="print the torchrun command and environment; start nothing")
     cost_args(p)
+    record_profile.add_argument(p)
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--headless", action="store_true",
                    help="in a terminal too, print progress and the table instead of opening "
@@ -102,13 +104,14 @@ def cmd_launch(args: argparse.Namespace, console: Console) -> int:
                                ("--nproc-per-node", args.nproc_per_node, 1)):
         if value is not None and value < least:
             raise FlextuiError(f"{flag} must be at least {least}")
+    record_profile.check(args)
     graph = load_graph(args)
     hosts = _hosts(args)
     cluster = _cluster(args, hosts)
     strategy = launch_strategy(args.strategy, graph, cluster)
     backend = job.choose_backend(cluster, args.backend, on_hosts=bool(hosts))
     training = Training(steps=args.steps, warmup=args.warmup, seed=args.seed, lr=args.lr,
-                        backend=backend)
+                        backend=backend, record_tasks=args.record_profile)
     cost_model = load_cost_model(args, graph, cluster, training=True)
     run_log = Path(args.run_log) if args.run_log else _beside_strategy(args.strategy, graph,
                                                                         cluster)
@@ -123,7 +126,8 @@ def cmd_launch(args: argparse.Namespace, console: Console) -> int:
         prepared = job.as_check(prepared, small)
     if args.dry_run:
         return _dry_run(prepared, console)
-    if not (args.headless or args.json or args.check) and interactive():
+    if not (args.headless or args.json or args.check or args.record_profile) \
+            and interactive():
         from flextui.tui.app import run_app
         return run_app(launch=request)
     stop = threading.Event()
@@ -136,10 +140,11 @@ def cmd_launch(args: argparse.Namespace, console: Console) -> int:
                                                 progress.output)
     if args.check:
         return _report_check(outcome, records, console, args.json) or caught.exit_status
+    recorded = record_profile.record(args, graph, outcome, records, console)
     if args.json:
         emit_json({"status": str(outcome.status), "message": outcome.message,
                    "failed_rank": outcome.failed_rank, "run_log": str(prepared.run_log),
-                   **summary.to_dict()})
+                   **summary.to_dict(), **recorded})
     else:
         print_summary(summary, console)
         # the message quotes a rank's output (gloo's errors hold [path:line]): not markup

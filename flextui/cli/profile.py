@@ -154,13 +154,18 @@ def _show(args, console: Console) -> None:
         emit_json({"device": data.device_name, "entries": [
             {"key": k.to_map(), "entry": e.to_map()} for k, e in entries]})
         return
-    console.print(f"{path}: {len(entries):,} tasks measured on {data.device_name}", highlight=False)
+    from flextui.cost.update import UPDATE_OP
+    updates = sum(k.op_type == UPDATE_OP for k, _ in entries)
+    also = f" (and {updates} optimizer updates)" if updates else ""
+    console.print(f"{path}: {len(entries) - updates:,} tasks measured on "
+                  f"{data.device_name}{also}", highlight=False)
     table = Table()
     for col in ("op", "output block", "dtype", "forward", "backward", "spread", "runs", "memory"):
         table.add_column(col, justify="left" if col in ("op", "output block", "dtype") else "right")
     limit = len(entries) if args.model else 40
     for key, entry in entries[:limit]:
-        table.add_row(key.op_type, "×".join(map(str, key.output_shapes[0])), key.dtype,
+        block = (key.output_shapes or key.param_shapes)[0]   # an update has no output
+        table.add_row(key.op_type, "×".join(map(str, block)), key.dtype,
                       _ms(entry.forward_s) if not entry.oom else "out of memory",
                       _ms(entry.backward_s), _ms(entry.forward_spread_s), str(entry.repeats),
                       f"{entry.peak_memory_bytes / 2**20:,.1f} MiB")

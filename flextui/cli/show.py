@@ -30,6 +30,12 @@ def cmd_models(args: argparse.Namespace, console: Console) -> None:
 
 def cmd_clusters(args: argparse.Namespace, console: Console) -> None:
     from flextui.machine import cluster_names, describe_local, detect_local, load_named_cluster
+    if args.cpu_ranks is not None or args.profiles is not None:
+        if not args.detect or args.cpu_ranks is None:
+            raise FlextuiError("--cpu-ranks N goes with --detect (--profiles with both): "
+                               "flextui clusters --detect --cpu-ranks 2")
+        _cpu_ranks(args, console)
+        return
     if args.detect:
         info, cluster = describe_local(), detect_local()
         if args.json:
@@ -44,6 +50,39 @@ def cmd_clusters(args: argparse.Namespace, console: Console) -> None:
         emit_json([{"name": c.name, "description": c.description, **c.summary()} for c in clusters])
         return
     _print_cluster_table(console, clusters, "Built-in clusters")
+
+
+def _cpu_ranks(args: argparse.Namespace, console: Console) -> None:
+    """``--detect --cpu-ranks N``: the cluster ``local-cpu-N`` and what ``--cost profiled``
+    would measure it by."""
+    from flextui.cost.choose import measured_figures
+    from flextui.machine import load_named_cluster
+    from flextui.machine.library import cpu_ranks_name
+    cluster = load_named_cluster(cpu_ranks_name(args.cpu_ranks))
+    figures = measured_figures(cluster, args.profiles)
+    if args.json:
+        emit_json({"cluster": cluster.summary(), "measured": figures})
+        return
+    console.print(f"[bold]{cluster.name}[/]: {cluster.description}", highlight=False)
+    _print_cluster_table(console, [cluster], "CPU ranks of this machine")
+    for p in figures["profiles"]:
+        console.print(f"task times: {p['tasks']:,} tasks measured on {p['device']} "
+                      f"({p['file']})", highlight=False)
+    if not figures["profiles"]:
+        console.print("task times: estimated; no CPU profiles measured with a rank's threads "
+                      "yet: flextui profile --device cpu -m MODEL --max-devices "
+                      f"{cluster.num_devices}", highlight=False)
+    for c in figures["calibrations"]:
+        console.print(f"{c['link_kind']}: calibrated ({c['backend']}, {c['world_size']} ranks): "
+                      f"latency {c['latency_s'] * 1e6:,.1f} us, bandwidth "
+                      f"{c['bandwidth'] / 1e9:,.2f} GB/s (fit)", highlight=False)
+    if cluster.links and not figures["calibrations"]:
+        console.print("loopback: estimated; calibrate it: flextui profile --comm --device cpu",
+                      highlight=False)
+    if figures["profiles"] or figures["calibrations"]:
+        console.print(f"use them: flextui search -c {cluster.name} --cost profiled "
+                      f"{'--profiles ' + args.profiles + ' ' if args.profiles else ''}...",
+                      highlight=False)
 
 
 def _print_cluster_table(console: Console, clusters, title: str) -> None:

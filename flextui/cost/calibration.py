@@ -50,9 +50,10 @@ class CommCalibration:
     local cluster (``"pcie"`` between local GPUs, ``"loopback"`` between CPU ranks) and
     ``hops`` how many links that route had: a calibrated model charges each link of
     that kind ``p2p time / hops``, so a route like the measured one takes the measured
-    time end to end. ``p2p`` is one-way send/recv time (ping-pong / 2, median over
-    repeats, median over device pairs); ``allreduce`` is all-reduce time over
-    ``world_size`` ranks (median over repeats, slowest rank).
+    time end to end. ``p2p`` is one-way send/recv time between GPUs (ping-pong / 2,
+    median over repeats), and between CPU processes the time of an exchange after a
+    burst of computing (mean over repeats: ``cost.comm``), median over device pairs;
+    ``allreduce`` is all-reduce time over ``world_size`` ranks (slowest rank).
     """
 
     device: str

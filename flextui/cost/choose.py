@@ -4,7 +4,10 @@ measured for the cluster's device kind: task times from its profile cache and, w
 
 Profiles are looked up by what the cluster simulates, not by the machine flextui runs
 on: a laptop can simulate an H100 cluster from profiles measured on an H100 login node
-(and merged into its cache, or shipped as reference profiles).
+(and merged into its cache, or shipped as reference profiles). CPU devices (``cpu``,
+``cpu-rank``) use the CPU profiles measured with the threads a launch's rank computes
+with (``machine.detect.rank_threads``; ``cost.cpu_threads``), and the loopback link
+between CPU ranks the calibration ``flextui profile --comm --device cpu`` measured.
 """
 
 from __future__ import annotations
@@ -22,12 +25,14 @@ from flextui.cost.calibration import (
     CommCalibration,
     read_calibrations,
 )
+from flextui.cost.cpu_threads import threads_of
 from flextui.cost.model import CostModel
 from flextui.cost.signatures import DTYPE_NAMES, Measurement
 from flextui.errors import FlextuiError
 from flextui.graph import OpGraph
 from flextui.machine import Cluster
-from flextui.machine.gpus import same_device_kind
+from flextui.machine.detect import rank_threads
+from flextui.machine.gpus import CPU_KINDS, same_device_kind
 
 
 class CostKind(StrEnum):
@@ -92,7 +97,7 @@ def choose_cost_model(graph: OpGraph, cluster: Cluster, cost: CostKind | str = C
     files, problems = profile_files(dirs)
     for kind in kinds:
         for name in files:
-            if same_device_kind(kind, name):
+            if same_device_kind(kind, name) and _right_threads(kind, name):
                 cache = ProfileCache(name, dirs)
                 measurement = Measurement(DTYPE_NAMES[dtype], training, name, torch.__version__)
                 model = ProfiledCostModel.from_cache(graph, cluster.num_devices, cache,
@@ -104,11 +109,25 @@ def choose_cost_model(graph: OpGraph, cluster: Cluster, cost: CostKind | str = C
                 return with_calibrations(CostChoice(model, notices), kind, dirs)
     where = " or ".join(str(d) for d in dirs)
     found = [f"{path} holds {name}" for name, path in files.items()] + problems
+    if any(kind in CPU_KINDS for kind in kinds):
+        kinds = [f"{k} ({_threads_phrase()})" if k in CPU_KINDS else k for k in kinds]
     raise FlextuiError(f"no profiles of {', '.join(kinds)} devices for {graph.name} "
                        f"({dtype}, {'training' if training else 'inference'}, torch "
                        f"{torch.__version__}) in {where}"
                        f"{' (' + '; '.join(found) + ')' if found else ''}; measure them with "
                        "`flextui profile --model ...` on such a device, or use --cost analytic")
+
+
+def _right_threads(kind: str, device_name: str) -> bool:
+    """Whether profiles of ``device_name`` were measured as a device of ``kind`` computes:
+    on a CPU, with the threads of a launch's rank."""
+    return kind not in CPU_KINDS or threads_of(device_name) == rank_threads()
+
+
+def _threads_phrase() -> str:
+    threads = rank_threads()
+    return (f"measured with {threads} thread{'s' if threads > 1 else ''}, as a launch's rank "
+            "computes (OMP_NUM_THREADS)")
 
 
 def calibrations_for(kind: str, dirs: list[Path]) -> list[CommCalibration]:
@@ -131,3 +150,32 @@ def with_calibrations(choice: CostChoice, kind: str, dirs: list[Path]) -> CostCh
     links = ", ".join(f"{c.link_kind} ({c.backend}, {c.world_size} ranks)" for c in calibrations)
     return CostChoice(CalibratedCommModel(choice.model, calibrations),
                       choice.notices + [f"communication calibrated over {links}"])
+
+
+def measured_figures(cluster: Cluster, profiles: str | None = None) -> dict[str, list[dict]]:
+    """What ``--cost profiled`` would take for ``cluster`` from the profile directories
+    (``profiles``, else the user's, then the reference profiles): for each device kind,
+    the profile file it would read (device name, path, tasks held) and the communication
+    calibrations of its link kinds (link kind, backend, ranks, fitted latency and
+    bandwidth). Files that cannot be used are left out (``choose_cost_model`` names
+    them)."""
+    from flextui.cost.calibration import fit_latency_bandwidth
+    dirs = [user_profile_dir(profiles), reference_profile_dir()]
+    files, _ = profile_files(dirs)
+    found: dict[str, list[dict]] = {"profiles": [], "calibrations": []}
+    for kind in sorted({d.spec.kind for d in cluster.devices}):
+        for name, path in files.items():
+            if same_device_kind(kind, name) and _right_threads(kind, name):
+                tasks = len(decode_cache(path.read_bytes(), path.stem).entries)
+                found["profiles"].append({"kind": kind, "device": name, "file": str(path),
+                                          "tasks": tasks})
+                break
+        links = {link.kind for link in cluster.links}
+        for calibration in calibrations_for(kind, dirs):
+            if calibration.link_kind in links:
+                latency, bandwidth = fit_latency_bandwidth(calibration.p2p)
+                found["calibrations"].append({
+                    "kind": kind, "link_kind": calibration.link_kind,
+                    "backend": calibration.backend, "world_size": calibration.world_size,
+                    "latency_s": latency, "bandwidth": bandwidth})
+    return found

@@ -2,11 +2,23 @@
 
 ``measure_comm`` starts one process per device (``torch.multiprocessing``, spawn) joined
 by ``torch.distributed`` over a free localhost port — gloo for CPU ranks, NCCL for CUDA
-devices — and times, for each message size: a ping-pong between every pair of ranks
-(one-way time = round trip / 2) and an all-reduce over all ranks. Each figure is the
-median of ``repeats`` timed runs after ``warmup`` untimed ones, every run starting
-after a barrier; GPU runs are bracketed by ``torch.cuda.synchronize``. The parent waits
-with a deadline, so a rank that fails, dies or hangs ends in one clear FlextuiError.
+devices — and times, for each message size, between every pair of ranks and then an
+all-reduce over all ranks. Every run starts after a barrier, after ``warmup`` untimed
+ones.
+
+Between GPUs (NCCL) a pair's figure is a ping-pong (one-way time = round trip / 2), the
+median of ``repeats`` runs, bracketed by ``torch.cuda.synchronize``. Between CPU
+processes (gloo) communication is timed as a rank of ``flextui launch`` meets it: each
+run follows a burst of computing (``BURST_S`` on the rank's thread), a pair's figure is
+an exchange (each rank sends the size to the other and receives it, posted together,
+as the runtime does), and figures are the mean of the runs, not the median: the ranks'
+helper threads find no free core while the ranks compute, so some messages wait for
+the scheduler for milliseconds, and a step pays the mean. (On the 2-core development
+machine a 4 KiB exchange took 0.2 ms back to back and 1.3 ms on average after
+computing; a tensor-parallel MLP's exchanges averaged 0.9 ms against a median of 0.08.)
+
+The parent waits with a deadline, so a rank that fails, dies or hangs ends in one clear
+FlextuiError.
 
 Processes are spawned: a script that calls ``measure_comm`` at top level needs the
 usual ``if __name__ == "__main__":`` guard.
@@ -30,9 +42,12 @@ import torch.multiprocessing as mp
 from flextui.cost.calibration import CommCalibration
 from flextui.errors import FlextuiError
 from flextui.machine import detect_local
+from flextui.machine.detect import cpu_ranks
 from flextui.machine.gpus import device_kind_name
 
 MIN_BYTES = 4 * 2**10
+#: seconds a CPU rank computes before each timed run (see the module docstring)
+BURST_S = 1e-3
 DEFAULT_MAX_BYTES = {"cpu": 4 * 2**20, "cuda": 256 * 2**20}
 
 #: ``progress(done, total, what)``, called in the calling process after each step
@@ -134,11 +149,10 @@ def _check_devices(devices: Sequence[str]) -> tuple[str, list[int]]:
 
 
 def _measured_link(device_type: str, indices: list[int]) -> tuple[str, int]:
-    """(link kind, hops) of the route the measurement crosses in the detected cluster;
-    ("loopback", 1) for CPU ranks, which talk through the operating system."""
-    if device_type == "cpu":
-        return "loopback", 1
-    route = detect_local().route(indices[0], indices[1])
+    """(link kind, hops) of the route the measurement crosses in the detected cluster,
+    or for CPU ranks in ``local-cpu-N`` (rank, loopback switch, rank: two links)."""
+    cluster = cpu_ranks(2) if device_type == "cpu" else detect_local()
+    route = cluster.route(*(indices[:2] if indices else (0, 1)))
     return route[0].kind, len(route)
 
 
@@ -265,20 +279,37 @@ def _measure(rank: int, plan: _Plan, results: Any) -> None:
         else:
             dist.barrier()
 
+    work = torch.ones(64, 64)
+
+    def burst() -> None:
+        """Compute for BURST_S on this rank's thread, as a rank does between messages."""
+        end = time.perf_counter() + BURST_S
+        while time.perf_counter() < end:
+            torch.mm(work, work)
+
     def timed(run: Callable[[], object]) -> float:
-        """Median seconds of ``run`` over the repeats, after the warm-up runs."""
+        """Seconds of ``run`` over the repeats, after the warm-up runs: on GPUs the
+        median; on the CPU the mean, each run after a burst of computing."""
         times = []
         for i in range(plan.warmup + plan.repeats):
             barrier()
             sync()
+            if not cuda:
+                burst()
             start = time.perf_counter()
             run()
             sync()
             if i >= plan.warmup:
                 times.append(time.perf_counter() - start)
-        return statistics.median(times)
+        return statistics.median(times) if cuda else statistics.fmean(times)
+
+    def exchange(x: torch.Tensor, peer: int, into: torch.Tensor) -> None:
+        for work in dist.batch_isend_irecv([dist.P2POp(dist.isend, x, peer),
+                                            dist.P2POp(dist.irecv, into, peer)]):
+            work.wait()
 
     buffer = torch.zeros(max(plan.sizes) // 4, dtype=torch.float32, device=device)
+    other = torch.zeros_like(buffer)
     for a, b in plan.pairs:  # open every connection before timing anything
         if rank == a:
             dist.send(buffer, b)
@@ -287,13 +318,17 @@ def _measure(rank: int, plan: _Plan, results: Any) -> None:
     dist.all_reduce(buffer)
     for a, b in plan.pairs:
         for size in plan.sizes:
-            x = buffer[:size // 4]
-            if rank == a:
-                # timed() calls each lambda before the loop moves on
+            x, y = buffer[:size // 4], other[:size // 4]
+            # timed() calls each lambda before the loop moves on
+            if rank == a and cuda:
                 results.put(("p2p", size,
                              timed(lambda: (dist.send(x, b), dist.recv(x, b))) / 2))  # noqa: B023
-            elif rank == b:
+            elif rank == b and cuda:
                 timed(lambda: (dist.recv(x, a), dist.send(x, a)))  # noqa: B023
+            elif rank in (a, b):
+                took = timed(lambda: exchange(x, b if rank == a else a, y))  # noqa: B023
+                if rank == a:
+                    results.put(("p2p", size, took))
             else:
                 timed(lambda: None)  # keeps step with the barriers
             if rank == 0:

@@ -43,7 +43,8 @@ def cost_model_label(identity: str) -> str:
     its whole table of times)."""
     profiled = parse_profiled(identity)
     if profiled is not None:
-        m, times, base = profiled
-        return (f"profiled ({m.device_name}, {m.dtype}, {len(times):,} tasks measured; "
-                f"otherwise {cost_model_label(base)})")
+        m, times, base, updates = profiled
+        return (f"profiled ({m.device_name}, {m.dtype}, {len(times):,} tasks measured"
+                f"{', updates measured' if updates else ''}; otherwise "
+                f"{cost_model_label(base)})")
     return identity if len(identity) <= 160 else identity[:157] + "..."

@@ -18,6 +18,13 @@ class OpCost:
     workspace_bytes: int = 0
 
 
+def sgd_update_s(nbytes: float, device: Device) -> float:
+    """Optimizer step (SGD with momentum): read weight, gradient and momentum, write
+    weight and momentum — five passes over the shard at memory bandwidth. What a cost
+    model without an ``update_s`` of its own charges."""
+    return 5 * nbytes / device.spec.mem_bandwidth
+
+
 @runtime_checkable
 class CostModel(Protocol):
     """Any object with these methods can drive the simulator; tests use hand-written

@@ -4,23 +4,27 @@ Each distinct task (``signatures``) runs on random operands of its block shapes:
 untimed warm-up runs, then ``repeats`` timed runs of the forward pass and, in training,
 of the backward pass alone (autograd from a fresh forward each time). On a GPU each run
 is timed with CUDA events around the kernel launches and ``torch.cuda.synchronize``; on
-the CPU with the monotonic clock. The entry keeps the median and the interquartile
-range, the repeats, and the peak memory: on a GPU the allocator's peak above what was
-allocated before the task, on the CPU the bytes of the task's tensors (operands,
-parameters, outputs and gradients; the CPU allocator keeps no peak). A block too large
+the CPU with the monotonic clock, torch computing with the threads of a launch's rank
+(the thread count is part of the profile's device name: ``cost.cpu_threads``). The
+entry keeps the median and the interquartile range, the repeats, and the peak memory:
+on a GPU the allocator's peak above what was allocated before the task, on the CPU the
+bytes of the task's tensors (operands, parameters, outputs and gradients; the CPU
+allocator keeps no peak). A block too large
 for the device is recorded as out of memory instead of stopping the run.
 
-``profile_tasks`` skips what the cache already has and reports every task as a
-``ProfileEvent``, so a CLI progress bar or the app can follow it; it saves the cache
-every few seconds, so an interrupted run keeps what it measured.
+In training, the optimizer update is timed too, for shard sizes up to the largest
+parameter (``cost.update``). ``profile_tasks`` skips what the cache already has and
+reports every task as a ``ProfileEvent``, so a CLI progress bar or the app can follow
+it; it saves the cache every few seconds, so an interrupted run keeps what it measured.
 """
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
 
 import torch
 
@@ -35,6 +39,7 @@ from flextui.cost.signatures import (
     origin_block,
     task_signatures,
 )
+from flextui.cost.update import profile_updates, update_sizes
 from flextui.errors import FlextuiError
 from flextui.graph import OpGraph
 from flextui.graph.kernels import block_tensors, kernel_for, torch_dtype
@@ -62,6 +67,7 @@ class ProfileRun:
     measurement: Measurement
     signatures: list[TaskSignature]
     cache: ProfileCache
+    update_sizes: list[int] = field(default_factory=list)  # optimizer updates to time
 
     @property
     def notices(self) -> list[str]:
@@ -70,8 +76,16 @@ class ProfileRun:
     def run(self, *, warmup: int = 2, repeats: int = 10,
             on_event: Callable[[ProfileEvent], None] | None = None,
             stop: Callable[[], bool] | None = None) -> int:
-        return profile_tasks(self.signatures, self.cache, self.local.device, warmup=warmup,
-                             repeats=repeats, on_event=on_event, stop=stop)
+        """Measure the tasks and optimizer updates the cache lacks (on the CPU with the
+        device's threads); how many tasks were measured."""
+        with cpu_threads(self.local.threads):
+            measured = profile_tasks(self.signatures, self.cache, self.local.device,
+                                     warmup=warmup, repeats=repeats, on_event=on_event,
+                                     stop=stop)
+            if self.measurement.training:
+                profile_updates(self.update_sizes, self.measurement, self.cache,
+                                self.local.device, warmup=warmup, repeats=repeats, stop=stop)
+        return measured
 
     def estimates(self, *, warmup: int = 2, repeats: int = 10) -> list[float]:
         """Seconds each task will take to measure, 0 for those cached (``cost.estimate``)."""
@@ -104,7 +118,19 @@ def prepare_profile(graph: OpGraph, num_devices: int, *,
     cache.check_writable()
     measurement = Measurement(DTYPE_NAMES[dtype], training, local.name, torch.__version__)
     signatures = task_signatures(graph, measurement, num_devices=num_devices)
-    return ProfileRun(local, measurement, signatures, cache)
+    return ProfileRun(local, measurement, signatures, cache, update_sizes(graph, measurement.dtype))
+
+
+@contextlib.contextmanager
+def cpu_threads(threads: int | None) -> Iterator[None]:
+    """torch computes on the CPU with ``threads`` threads inside (None: as it is)."""
+    before = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def profile_tasks(signatures: Sequence[TaskSignature], cache: ProfileCache, device: torch.device,

@@ -4,7 +4,9 @@
 profiled (the same GPU model, or the CPU for CPU devices) from a table of measured
 forward and backward times, and from its base model (the roofline) for every other
 device, every task the table lacks and every block that ran out of memory when it was
-measured; ``fallbacks`` counts the distinct tasks that fell back.
+measured; ``fallbacks`` counts the distinct tasks that fell back. The optimizer update
+of a profiled device's shard is timed from the measured updates (``cost.update``) when
+the profile has them.
 
 The table is fixed when the model is built (``from_cache``: the profiles of every task
 the search may visit), and the identity carries it, compressed, so a search log holds
@@ -22,8 +24,10 @@ import msgpack
 
 from flextui.cost.cache import ProfileCache
 from flextui.cost.cache_records import FIELDS, ProfileEntry, ProfileKey
-from flextui.cost.model import CostModel, OpCost
+from flextui.cost.calibration import interpolate
+from flextui.cost.model import CostModel, OpCost, sgd_update_s
 from flextui.cost.signatures import Measurement, task_signatures
+from flextui.cost.update import Table as UpdateTable, cached_updates, update_sizes
 from flextui.errors import FlextuiError
 from flextui.graph import FLOAT_DTYPES, Op, OpGraph
 from flextui.limits import decompress, read_json
@@ -36,9 +40,10 @@ Times = tuple[float, float]
 
 class ProfiledCostModel:
     def __init__(self, measurement: Measurement, times: dict[bytes, Times], base: CostModel,
-                 wanted: int | None = None) -> None:
+                 wanted: int | None = None, updates: UpdateTable = ()) -> None:
         self.measurement, self.base = measurement, base
         self.times = times              # encoded profile key -> (forward_s, backward_s)
+        self.updates = updates          # (shard bytes, seconds) of measured updates
         self._memo: dict[tuple[int, tuple[int, ...], str], OpCost] = {}
         self._fallbacks: set[tuple[int, tuple[int, ...]]] = set()
         self._kinds: dict[str, bool] = {}
@@ -56,7 +61,8 @@ class ProfiledCostModel:
             entry = cache.get(signature.key)
             if entry is not None and entry.forward_s is not None:  # not out of memory
                 times[signature.key.encoded] = (entry.forward_s, entry.backward_s or 0.0)
-        return cls(measurement, times, base, wanted=len(signatures))
+        updates = cached_updates(cache, measurement, update_sizes(graph, measurement.dtype))
+        return cls(measurement, times, base, wanted=len(signatures), updates=updates)
 
     # -- CostModel -------------------------------------------------------------------
 
@@ -70,9 +76,16 @@ class ProfiledCostModel:
     def transfer_s(self, nbytes: int, link: Link) -> float:
         return self.base.transfer_s(nbytes, link)
 
+    def update_s(self, nbytes: float, device: Device) -> float:
+        """The update of an ``nbytes`` shard: measured on a profiled device when the
+        profile has updates, else the base model's (or the roofline guess)."""
+        if self.updates and self._profiled(device.spec.kind):
+            return interpolate(self.updates, nbytes)
+        return getattr(self.base, "update_s", sgd_update_s)(nbytes, device)
+
     def __getattr__(self, name: str) -> Any:
-        """Anything else (``update_s``...) is the base model's, if it has it."""
-        if name.startswith("__") or name in ("base", "times", "measurement"):
+        """Anything else (``allreduce_s``...) is the base model's, if it has it."""
+        if name.startswith("__") or name in ("base", "times", "measurement", "updates"):
             raise AttributeError(name)
         return getattr(self.base, name)
 
@@ -107,6 +120,8 @@ class ProfiledCostModel:
         packed = base64.b64encode(zlib.compress(msgpack.packb(table, use_bin_type=True), 9))
         body = {"base": self.base.identity, "device": m.device_name, "dtype": m.dtype,
                 "training": m.training, "torch": m.torch_version, "times": packed.decode()}
+        if self.updates:
+            body["updates"] = [list(row) for row in self.updates]
         return IDENTITY_PREFIX + json.dumps(body, sort_keys=True, separators=(",", ":"))
 
     @classmethod
@@ -116,18 +131,23 @@ class ProfiledCostModel:
         parsed = parse_identity(identity)
         if parsed is None:
             return None
-        measurement, times, base = parsed
-        return cls(measurement, times, rebuild_base(base))
+        measurement, times, base, updates = parsed
+        return cls(measurement, times, rebuild_base(base), updates=updates)
 
     def describe(self) -> str:
         m = self.measurement
+        updates = (f"; optimizer updates measured at {len(self.updates)} sizes"
+                   if self.updates else "")
         return (f"measured on {m.device_name} ({m.dtype}): {len(self.times):,} of the "
-                f"{self.wanted:,} tasks a search may visit; the analytic model for the rest")
+                f"{self.wanted:,} tasks a search may visit; the analytic model for the "
+                f"rest{updates}")
 
 
-def parse_identity(identity: str) -> tuple[Measurement, dict[bytes, Times], str] | None:
-    """What a profiled model's identity holds: its measurement, its times and its base's
-    identity; None if it is not a profiled model's identity; FlextuiError if damaged."""
+def parse_identity(identity: str
+                   ) -> tuple[Measurement, dict[bytes, Times], str, UpdateTable] | None:
+    """What a profiled model's identity holds: its measurement, its times, its base's
+    identity and its measured updates; None if it is not a profiled model's identity;
+    FlextuiError if damaged."""
     if not identity.startswith(IDENTITY_PREFIX):
         return None
     where = "profiled cost model"
@@ -145,7 +165,20 @@ def parse_identity(identity: str) -> tuple[Measurement, dict[bytes, Times], str]
                                   FIELDS.boolean(body["training"], "training"),
                                   FIELDS.string(body["device"], "device"),
                                   FIELDS.string(body["torch"], "torch"))
-        return measurement, times, FIELDS.string(body["base"], "base", limit=None)
+        return (measurement, times, FIELDS.string(body["base"], "base", limit=None),
+                _updates(body.get("updates", [])))
     except (ValueError, KeyError, TypeError, zlib.error, msgpack.UnpackException) as exc:
         raise FlextuiError(f"{where}: its recorded times cannot be read "
                            f"({str(exc)[:200]}); the search log is damaged") from None
+
+
+def _updates(rows: Any) -> UpdateTable:
+    """Measured updates read back from an identity (ValueError if malformed)."""
+    table = []
+    for row in FIELDS.items(rows, "updates"):
+        nbytes, seconds = FIELDS.items(row, "an update", 2)
+        table.append((FIELDS.integer(nbytes, "update bytes", 1),
+                      FIELDS.number(seconds, "update seconds", minimum=0)))
+    if [n for n, _ in table] != sorted({n for n, _ in table}):
+        raise ValueError("update sizes must increase")
+    return tuple(table)

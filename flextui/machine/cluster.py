@@ -121,15 +121,24 @@ class Link:
 
 
 class Cluster:
-    """Devices, switches and directed links, with routes between devices."""
+    """Devices, switches and directed links, with routes between devices.
+
+    ``host_driven_comm``: the devices' own cores move the bytes of every transfer and
+    all-reduce (CPU processes talking through the operating system, with no core to
+    spare: gloo between the CPU ranks of ``local-cpu-N`` when they take every core), so
+    communication occupies the devices at its ends as well as the links."""
 
     def __init__(self, name: str, devices: list[Device], links: list[Link],
-                 switches: Sequence[str] = (), description: str = "") -> None:
+                 switches: Sequence[str] = (), description: str = "",
+                 host_driven_comm: bool = False) -> None:
         self.name = name
         self.description = description
         self.devices = list(devices)
         self.links = list(links)
         self.switches = list(switches)
+        if not isinstance(host_driven_comm, bool):
+            raise ClusterError(f"cluster {name!r}: host_driven_comm must be true or false")
+        self.host_driven_comm = host_driven_comm
         self._validate()
         self._by_name = {d.name: d for d in self.devices}
         self._router = Router([d.name for d in self.devices], self.switches, self.links)
@@ -276,7 +285,8 @@ class Cluster:
         memory budget is simulated this way)."""
         devices = [dataclasses.replace(d, spec=dataclasses.replace(
             d.spec, memory_bytes=min(d.spec.memory_bytes, limit))) for d in self.devices]
-        return Cluster(self.name, devices, self.links, self.switches, self.description)
+        return Cluster(self.name, devices, self.links, self.switches, self.description,
+                       self.host_driven_comm)
 
     def summary(self) -> dict[str, Any]:
         """Plain-data overview for people (JSON-safe).
@@ -316,11 +326,13 @@ class Cluster:
     # -- plain data -------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain data (JSON/msgpack-safe); ``Cluster.from_dict`` rebuilds an equal cluster."""
+        """Plain data (JSON/msgpack-safe); ``Cluster.from_dict`` rebuilds an equal cluster.
+        ``host_driven_comm`` is there only when set, so other clusters' data (and
+        fingerprints) are as they were."""
         kinds: dict[str, Any] = {}
         for d in self.devices:
             kinds.setdefault(d.spec.kind, d.spec.to_dict())
-        return {
+        data: dict[str, Any] = {
             "name": self.name,
             "description": self.description,
             "device_kinds": kinds,
@@ -331,6 +343,9 @@ class Cluster:
                        "bandwidth": float(link.bandwidth), "latency": float(link.latency)}
                       for link in self.links],
         }
+        if self.host_driven_comm:
+            data["host_driven_comm"] = True
+        return data
 
     @classmethod
     def from_dict(cls, d: Any) -> Cluster:
@@ -372,7 +387,8 @@ class Cluster:
                       latency=float(link["latency"]))
                  for i, link in enumerate(d["links"])]
         return cls(name=d["name"], devices=devices, links=links,
-                   switches=list(d.get("switches", [])), description=d.get("description", ""))
+                   switches=list(d.get("switches", [])), description=d.get("description", ""),
+                   host_driven_comm=d.get("host_driven_comm", False))
 
     @property
     def fingerprint(self) -> str:

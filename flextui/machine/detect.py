@@ -23,7 +23,7 @@ import platform
 from typing import Any
 
 from flextui.machine.cluster import Cluster, Device, DeviceSpec, Link
-from flextui.machine.gpus import device_kind_name, lookup_gpu
+from flextui.machine.gpus import CPU_KINDS, device_kind_name, lookup_gpu
 from flextui.machine.nvtopo import (
     NVLINK_LANE_BANDWIDTH,
     NVLINK_LATENCY,
@@ -32,8 +32,8 @@ from flextui.machine.nvtopo import (
     is_switched,
 )
 
-__all__ = ["CPU_CLOCK_HZ", "CPU_FLOP_PER_CYCLE", "cpu_ranks", "describe_local", "detect_local",
-           "usable_cpus"]
+__all__ = ["CPU_CLOCK_HZ", "CPU_FLOP_PER_CYCLE", "CPU_KINDS", "cpu_ranks", "describe_local",
+           "detect_local", "rank_threads", "usable_cpus"]
 
 CPU_CLOCK_HZ = 2.5e9
 CPU_FLOP_PER_CYCLE = 16
@@ -47,6 +47,16 @@ LOOPBACK_LATENCY = 30e-6
 #: between the machines of a launch over hosts without a cluster file: 10 Gb/s ethernet
 ETHERNET_BANDWIDTH = 1.25e9
 ETHERNET_LATENCY = 50e-6
+#: what sets a CPU rank's threads (``flextui launch`` passes it on to its ranks)
+THREADS_ENV = "OMP_NUM_THREADS"
+
+
+def rank_threads() -> int:
+    """The threads a CPU rank computes with: ``OMP_NUM_THREADS`` when it is set to a
+    positive whole number (``flextui launch`` hands it to its ranks), else 1 (what a
+    launch sets when it is not set). Profiles for CPU ranks are measured with as many."""
+    text = os.environ.get(THREADS_ENV, "").strip()
+    return int(text) if text.isdigit() and int(text) > 0 else 1
 
 
 def usable_cpus() -> int:
@@ -93,14 +103,19 @@ def _cpu_cluster() -> Cluster:
 
 
 def cpu_ranks(ranks: int, nodes: int = 1) -> Cluster:
-    """``ranks`` CPU processes, one thread each, on each of ``nodes`` machines like this
-    one, as a cluster: what ``flextui launch`` runs on without a GPU. One node is named
-    ``local-cpu-N`` so a search can target it by name; several (a launch over hosts)
-    ``cpu-NODESxN``. Each rank has one core's estimated peak and an equal share of the
-    memory; the ranks of a node talk through its loopback switch, nodes through an
-    ethernet switch."""
+    """``ranks`` CPU processes, ``rank_threads()`` threads each, on each of ``nodes``
+    machines like this one, as a cluster: what ``flextui launch`` runs on without a GPU.
+    One node is named ``local-cpu-N`` so a search can target it by name; several (a
+    launch over hosts) ``cpu-NODESxN``. Each rank has its threads' estimated peak and an
+    equal share of the memory; the ranks of a node talk through its loopback switch,
+    nodes through an ethernet switch, and when the ranks take every core their
+    communication runs on their own cores (``host_driven_comm``). Its figures are
+    estimates; ``--cost profiled`` replaces them with CPU profiles measured at the
+    ranks' thread count and the loopback calibration (``flextui profile --device cpu``,
+    ``flextui profile --comm --device cpu``)."""
+    threads = rank_threads()
     spec = DeviceSpec(kind="cpu-rank", memory_bytes=max(1, _physical_memory() // ranks),
-                      peak_flops={"float32": CPU_CLOCK_HZ * CPU_FLOP_PER_CYCLE},
+                      peak_flops={"float32": threads * CPU_CLOCK_HZ * CPU_FLOP_PER_CYCLE},
                       mem_bandwidth=CPU_MEM_BANDWIDTH / max(1, min(ranks, usable_cpus())))
     devices = [Device(n * ranks + i, f"n{n}.rank{i}", n, spec)
                for n in range(nodes) for i in range(ranks)]
@@ -115,17 +130,21 @@ def cpu_ranks(ranks: int, nodes: int = 1) -> Cluster:
              for i, (x, y, kind, bandwidth, latency) in enumerate(wires)
              for j, (a, b) in enumerate(((x, y), (y, x)))]
     where = "this machine" if nodes == 1 else f"each of {nodes} machines like this one"
-    description = (f"{ranks} CPU processes of {where}, one thread each (peak float32 "
-                   f"estimated as one core at 2.5 GHz x 16 FLOP/cycle; gloo over loopback "
-                   f"assumed {LOOPBACK_BANDWIDTH / 1e9:.0f} GB/s, "
-                   f"{LOOPBACK_LATENCY * 1e6:.0f} us"
+    each = f"{threads} thread{'s' if threads > 1 else ''} each"
+    # with no core to spare, gloo's copies and sums run on the ranks' own cores
+    host = len(devices) > 1 and ranks * threads >= usable_cpus()
+    description = (f"{ranks} CPU processes of {where}, {each} (peak float32 "
+                   f"estimated as {threads} core{'s' if threads > 1 else ''} at 2.5 GHz x 16 "
+                   f"FLOP/cycle; gloo over loopback assumed "
+                   f"{LOOPBACK_BANDWIDTH / 1e9:.0f} GB/s, {LOOPBACK_LATENCY * 1e6:.0f} us"
                    + (f"; between machines {ETHERNET_BANDWIDTH * 8 / 1e9:.0f} Gb/s ethernet, "
-                      f"{ETHERNET_LATENCY * 1e6:.0f} us" if nodes > 1 else "")
-                   + "); estimated=True")
+                      f"{ETHERNET_LATENCY * 1e6:.0f} us" if nodes > 1 else "") + ")"
+                   f"{'; every core computes, so gloo runs on the ranks own cores' if host else ''}"
+                   "; estimated=True")
     name = f"local-cpu-{ranks}" if nodes == 1 else f"cpu-{nodes}x{ranks}"
     many = len(devices) > 1
     return Cluster(name, devices, links if many else [], switches=switches if many else [],
-                   description=description)
+                   description=description, host_driven_comm=host)
 
 
 def _gpu_cluster(torch: Any) -> Cluster:

@@ -14,9 +14,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["GpuFigures", "KNOWN_GPUS", "UNKNOWN_GPU", "lookup_gpu", "device_kind_name",
+__all__ = ["CPU_KINDS", "GpuFigures", "KNOWN_GPUS", "UNKNOWN_GPU", "lookup_gpu", "device_kind_name",
            "same_device_kind"]
 
+#: the device kinds of CPU devices: the whole machine as one (``local``), and one
+#: process of several (``local-cpu-N``)
+CPU_KINDS = ("cpu", "cpu-rank")
 T = 1e12
 GB = 1e9
 
@@ -95,9 +98,13 @@ def device_kind_name(name: str) -> str:
 def same_device_kind(kind: str, device_name: str) -> bool:
     """Whether a cluster's device kind (``"H100-SXM"``, ``"cpu"``) names the device
     ``device_name`` is (``"NVIDIA H100 80GB HBM3"``, or a CPU's name as profiles
-    record it, ``"cpu: <model>"``): the same kind name, or the same known GPU model."""
-    if kind == "cpu" or device_name.startswith("cpu"):
-        return kind == "cpu" and device_name.startswith("cpu")
+    record it, ``"cpu: <model>, <n> threads"``): the same kind name, or the same known
+    GPU model. Both CPU kinds, the whole machine (``"cpu"``) and one process of several
+    (``"cpu-rank"``), are CPUs: which threads a profile was measured with is chosen
+    where profiles are looked up (``cost.choose``)."""
+    cpu_kind = kind in CPU_KINDS
+    if cpu_kind or device_name.startswith("cpu"):
+        return cpu_kind and device_name.startswith("cpu")
     if kind == device_kind_name(device_name):
         return True
     figures = lookup_gpu(kind)

@@ -9,12 +9,16 @@ a view of it, so autograd sums the gradients of the rank's tasks into the box. A
 input block is a leaf too, assembled from its pieces (a local producer's output block
 is taken as it is when it is exactly the input block), so each task's backward is an
 autograd pass of its own, and the gradient of each piece goes back to its producer.
+
+Task times. With ``record_tasks`` a step also reports the compute time of each task
+(``StepResult.task_s``: per op, block shape and pass, the seconds of this rank's tasks
+of that kind), which ``flextui launch --record-profile`` writes into the profile cache.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -39,11 +43,15 @@ class Optimizer:
 SGD = Optimizer()
 
 
+#: one kind of task: an op's index, its block shape, and whether it is the backward pass
+TaskKind = tuple[int, tuple[int, ...], bool]
+
+
 @dataclass(frozen=True)
 class StepResult:
     """What one step did on this rank: its share of the loss (the shares of all ranks
-    add up to the loss), seconds of compute and of waiting on communication, and the
-    bytes it sent and received."""
+    add up to the loss), seconds of compute and of waiting on communication, the bytes
+    it sent and received, and with ``record_tasks`` the seconds of its tasks by kind."""
 
     loss_share: float
     step_s: float
@@ -51,6 +59,7 @@ class StepResult:
     wait_s: float
     sent: int
     received: int
+    task_s: dict[TaskKind, float] = field(default_factory=dict)
 
 
 def kernel_seed(seed: int, step: int) -> int:
@@ -71,10 +80,11 @@ class RankProgram:
     """The state of one rank (its parameter boxes and momentum) and its step."""
 
     def __init__(self, plan: Plan, rank: int, comm: Comm, *, seed: int = 0,
-                 dtype: torch.dtype = torch.float32, optimizer: Optimizer = SGD
-                 ) -> None:
+                 dtype: torch.dtype = torch.float32, optimizer: Optimizer = SGD,
+                 record_tasks: bool = False) -> None:
         self.plan, self.rank, self.comm = plan, rank, comm
         self.seed, self.dtype, self.optimizer = seed, dtype, optimizer
+        self.record_tasks = record_tasks
         self.device = comm.device
         self.ops = plan.graph.ops
         self.tasks = [plan.tasks_on(op, rank) for op in self.ops]
@@ -113,7 +123,8 @@ class RankProgram:
     def step(self, step: int) -> StepResult:
         started = time.perf_counter()
         self.comm.traffic.reset()
-        state = _StepState(kernel_seed(self.seed, step), ComputeClock(self.device))
+        clock = ComputeClock(self.device, by_task=self.record_tasks)
+        state = _StepState(kernel_seed(self.seed, step), clock)
         for op in self.ops:
             self._forward(op, step, state)
         pending = PendingSums()
@@ -133,7 +144,19 @@ class RankProgram:
         compute_s = state.clock.seconds()  # on a GPU, once the step's kernels are done
         traffic = self.comm.traffic
         return StepResult(state.loss_share, time.perf_counter() - started, compute_s,
-                          traffic.wait_s, traffic.sent, traffic.received)
+                          traffic.wait_s, traffic.sent, traffic.received, clock.task_s)
+
+    def task_counts(self) -> dict[tuple[int, tuple[int, ...]], int]:
+        """How many tasks of each op and block shape this rank runs in a step (graph
+        inputs, fed rather than computed, left out)."""
+        counts: dict[tuple[int, tuple[int, ...]], int] = {}
+        for op in self.ops:
+            if op.type == "input":
+                continue
+            for k in self.tasks[op.index]:
+                kind = (op.index, shape_of(self.plan.region(op, k)))
+                counts[kind] = counts.get(kind, 0) + 1
+        return counts
 
     def _forward(self, op: Op, step: int, state: _StepState) -> None:
         pieces = self.plan.pieces_into[op.index]
@@ -152,12 +175,19 @@ class RankProgram:
             params = [self._shard(p.name, op.param_region(i, region))
                       for i, p in enumerate(op.params)]
             outputs, loss = kernel.forward_loss(op, region, inputs, params, state.kernel_seed)
-            state.clock.stop(began)
+            state.clock.stop(began, self._kind(op, region, backward=False))
             state.inputs[(op.index, k)] = inputs
             state.outputs[(op.index, k)] = outputs
             if loss is not None:
                 state.losses[(op.index, k)] = loss
                 state.loss_share += float(loss.detach())
+
+    def _kind(self, op: Op, region: Region, backward: bool) -> TaskKind | None:
+        """The kind of a task, when task times are recorded (a graph input's are not:
+        it is fed, not computed)."""
+        if not self.record_tasks or op.type == "input":
+            return None
+        return op.index, shape_of(region), backward
 
     def _shard(self, name: str, region: Region) -> torch.Tensor:
         """A task's shard of a parameter: a view of the rank's box, or the box itself
@@ -224,7 +254,7 @@ class RankProgram:
                 for p in self.into[(op.index, m, slot)]:
                     if self.ops[p.producer].type != "input":
                         state.grads[p] = leaf.grad[within(p.region, need)]
-            state.clock.stop(began)
+            state.clock.stop(began, self._kind(op, region, backward=True))
 
     def _output_grad(self, pieces: list[Piece], out_region: Region,
                      received: dict[Piece, torch.Tensor], state: _StepState
@@ -320,13 +350,16 @@ class RankProgram:
 class ComputeClock:
     """The time a step spends computing: wall time on the CPU; on a GPU, CUDA events
     around each stretch of kernels, read once the step is done (no synchronisation
-    between tasks)."""
+    between tasks). ``by_task`` also sums the time of each task kind named to ``stop``
+    (``task_s``, complete once ``seconds`` has been read)."""
 
-    def __init__(self, device: torch.device) -> None:
+    def __init__(self, device: torch.device, by_task: bool = False) -> None:
         self.cuda = device.type == "cuda"
         self.device = device
         self.total = 0.0
-        self.spans: list[tuple[Any, Any]] = []
+        self.spans: list[tuple[Any, Any, TaskKind | None]] = []
+        self.by_task = by_task
+        self.task_s: dict[TaskKind, float] = {}
 
     def start(self) -> Any:
         if not self.cuda:
@@ -335,18 +368,26 @@ class ComputeClock:
         event.record()
         return event
 
-    def stop(self, started: Any) -> None:
+    def stop(self, started: Any, task: TaskKind | None = None) -> None:
+        """End a stretch of compute begun at ``started``: the task ``task``'s, if given."""
         if not self.cuda:
-            self.total += time.perf_counter() - started
+            took = time.perf_counter() - started
+            self.total += took
+            if self.by_task and task is not None:
+                self.task_s[task] = self.task_s.get(task, 0.0) + took
             return
         event = torch.cuda.Event(enable_timing=True)
         event.record()
-        self.spans.append((started, event))
+        self.spans.append((started, event, task if self.by_task else None))
 
     def seconds(self) -> float:
         if self.spans:
             torch.cuda.synchronize(self.device)
-            self.total += sum(a.elapsed_time(b) for a, b in self.spans) / 1e3
+            for a, b, task in self.spans:
+                took = a.elapsed_time(b) / 1e3
+                self.total += took
+                if task is not None:
+                    self.task_s[task] = self.task_s.get(task, 0.0) + took
             self.spans.clear()
         return self.total
 

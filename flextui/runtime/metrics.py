@@ -10,7 +10,8 @@ Kinds: ``start`` (rank, pid, host, device), ``steps`` (rank, the first and last 
 covered, ``warmup``, and sums over them: seconds of a step, of compute and of waiting
 on communication, bytes sent and received, the rank's share of each step's loss;
 the rank's peak memory so far and GPU utilisation, or None), ``check`` (rank, the
-largest relative errors against one process) and ``end`` (rank).
+largest relative errors against one process), ``tasks`` (rank, with ``--record-profile``:
+the mean time of each of its tasks, ``runtime.tasktimes``) and ``end`` (rank).
 """
 
 from __future__ import annotations

@@ -38,7 +38,8 @@ class RunDtype(StrEnum):
 class Training:
     """How the ranks train: ``warmup`` untimed steps then ``steps`` timed ones, from
     parameters and data made from ``seed``, with SGD (``lr``, ``momentum``); with
-    ``check`` the ranks compare their result with one process's afterwards."""
+    ``check`` the ranks compare their result with one process's afterwards; with
+    ``record_tasks`` they time every task and report the times (``tasks`` records)."""
 
     steps: int = 20
     warmup: int = 2
@@ -48,6 +49,7 @@ class Training:
     dtype: RunDtype = RunDtype.FLOAT32
     backend: Backend = Backend.GLOO
     check: bool = False
+    record_tasks: bool = False
 
 
 @dataclass(frozen=True)
@@ -66,7 +68,8 @@ class LaunchSpec:
                 "num_ranks": self.num_ranks,
                 "training": {"steps": t.steps, "warmup": t.warmup, "seed": t.seed, "lr": t.lr,
                              "momentum": t.momentum, "dtype": str(t.dtype),
-                             "backend": str(t.backend), "check": t.check}}
+                             "backend": str(t.backend), "check": t.check,
+                             "record_tasks": t.record_tasks}}
 
     def encode(self) -> bytes:
         return LAUNCH.encode(self.to_dict())
@@ -92,14 +95,15 @@ class LaunchSpec:
             for op, c in zip(graph.ops, (f.items(c, "config", 2) for c in configs))},
             f.string(name, "strategy name", empty=True))
         t = f.exact_keys(body["training"], ("steps", "warmup", "seed", "lr", "momentum",
-                                            "dtype", "backend", "check"), "training")
+                                            "dtype", "backend", "check", "record_tasks"),
+                         "training")
         training = Training(
             f.integer(t["steps"], "steps", 1), f.integer(t["warmup"], "warmup", 0),
             f.integer(t["seed"], "seed"), f.number(t["lr"], "lr", 0.0),
             f.number(t["momentum"], "momentum", 0.0, 1.0),
             RunDtype(f.choice(t["dtype"], "dtype", tuple(RunDtype))),
             Backend(f.choice(t["backend"], "backend", tuple(Backend))),
-            f.boolean(t["check"], "check"))
+            f.boolean(t["check"], "check"), f.boolean(t["record_tasks"], "record_tasks"))
         return cls(graph, strategy, f.integer(body["num_ranks"], "num_ranks", 1), training)
 
     @classmethod

@@ -28,12 +28,14 @@ import torch
 import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
+from flextui.cost.localdevice import cpu_name
 from flextui.runtime.comm import Comm
 from flextui.runtime.engine import Optimizer, RankProgram, within
 from flextui.runtime.metrics import MAX_LINE, Reporter, encode
 from flextui.runtime.plan import compile_plan
 from flextui.runtime.reference import train_whole
 from flextui.runtime.spec import Backend, LaunchSpec
+from flextui.runtime.tasktimes import TaskTimes
 
 LAUNCHER_PID = "FLEXTUI_LAUNCHER_PID"
 RANK_FAULT = "FLEXTUI_RANK_FAULT"
@@ -80,7 +82,9 @@ def _run(spec: LaunchSpec, rank: int, device: torch.device) -> int:
     dtype = getattr(torch, str(training.dtype))
     comm = Comm(rank, plan.sync_groups(), device)
     optimizer = Optimizer(training.lr, training.momentum)
-    program = RankProgram(plan, rank, comm, seed=training.seed, dtype=dtype, optimizer=optimizer)
+    program = RankProgram(plan, rank, comm, seed=training.seed, dtype=dtype, optimizer=optimizer,
+                          record_tasks=training.record_tasks)
+    task_times = TaskTimes(program.task_counts())
     reporter = Reporter(rank, _print, _memory(device), _utilisation(device))
     reporter.emit("start", pid=os.getpid(), host=socket.gethostname(), device=str(device),
                   steps=training.steps, warmup=training.warmup)
@@ -92,10 +96,15 @@ def _run(spec: LaunchSpec, rank: int, device: torch.device) -> int:
             raise RuntimeError(f"rank {rank} fails at step {step}, as {RANK_FAULT} asks")
         result = program.step(step)
         losses.append(result.loss_share)
+        if step >= training.warmup:
+            task_times.add(result.task_s)
         reporter.step(step, step < training.warmup, result.loss_share, result.step_s,
                       result.compute_s, result.wait_s, result.sent, result.received,
                       last=step in (training.warmup - 1, total - 1))
     reporter.flush()
+    if training.record_tasks:
+        for fields in task_times.records(_profile_device(device)):
+            reporter.emit("tasks", **fields)
     if training.check:
         _check(spec, program, losses, reporter, total, dtype)
     reporter.emit("end")
@@ -131,6 +140,14 @@ def relative_error(found: torch.Tensor, expected: torch.Tensor) -> float:
     scale = expected.abs().clamp_min(max(floor, 1e-300))
     return float(((found.to(expected.dtype) - expected).abs() / scale).max()) \
         if expected.numel() else 0.0
+
+
+def _profile_device(device: torch.device) -> str:
+    """The name profiles of this rank's device have: the GPU's, or the CPU's with the
+    threads this rank computes with."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return cpu_name(torch.get_num_threads())
 
 
 def _fault() -> tuple[int, int] | None:

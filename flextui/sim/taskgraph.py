@@ -11,7 +11,10 @@ carrying the overlap; in training, the gradient of the overlap travels back the 
 route. Replicated parameters get a gradient all-reduce per replica group (ring
 all-reduce on the links joining the group, timed by the cost model's
 ``allreduce_s(nbytes, devices, cluster)`` when it has one), then an optimizer update per
-device.
+device. On a cluster whose devices drive their own communication
+(``Cluster.host_driven_comm``: CPU ranks with no core to spare), a transfer hop also
+holds the device at either end of its link, and an all-reduce every device of its
+group: communication then takes the devices' time as well as the links'.
 
 Every task has a *key*, a tuple that orders tasks consistently with their
 dependencies; the scheduler breaks ties in ready time by it, so schedules are
@@ -30,12 +33,12 @@ import enum
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from flextui.cost.model import CostModel
+from flextui.cost.model import CostModel, sgd_update_s as update_s
 from flextui.cost.ring import ring_allreduce_s
 from flextui.errors import ClusterError
 from flextui.graph import Op, OpGraph, Region, intersect, region_volume
 from flextui.graph.tensor import dtype_bytes
-from flextui.machine import Cluster
+from flextui.machine import Cluster, Link
 from flextui.sim.replicas import ReplicaGroup, replica_plan
 from flextui.sim.taskstore import new_store
 from flextui.strategy import ParallelConfig, Strategy
@@ -79,12 +82,6 @@ def block_overlaps(producer: Op, consumer: Op, pconf: ParallelConfig, cconf: Par
                  for slot, k, m, overlap in overlap_regions(producer, consumer, pconf, cconf))
 
 
-def update_s(nbytes: float, device) -> float:
-    """Optimizer step (SGD with momentum): read weight, gradient and momentum, write
-    weight and momentum — five passes over the shard at memory bandwidth."""
-    return 5 * nbytes / device.spec.mem_bandwidth
-
-
 class TaskGraph:
     def __init__(self, graph: OpGraph, cluster: Cluster, cost_model: CostModel,
                  strategy: Strategy, training: bool = True) -> None:
@@ -92,6 +89,9 @@ class TaskGraph:
         self.num_devices = cluster.num_devices
         self.num_resources = cluster.num_devices + len(cluster.links)
         self.link_resource = {link.id: self.num_devices + link.id for link in cluster.links}
+        #: the resources a transfer over each link holds: the link, and on a cluster whose
+        #: devices drive their communication, the devices at its ends
+        self.hop_resources = {link.id: self._hop_resources(link) for link in cluster.links}
         self.update_s: Callable = getattr(cost_model, "update_s", update_s)
         self.allreduce_s: Callable = getattr(cost_model, "allreduce_s", ring_allreduce_s)
         self.store = new_store(self.num_resources)  # scheduling data, the ids' owner
@@ -211,6 +211,13 @@ class TaskGraph:
                                                                    cconf)
         return plan
 
+    def _hop_resources(self, link: Link) -> tuple[int, ...]:
+        held = [self.link_resource[link.id]]
+        if self.cluster.host_driven_comm:
+            ids = {d.name: d.id for d in self.cluster.devices}
+            held += [ids[end] for end in (link.src, link.dst) if end in ids]
+        return tuple(sorted(held))
+
     def _route(self, src: int, dst: int, why: Callable[[], str]):
         """The route from device ``src`` to ``dst``; without one, a ClusterError saying
         ``why()`` it was needed (worded only then: routes are asked for on a hot path)."""
@@ -233,7 +240,7 @@ class TaskGraph:
         for hop, link in enumerate(route):
             keeps = dst if hop == len(route) - 1 and self.kind[b] == TaskKind.FORWARD else -1
             t = self._new(TaskKind.TRANSFER, self.op[b], self.part[b],
-                          (self.link_resource[link.id],), self.cost.transfer_s(nbytes, link),
+                          self.hop_resources[link.id], self.cost.transfer_s(nbytes, link),
                           key + (hop,), nbytes, keeps=keeps)
             self._link(prev, t)
             owned.append(t)
@@ -271,6 +278,8 @@ class TaskGraph:
             links = sorted({self.link_resource[link.id] for a, b in ring
                             for link in self._route(a, b, lambda: f"the gradients of "
                                                     f"parameter {name!r} are all-reduced")})
+            if self.cluster.host_driven_comm:
+                links = sorted(group.devices) + links
             sync = self._new(TaskKind.SYNC, -1, g, tuple(links),
                              self.allreduce_s(nbytes, group.devices, self.cluster),
                              (2, order, g), nbytes)

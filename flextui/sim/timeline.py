@@ -90,9 +90,11 @@ def build_timeline(tg: TaskGraph, times: Times, memory: list[MemoryUsage],
         tasks.append(TaskTiming(tg.key[t], kind, op_names[tg.op[t]], tg.part[t], shown,
                                 ready[t], start[t], end[t], nbytes))
         for r in resources:
-            busy[r] += end[t] - start[t]
             if kind in moving:
                 moved[r] += nbytes
+                if r < tg.num_devices:
+                    continue   # a device's busy time is its compute (host-driven clusters)
+            busy[r] += end[t] - start[t]
     device_ids = {d.name: d.id for d in cluster.devices}
     for link in cluster.links:  # bytes a device puts on its own links, or takes off them
         if link.src in device_ids:

@@ -1,0 +1,44 @@
+"""``flextui launch --record-profile``: the launch's measured task times into the
+profile cache (``runtime.recording``), so the next ``--cost profiled`` search uses them."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rich.console import Console
+
+from flextui.errors import FlextuiError
+
+
+def add_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--record-profile", action="store_true",
+                   help="time every task on the ranks and write the times into the profile "
+                   "cache (--profiles DIR), so the next --cost profiled search uses them "
+                   "(on a GPU each task's time costs a pair of CUDA events)")
+
+
+def check(args: argparse.Namespace) -> None:
+    """Before anything starts: the profile directory can be written, and the launch
+    trains (a check's float64 steps are no profile)."""
+    if not args.record_profile:
+        return
+    from flextui.runtime.recording import check_recording
+    if args.check:
+        raise FlextuiError("--record-profile records a training run's task times; leave "
+                           "out --check")
+    check_recording(args.profiles)
+
+
+def record(args: argparse.Namespace, graph, outcome, records: list[dict[str, Any]],
+           console: Console) -> dict[str, Any]:
+    """A finished run's task times into the cache; what was written, for --json."""
+    if not args.record_profile or outcome.status != "finished":
+        return {}
+    from flextui.runtime.recording import record_profile
+    written = record_profile(graph, records, args.profiles)
+    if not args.json:
+        for r in written:
+            console.print(f"recorded {r.tasks:,} task times ({r.runs:,} runs) measured on "
+                          f"{r.device} into {r.path}", highlight=False)
+    return {"recorded_profile": [r.to_dict() for r in written]}

@@ -1,0 +1,131 @@
+"""The optimizer update, measured: SGD with momentum over a parameter shard, as a rank
+runs it (``runtime.engine``: ``v = m * v + g; w -= lr * v``), timed on the local device
+for shard sizes from 4 KiB up to the graph's largest parameter, doubling.
+
+A roofline guess (five passes over the shard at the memory bandwidth) is far off on a
+CPU, whose bandwidth is itself a guess, so profiled cost models time updates from these
+measurements (interpolated between sizes, ``calibration.interpolate``). Each timed
+update starts with the shard out of cache (a buffer twice the last-level cache is
+written first), as in a step, where the update comes after the whole backward pass
+has been through the cache: timed warm, updates of a few MiB ran 2-4x faster than in a
+rank's step. They live in the profile cache beside the tasks,
+under keys of their own: op type ``sgd-momentum-update`` with the shard as the one
+parameter shape, its element count.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import torch
+
+from flextui.cost.cache import ProfileCache, ProfileEntry, ProfileKey
+from flextui.cost.signatures import Measurement
+from flextui.graph import OpGraph
+from flextui.graph.kernels import torch_dtype
+from flextui.graph.tensor import dtype_bytes
+
+UPDATE_OP = "sgd-momentum-update"
+MIN_BYTES = 4 * 2**10
+
+#: (shard bytes, seconds) of measured updates, sizes increasing
+Table = tuple[tuple[int, float], ...]
+
+
+def update_sizes(graph: OpGraph, dtype: str) -> list[int]:
+    """Shard sizes (bytes) to time: 4 KiB doubling up to the first size that holds the
+    graph's largest parameter."""
+    width = dtype_bytes(dtype)
+    largest = max((p.numel * width for p in graph.parameters.values()), default=MIN_BYTES)
+    sizes = [MIN_BYTES]
+    while sizes[-1] < largest:
+        sizes.append(2 * sizes[-1])
+    return sizes
+
+
+def update_key(measurement: Measurement, nbytes: int) -> ProfileKey:
+    """The cache key of the update of an ``nbytes`` shard."""
+    numel = nbytes // dtype_bytes(measurement.dtype)
+    return ProfileKey(UPDATE_OP, (), (), ((numel,),), (), measurement.dtype, True,
+                      measurement.device_name, measurement.torch_version)
+
+
+def cached_updates(cache: ProfileCache, measurement: Measurement, sizes: Sequence[int]) -> Table:
+    """The measured updates of ``sizes`` the cache holds."""
+    found = []
+    for nbytes in sizes:
+        entry = cache.get(update_key(measurement, nbytes))
+        if entry is not None and entry.forward_s is not None:
+            found.append((nbytes, entry.forward_s))
+    return tuple(found)
+
+
+def profile_updates(sizes: Sequence[int], measurement: Measurement, cache: ProfileCache,
+                    device: torch.device, *, warmup: int = 2, repeats: int = 10,
+                    stop: Callable[[], bool] | None = None) -> int:
+    """Time the updates of ``sizes`` the cache lacks into it (saved); how many were."""
+    measured = 0
+    for nbytes in sizes:
+        if stop is not None and stop():
+            break
+        key = update_key(measurement, nbytes)
+        if cache.get(key) is None:
+            cache.put(key, time_update(nbytes, torch_dtype(measurement.dtype), device,
+                                       warmup=warmup, repeats=repeats))
+            measured += 1
+    cache.save()
+    return measured
+
+
+def time_update(nbytes: int, dtype: torch.dtype, device: torch.device, *, warmup: int = 2,
+                repeats: int = 10) -> ProfileEntry:
+    """Median seconds of one SGD-with-momentum update of an ``nbytes`` shard."""
+    numel = nbytes // torch.empty((), dtype=dtype).element_size()
+    generator = torch.Generator(device=device).manual_seed(0)
+    weight, grad = (torch.randn(numel, dtype=dtype, device=device, generator=generator)
+                    for _ in range(2))
+    velocity = torch.zeros_like(weight)
+    scratch = torch.empty(_evict_bytes(device) // 4, dtype=torch.float32, device=device)
+    cuda = device.type == "cuda"
+    times = []
+    with torch.no_grad():
+        for i in range(warmup + repeats):
+            scratch.fill_(i)   # the shard out of cache
+            if cuda:
+                torch.cuda.synchronize(device)
+            start = time.perf_counter()
+            velocity.mul_(0.9).add_(grad)
+            weight.add_(velocity, alpha=-0.01)
+            if cuda:
+                torch.cuda.synchronize(device)
+            if i >= warmup:
+                times.append(time.perf_counter() - start)
+    spread = statistics.quantiles(times, n=4) if len(times) > 1 else [0.0, 0.0, 0.0]
+    return ProfileEntry(statistics.median(times), 0.0, max(0.0, spread[2] - spread[0]), 0.0,
+                        repeats=repeats, peak_memory_bytes=3 * nbytes)
+
+
+def _evict_bytes(device: torch.device) -> int:
+    """Bytes to write to push a shard out of ``device``'s caches: twice its last-level
+    cache (the GPU's L2, or the largest CPU cache Linux lists), 64 MiB if unknown."""
+    if device.type == "cuda":
+        found = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0))
+    else:
+        found = max((_cache_size(path) for path in
+                     Path("/sys/devices/system/cpu/cpu0/cache").glob("index*/size")),
+                    default=0)
+    return min(max(2 * found, 64 * 2**20), 2**30)
+
+
+def _cache_size(path: Path) -> int:
+    """A sysfs cache size (``32768K``) in bytes, 0 if it cannot be read."""
+    try:
+        text = path.read_text().strip()
+    except OSError:
+        return 0
+    scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
+    digits = text[:-1] if text[-1:] in "KMG" else text
+    return int(digits) * scale if digits.isdigit() else 0

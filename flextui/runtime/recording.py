@@ -1,0 +1,125 @@
+"""Task times measured by a launch's ranks, into the profile cache
+(``flextui launch --record-profile``), so the next search uses them.
+
+Each rank reports the mean time of each of its tasks over the timed steps (``tasks``
+records: ``runtime.tasktimes``) with the name its device's profiles have (a GPU's, or
+the CPU's with the rank's threads: ``cost.cpu_threads``). Here the ranks' figures for
+one op and block shape are averaged, weighted by how many task runs each is over, and
+written with the cache's own writer under the key the profiler would use, as training
+times in the run's dtype with this torch: the profiled cost model of the launch's
+cluster finds them (``cost.choose``) and, being newer, they take the place of the
+profiler's times of the same tasks.
+"""
+
+from __future__ import annotations
+
+import math
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from flextui.cost.cache import ProfileCache, ProfileEntry, ProfileKey
+from flextui.cost.cache_dirs import user_profile_dir
+from flextui.cost.signatures import Measurement
+from flextui.errors import FlextuiError
+from flextui.graph import OpGraph
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What a launch wrote into one device's profile cache."""
+
+    device: str
+    path: Path
+    tasks: int       # entries written (one per op and block shape)
+    runs: int        # task runs the entries average over
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"device": self.device, "file": str(self.path), "tasks": self.tasks,
+                "runs": self.runs}
+
+
+def check_recording(profiles: str | None) -> Path:
+    """The profile directory a launch's task times will go into; FlextuiError now, before
+    any rank starts, if it cannot be written."""
+    directory = user_profile_dir(profiles)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".flextui-check-"):
+            pass
+    except OSError as exc:
+        raise FlextuiError(f"--record-profile: cannot write profiles to {directory} "
+                           f"({exc.strerror or exc}); make it writable or choose another "
+                           "directory with --profiles DIR") from None
+    return directory
+
+
+def merged_times(graph: OpGraph, records: Iterable[dict[str, Any]]
+                 ) -> dict[str, dict[tuple[int, tuple[int, ...]], tuple[float, float, int]]]:
+    """Per device name, per (op index, block shape): (forward s, backward s, runs), the
+    ranks' means averaged by runs. Rows that are not a task of ``graph`` (a record from
+    another run, a damaged line) are left out."""
+    sums: dict[str, dict[tuple[int, tuple[int, ...]], list[float]]] = {}
+    for record in records:
+        if record.get("kind") != "tasks" or not isinstance(record.get("device"), str) \
+                or not isinstance(record.get("tasks"), list):
+            continue
+        per_device = sums.setdefault(record["device"], {})
+        for row in record["tasks"]:
+            task = _task(graph, row)
+            if task is None:
+                continue
+            kind, forward, backward, runs = task
+            total = per_device.setdefault(kind, [0.0, 0.0, 0])
+            total[0] += forward * runs
+            total[1] += backward * runs
+            total[2] += runs
+    return {device: {kind: (f / n, b / n, int(n)) for kind, (f, b, n) in per_device.items()}
+            for device, per_device in sums.items() if per_device}
+
+
+def _task(graph: OpGraph, row: Any
+          ) -> tuple[tuple[int, tuple[int, ...]], float, float, int] | None:
+    """A ``tasks`` row, checked against the graph: ((op index, block shape), forward s,
+    backward s, runs), or None."""
+    if not (isinstance(row, list) and len(row) == 5):
+        return None
+    op_index, shape, forward, backward, runs = row
+    if not (isinstance(op_index, int) and 0 <= op_index < len(graph.ops)
+            and isinstance(shape, list) and isinstance(runs, int) and runs > 0):
+        return None
+    op = graph.ops[op_index]
+    if op.type == "input" or len(shape) != len(op.space) or not all(
+            isinstance(n, int) and 0 < n <= d.size and d.size % n == 0
+            for n, d in zip(shape, op.space)):
+        return None
+    if not all(isinstance(t, (int, float)) and math.isfinite(t) and t >= 0
+               for t in (forward, backward)):
+        return None
+    return (op_index, tuple(shape)), float(forward), float(backward), runs
+
+
+def record_profile(graph: OpGraph, records: Iterable[dict[str, Any]],
+                   profiles: str | None = None, dtype: str = "float32") -> list[Recorded]:
+    """Write the task times in a run's ``records`` into the profile caches of the
+    devices they were measured on (in ``profiles``, else the user's directory); one
+    ``Recorded`` per cache written. FlextuiError if a cache cannot be saved."""
+    directory = user_profile_dir(profiles)
+    written = []
+    for device, times in merged_times(graph, records).items():
+        cache = ProfileCache(device, [directory])
+        measurement = Measurement(dtype, True, device, torch.__version__)
+        for (op_index, shape), (forward, backward, runs) in times.items():
+            key: ProfileKey = measurement.key(graph.ops[op_index], shape)
+            before = cache.get(key)
+            memory = before.peak_memory_bytes if before is not None else 0
+            cache.put(key, ProfileEntry(forward, backward, repeats=runs,
+                                        peak_memory_bytes=memory))
+        cache.save()
+        written.append(Recorded(device, cache.path, len(times),
+                                sum(runs for _, _, runs in times.values())))
+    return written

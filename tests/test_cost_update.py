@@ -1,0 +1,115 @@
+"""The optimizer update, measured by the profiler and used by the profiled cost model."""
+
+import json
+
+import pytest
+import torch
+
+from flextui.cli import main
+from flextui.cost import AnalyticCostModel, cost_model_from_identity
+from flextui.cost.cache import ProfileCache, ProfileEntry
+from flextui.cost.localdevice import cpu_name
+from flextui.cost.model import sgd_update_s
+from flextui.cost.profile import prepare_profile
+from flextui.cost.profiled import ProfiledCostModel
+from flextui.cost.signatures import Measurement
+from flextui.cost.update import cached_updates, update_key, update_sizes
+from flextui.machine import load_named_cluster
+from flextui.sim import Simulator
+from flextui.strategy import builtin_strategy
+from helpers import model
+
+
+@pytest.fixture(autouse=True)
+def one_thread(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+
+
+def measurement():
+    return Measurement("float32", True, cpu_name(1), torch.__version__)
+
+
+def test_update_sizes_double_up_to_the_largest_parameter():
+    graph = model("lenet", batch_size=4)
+    largest = max(p.numel for p in graph.parameters.values()) * 4
+    sizes = update_sizes(graph, "float32")
+    assert sizes[0] == 4096 and all(b == 2 * a for a, b in zip(sizes, sizes[1:]))
+    assert sizes[-2] < largest <= sizes[-1]
+
+
+def test_profiling_times_the_update_and_the_cost_model_uses_it(tmp_path, capsys):
+    graph = model("lenet", batch_size=4)
+    run = prepare_profile(graph, 2, device="cpu", profiles=str(tmp_path))
+    run.run(warmup=0, repeats=1)
+    table = cached_updates(run.cache, run.measurement, update_sizes(graph, "float32"))
+    assert [n for n, _ in table] == update_sizes(graph, "float32")
+    assert all(t > 0 for _, t in table)
+    cluster = load_named_cluster("local-cpu-2")
+    profiled = ProfiledCostModel.from_cache(graph, 2, run.cache, run.measurement,
+                                            AnalyticCostModel())
+    assert profiled.updates == table
+    device = cluster.devices[0]
+    assert profiled.update_s(table[1][0], device) == table[1][1]
+    between = (table[0][0] + table[1][0]) // 2
+    assert min(table[0][1], table[1][1]) <= profiled.update_s(between, device) \
+        <= max(table[0][1], table[1][1])
+    assert "optimizer updates measured" in profiled.describe()
+    # a shown cache lists the updates with the tasks (a table row has no output block)
+    assert main(["profile", "--show", str(run.cache.path), "-m", "lenet", "-b", "4",
+                 "--max-devices", "2"]) == 0
+    capsys.readouterr()
+    assert main(["profile", "--show", str(run.cache.path), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)["entries"]
+    assert sum(e["key"]["op_type"] == "sgd-momentum-update" for e in shown) == len(table)
+
+
+def _model(updates):
+    return ProfiledCostModel(measurement(), {}, AnalyticCostModel(), updates=updates)
+
+
+def test_measured_updates_replace_the_roofline_guess_on_the_profiled_kind_only():
+    cpu = load_named_cluster("local-cpu-2").devices[0]
+    other = load_named_cluster("p100-4x4@1node").devices[0]
+    profiled = _model(((4096, 1e-6), (8192, 3e-6)))
+    assert profiled.update_s(8192, cpu) == 3e-6
+    assert profiled.update_s(6144, cpu) == pytest.approx(2e-6)
+    assert profiled.update_s(8192, other) == sgd_update_s(8192, other)
+    assert _model(()).update_s(8192, cpu) == sgd_update_s(8192, cpu)
+    graph = model("mlp", batch_size=8, width=64, in_features=32, layers=1)
+    cluster = load_named_cluster("local-cpu-2")
+    strategy = builtin_strategy("data-parallel", graph, cluster)
+    updates = [t for t in Simulator(graph, cluster, profiled).simulate(strategy).tasks
+               if t.kind.name == "UPDATE"]
+    assert updates and all(t.end - t.start == pytest.approx(profiled.update_s(t.nbytes, cpu))
+                           for t in updates)
+
+
+def test_the_identity_carries_the_updates_and_stays_as_it_was_without():
+    profiled = _model(((4096, 1e-6), (8192, 3e-6)))
+    rebuilt = cost_model_from_identity(profiled.identity)
+    assert rebuilt.updates == profiled.updates and rebuilt.identity == profiled.identity
+    assert '"updates"' not in _model(()).identity
+    broken = profiled.identity.replace("[8192,3e-06]", "[2048,3e-06]")
+    assert broken != profiled.identity
+    with pytest.raises(Exception, match="update sizes must increase"):
+        cost_model_from_identity(broken)
+
+
+def test_an_update_is_cached_under_its_shard(tmp_path):
+    key = update_key(measurement(), 8192)
+    assert key.param_shapes == ((2048,),) and key.training and key.output_shapes == ()
+    cache = ProfileCache(cpu_name(1), [tmp_path])
+    cache.put(key, ProfileEntry(1e-5, 0.0))
+    cache.save()
+    again = ProfileCache(cpu_name(1), [tmp_path])
+    assert cached_updates(again, measurement(), [4096, 8192]) == ((8192, 1e-5),)
+
+
+def test_an_update_is_timed_with_its_shard_out_of_a_cache_this_large(tmp_path):
+    from flextui.cost.update import _cache_size, _evict_bytes
+    for text, expected in (("32768K", 32 * 2**20), ("2M", 2 * 2**20), ("512", 512),
+                           ("big", 0), ("", 0)):
+        (tmp_path / "size").write_text(text + "\n")
+        assert _cache_size(tmp_path / "size") == expected
+    assert _cache_size(tmp_path / "missing") == 0
+    assert 64 * 2**20 <= _evict_bytes(torch.device("cpu")) <= 2**30
