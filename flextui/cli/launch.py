@@ -132,9 +132,12 @@ def cmd_launch(args: argparse.Namespace, console: Console) -> int:
         return run_app(launch=request)
     stop = threading.Event()
     progress = _Progress(prepared, console, quiet=args.json)
-    console.print(f"launching {graph.name} ({strategy.name}) on {cluster.num_devices} ranks "
-                  f"({cluster.name}, {backend}){where}; run log {prepared.run_log}",
-                  highlight=False)
+    said = (f"launching {graph.name} ({strategy.name}) on {cluster.num_devices} ranks "
+            f"({cluster.name}, {backend}){where}; run log {prepared.run_log}")
+    if args.json:  # stdout holds the JSON alone
+        print(said, file=sys.stderr)
+    else:
+        console.print(said, highlight=False)
     with stop_on_signals(stop) as caught:
         outcome, summary, records = job.execute(prepared, stop, progress.record,
                                                 progress.output)
