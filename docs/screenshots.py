@@ -4,6 +4,11 @@ launch of 2 CPU ranks on the Launch screen, saved as SVG by Textual and converte
 (needs ``pip install cairosvg``).
 
     python docs/screenshots.py [--model mlp] [--nodes 4] [--seconds 20] [--steps 300]
+                               [--profiles DIR]
+
+The launch is measured against profiled task times when ``--profiles`` (or the default
+cache) holds them for 2 CPU ranks: ``flextui profile -m lenet -b 32 --device cpu
+--max-devices 2`` and ``flextui profile --comm --device cpu``.
 """
 
 from __future__ import annotations
@@ -65,13 +70,14 @@ async def shoot(model: str, nodes: int, seconds: float) -> None:
             await pilot.press("ctrl+q")
 
 
-async def shoot_launch(steps: int) -> None:
+async def shoot_launch(steps: int, profiles: str | None) -> None:
     """LeNet under the expert strategy on 2 CPU ranks here, the screen taken when most
     of the steps are done (the sparklines have a history)."""
     graph, cluster = load_model("lenet", batch_size=32), cpu_ranks(2)
     strategy = builtin_strategy("expert", graph, cluster)
     try:  # measured against what the profiled CPU predicts, when it has been profiled
-        cost_model = choose_cost_model(graph, cluster, CostKind.PROFILED, training=True).model
+        cost_model = choose_cost_model(graph, cluster, CostKind.PROFILED, profiles=profiles,
+                                       training=True).model
     except FlextuiError as exc:
         print(f"analytic task times: {exc}")
         cost_model = choose_cost_model(graph, cluster).model
@@ -95,9 +101,10 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=4)
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--steps", type=int, default=300, help="steps of the launch")
+    parser.add_argument("--profiles", help="the profile cache the launch is simulated with")
     args = parser.parse_args()
     asyncio.run(shoot(args.model, args.nodes, args.seconds))
-    asyncio.run(shoot_launch(args.steps))
+    asyncio.run(shoot_launch(args.steps, args.profiles))
 
 
 if __name__ == "__main__":

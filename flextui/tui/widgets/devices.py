@@ -21,7 +21,7 @@ SPARK_WIDTH = 12
 SPLIT_WIDTH = 10
 #: from this many columns on, busy and simulated times are shown beside their error,
 #: and the history is longer
-WIDE = 110
+WIDE = 104
 WIDE_SPARK_WIDTH = 24
 
 
