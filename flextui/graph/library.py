@@ -40,7 +40,9 @@ def model_names() -> list[str]:
                   if p.name.endswith(".py") and not p.name.startswith("_"))
 
 
-def _module(name: str) -> ModuleType:
+def _module(name: str) -> Any:
+    """The model ``name`` names: a library module or model file (``build``,
+    ``DEFAULTS``, ``DESCRIPTION``), or a PyTorch model made to look like one."""
     if name.endswith(".py") or "/" in name:
         path = Path(name)
         if not path.is_file():
@@ -56,14 +58,40 @@ def _module(name: str) -> ModuleType:
             raise ModelError(f"model file {name} failed to load: {exc!r}") from None
     elif name in model_names():
         module = importlib.import_module(f"{LIBRARY_PACKAGE}.{name}")
+    elif ":" in name:
+        return _factory(name)
     else:
         raise ModelError(f"unknown model {name!r:.80}; built-in models: {', '.join(model_names())} "
-                         f"(or give the path of a model .py file)")
+                         f"(or give the path of a model .py file, or package.module:factory)")
+    if not hasattr(module, "build"):
+        from flextui.graph.importer.source import torch_model
+
+        imported = torch_model(module, Path(name).stem)
+        if imported is not None:
+            return imported
     for attr in ("build", "DEFAULTS", "DESCRIPTION"):
         if not hasattr(module, attr):
-            raise ModelError(f"model {name!r} defines no {attr}; a model file needs "
-                             f"build(**options), DEFAULTS and DESCRIPTION")
+            raise ModelError(f"model {name!r} defines no {attr}; a model file defines "
+                             "model() and example_inputs(batch_size) (a PyTorch module), or "
+                             "build(**options), DEFAULTS and DESCRIPTION (flextui's builder)")
     return module
+
+
+def _factory(name: str) -> Any:
+    """``package.module:factory``: a PyTorch module made by an importable factory, with
+    ``example_inputs(batch_size)`` beside it."""
+    from flextui.graph.importer.source import torch_model
+
+    path, _, factory = name.partition(":")
+    try:
+        module = importlib.import_module(path)
+    except Exception as exc:  # noqa: BLE001 (a user's module may raise anything on import)
+        raise ModelError(f"model {name!r}: cannot import {path}: {exc!r:.200}") from None
+    imported = torch_model(module, factory, factory)
+    if imported is None:
+        raise ModelError(f"model {name!r}: {path} needs {factory}() and "
+                         "example_inputs(batch_size)")
+    return imported
 
 
 def model_info(name: str) -> ModelInfo:
@@ -93,6 +121,8 @@ def load_model(name: str, **options: Any) -> OpGraph:
     try:
         graph = module.build(**merged)
     except FlextuiError as exc:
+        if getattr(module, "NAMES_ITSELF", False):  # an import's report, whole
+            raise
         raise ModelError(f"model {name!r} with {merged!s:.300}: {exc!s:.300}") from None
     if not isinstance(graph, OpGraph):
         raise ModelError(f"model {name!r}: build() returned {type(graph).__name__}, not an OpGraph")

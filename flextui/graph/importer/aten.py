@@ -1,0 +1,231 @@
+"""The ATen ops the importer maps, by overload (never by node name), each onto one of
+flextui's op types through the graph builder. A handler gets the node's arguments with
+its inputs resolved (flextui tensors, ``ParamRef`` for the module's weights) and returns
+the op's output; ``Unmappable`` says why a variant cannot be mapped; an alias returns
+its input as it is."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from flextui.graph.builder import GraphBuilder
+from flextui.graph.tensor import Tensor
+
+
+class Unmappable(Exception):
+    """This call of a mapped op cannot be partitioned (a variant not supported yet)."""
+
+
+@dataclass(frozen=True)
+class ParamRef:
+    """One of the module's parameters, as a call's argument (its name and shape)."""
+
+    name: str
+    shape: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Dropped:
+    """A value the graph does not carry (a buffer, bookkeeping on one)."""
+
+    what: str
+
+
+class Context:
+    """The builder, and the name the op being mapped gets: the path of the torch.nn
+    layer that ran it ("layer1.0.conv1"), else the path of the user's block and the
+    node's name ("layer1.0.add")."""
+
+    def __init__(self, builder: GraphBuilder) -> None:
+        self.builder = builder
+        self.name = ""
+        self._used: set[str] = set()
+
+    @contextlib.contextmanager
+    def naming(self, module: tuple[str, bool], node: Any) -> Iterator[None]:
+        path, layer = module
+        name = path if layer and path not in self._used else \
+            f"{path}.{node.name}" if path else str(node.name)
+        self._used.add(name)
+        self.name = name
+        yield
+
+
+def _tensor(value: Any, what: str) -> Tensor:
+    if not isinstance(value, Tensor):
+        raise Unmappable(f"{what} is not an activation (a constant or a weight used as data)")
+    return value
+
+
+def _pair(value: Any) -> tuple[int, int]:
+    values = list(value) if isinstance(value, (list, tuple)) else [value]
+    return (int(values[0]), int(values[-1]))
+
+
+def conv2d(ctx: Context, x: Any, weight: Any, bias: Any = None, stride: Any = 1,
+           padding: Any = 0, dilation: Any = 1, groups: int = 1) -> Tensor:
+    if not isinstance(weight, ParamRef):
+        raise Unmappable("the weight is computed, not a parameter")
+    if groups != 1:
+        raise Unmappable(f"grouped convolution (groups={groups})")
+    if isinstance(padding, str):
+        raise Unmappable(f"padding={padding!r}")
+    return ctx.builder.conv2d(_tensor(x, "the input"), weight.shape[0], _pair(weight.shape[2:]),
+                              _pair(stride), _pair(padding), _pair(dilation),
+                              bias=bias is not None, name=ctx.name)
+
+
+def linear(ctx: Context, x: Any, weight: Any, bias: Any = None) -> Tensor:
+    if not isinstance(weight, ParamRef):
+        raise Unmappable("the weight is computed, not a parameter")
+    return ctx.builder.linear(_tensor(x, "the input"), weight.shape[0], bias=bias is not None,
+                              name=ctx.name)
+
+
+def max_pool2d(ctx: Context, x: Any, kernel: Any, stride: Any = (), padding: Any = 0,
+               dilation: Any = 1, ceil_mode: bool = False) -> Tensor:
+    if ceil_mode or _pair(dilation) != (1, 1):
+        raise Unmappable("ceil_mode or dilation")
+    return ctx.builder.pool2d(_tensor(x, "the input"), _pair(kernel),
+                              _pair(stride) if stride else None, _pair(padding), "max",
+                              name=ctx.name)
+
+
+def avg_pool2d(ctx: Context, x: Any, kernel: Any, stride: Any = (), padding: Any = 0,
+               ceil_mode: bool = False, count_include_pad: bool = True,
+               divisor_override: Any = None) -> Tensor:
+    if ceil_mode or divisor_override is not None:
+        raise Unmappable("ceil_mode or divisor_override")
+    return ctx.builder.pool2d(_tensor(x, "the input"), _pair(kernel),
+                              _pair(stride) if stride else None, _pair(padding), "avg",
+                              name=ctx.name)
+
+
+def adaptive_avg_pool2d(ctx: Context, x: Any, output_size: Any) -> Tensor:
+    return ctx.builder.adaptive_pool2d(_tensor(x, "the input"), _pair(output_size), "avg",
+                                       name=ctx.name)
+
+
+def batch_norm(ctx: Context, x: Any, *_: Any) -> Tensor:
+    return ctx.builder.batchnorm(_tensor(x, "the input"), name=ctx.name)
+
+
+def layer_norm(ctx: Context, x: Any, shape: Any, *_: Any) -> Tensor:
+    x = _tensor(x, "the input")
+    if list(shape) != [x.shape[-1]]:
+        raise Unmappable(f"normalised over {list(shape)}, not the last dim")
+    return ctx.builder.layernorm(x, name=ctx.name)
+
+
+def unary(fn: str) -> Callable[..., Tensor]:
+    def handler(ctx: Context, x: Any, *_: Any, **__: Any) -> Tensor:
+        return ctx.builder.unary(_tensor(x, "the input"), fn, name=ctx.name)
+    return handler
+
+
+def binary(fn: str) -> Callable[..., Tensor]:
+    def handler(ctx: Context, a: Any, b: Any, **kwargs: Any) -> Tensor:
+        if kwargs.get("alpha", 1) != 1:
+            raise Unmappable("alpha")
+        if not (isinstance(a, Tensor) and isinstance(b, Tensor)):
+            raise Unmappable("a scalar operand (only tensor-tensor arithmetic)")
+        if a.shape != b.shape:
+            raise Unmappable(f"broadcasting {list(a.shape)} with {list(b.shape)}")
+        return ctx.builder.binary(a, b, fn, name=ctx.name)
+    return handler
+
+
+def flatten(ctx: Context, x: Any, start: int = 0, end: int = -1) -> Tensor:
+    x = _tensor(x, "the input")
+    if start != 1 or end not in (-1, len(x.shape) - 1):
+        raise Unmappable("a flatten that does not keep the batch dim alone")
+    return ctx.builder.flatten(x, name=ctx.name)
+
+
+def reshape(ctx: Context, x: Any, shape: Any) -> Tensor:
+    x = _tensor(x, "the input")
+    shape = [int(s) for s in shape]
+    if shape[0] != x.shape[0]:
+        raise Unmappable(f"a reshape of {list(x.shape)} to {shape} changes the batch dim")
+    return ctx.builder.reshape(x, shape, name=ctx.name)
+
+
+def cat(ctx: Context, xs: Any, dim: int = 0) -> Tensor:
+    tensors = [_tensor(x, "an input") for x in xs]
+    return ctx.builder.concat(tensors, dim % len(tensors[0].shape), name=ctx.name)
+
+
+def embedding(ctx: Context, weight: Any, ids: Any, *_: Any) -> Tensor:
+    if not isinstance(weight, ParamRef):
+        raise Unmappable("the table is computed, not a parameter")
+    return ctx.builder.embedding(_tensor(ids, "the ids"), weight.shape[0], weight.shape[1],
+                                 name=ctx.name)
+
+
+def matmul(ctx: Context, a: Any, b: Any) -> Tensor:
+    return ctx.builder.matmul(_tensor(a, "the left operand"), _tensor(b, "the right operand"),
+                              name=ctx.name)
+
+
+def cross_entropy(ctx: Context, logits: Any, labels: Any, weight: Any = None,
+                  reduction: int = 1, ignore_index: int = -100,
+                  label_smoothing: float = 0.0) -> Tensor:
+    if weight is not None or reduction != 1 or label_smoothing:
+        raise Unmappable("class weights, a reduction other than the mean, or smoothing")
+    return ctx.builder.softmax_ce(_tensor(logits, "the logits"), _tensor(labels, "the labels"),
+                                  name=ctx.name)
+
+
+def split(ctx: Context, x: Any, size: Any, dim: int = 0) -> list[Tensor]:
+    x = _tensor(x, "the input")
+    axis = dim % len(x.shape)
+    total = x.shape[axis]
+    sizes = [int(s) for s in size] if isinstance(size, (list, tuple)) else \
+        [min(int(size), total - i) for i in range(0, total, int(size))]
+    return ctx.builder.split(x, sizes, axis, name=ctx.name)
+
+
+def chunk(ctx: Context, x: Any, chunks: int, dim: int = 0) -> list[Tensor]:
+    x = _tensor(x, "the input")
+    total = x.shape[dim % len(x.shape)]
+    return split(ctx, x, -(-total // chunks), dim)
+
+
+def getitem(ctx: Context, values: Any, index: int) -> Any:
+    if not isinstance(values, (list, tuple)):
+        raise Unmappable("indexing an activation")
+    return values[index]
+
+
+def alias(ctx: Context, x: Any, *_: Any, **__: Any) -> Any:
+    return x
+
+
+HANDLERS: dict[str, Callable[..., Any]] = {
+    "aten.conv2d.default": conv2d,
+    "aten.linear.default": linear,
+    "aten.max_pool2d.default": max_pool2d,
+    "aten.avg_pool2d.default": avg_pool2d,
+    "aten.adaptive_avg_pool2d.default": adaptive_avg_pool2d,
+    "aten.batch_norm.default": batch_norm,
+    "aten.layer_norm.default": layer_norm,
+    **{f"aten.{fn}.default": unary(fn) for fn in ("relu", "gelu", "sigmoid", "tanh")},
+    "aten.relu_.default": unary("relu"),
+    "aten.dropout.default": unary("dropout"),
+    **{f"aten.{fn}.Tensor": binary(fn) for fn in ("add", "sub", "mul")},
+    "aten.flatten.using_ints": flatten,
+    "aten.view.default": reshape,
+    "aten.reshape.default": reshape,
+    "aten.cat.default": cat,
+    "aten.split.Tensor": split,
+    "aten.split_with_sizes.default": split,
+    "aten.chunk.default": chunk,
+    "getitem": getitem,
+    "aten.embedding.default": embedding,
+    "aten.matmul.default": matmul,
+    "aten.cross_entropy_loss.default": cross_entropy,
+    **{f"aten.{fn}.default": alias for fn in ("contiguous", "clone", "detach", "alias")},
+}

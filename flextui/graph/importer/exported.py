@@ -1,0 +1,60 @@
+"""``torch.export`` of a user's module, its failures said plainly, and where a node of
+the exported graph came from (its module path and the user's source line)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from flextui.errors import GraphError
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
+
+
+def export(module: Any, example_inputs: tuple, name: str) -> Any:
+    """``torch.export.export`` without decompositions; GraphError when it cannot trace
+    (data-dependent control flow, say), with torch.export's own first line."""
+    import torch
+
+    if not isinstance(module, torch.nn.Module):
+        raise GraphError(f"model {name!r}: model() must return a torch.nn.Module, found "
+                         f"{type(module).__name__}")
+    try:
+        return torch.export.export(module, tuple(example_inputs))
+    except Exception as exc:  # noqa: BLE001 (torch.export raises many kinds)
+        said = next((line.strip() for line in str(exc).splitlines() if line.strip()),
+                    type(exc).__name__)
+        raise GraphError(f"model {name!r}: torch.export cannot trace it: {said[:300]} (see "
+                         "https://pytorch.org/docs/stable/export.html: data-dependent "
+                         "control flow needs torch.cond)") from None
+
+
+def module_path(node: Any) -> tuple[str, bool]:
+    """The path of the innermost module that ran ``node`` ("layer1.0.conv1", "" at the
+    top level), and whether that module is one of torch.nn's own (a layer, whose op
+    takes its name, rather than a block of the user's that runs several)."""
+    stack = node.meta.get("nn_module_stack") or {}
+    if not stack:
+        return "", False
+    path, kind = list(stack.values())[-1][:2]
+    kind = kind if isinstance(kind, str) else f"{kind.__module__}.{kind.__qualname__}"
+    own = kind.startswith("torch.nn.modules.")
+    return str(path).removeprefix("L['self']."), own
+
+
+def source_line(node: Any) -> str:
+    """The user's line that made ``node``: the innermost frame outside torch."""
+    import torch
+
+    torch_dir = str(Path(torch.__file__).parent)
+    frames = _FRAME.findall(node.meta.get("stack_trace") or "")
+    mine = [(f, n) for f, n in frames if not f.startswith(torch_dir)]
+    return f"{mine[-1][0]}:{mine[-1][1]}" if mine else ""
+
+
+def target_name(target: Any) -> str:
+    """An ATen overload as ``aten.conv2d.default``, a Python function by its name
+    (``getitem``)."""
+    text = str(target)
+    return text if text.startswith("aten.") else getattr(target, "__name__", text)

@@ -1,0 +1,72 @@
+"""A user's PyTorch model as the library builds it: a ``.py`` file (or an importable
+module, ``package.module:factory``) that defines ``model()`` (the ``nn.Module``) and
+``example_inputs(batch_size)`` (a tuple of tensors whose first dim is the batch), and
+optionally ``BATCH_SIZE`` and ``DESCRIPTION``::
+
+    import torch
+    from torch import nn
+
+    BATCH_SIZE = 64
+
+    def model():
+        return nn.Sequential(nn.Flatten(), nn.Linear(784, 256), nn.ReLU(),
+                             nn.Linear(256, 10))
+
+    def example_inputs(batch_size):
+        return (torch.randn(batch_size, 1, 28, 28),)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from flextui.errors import FlextuiError, ModelError
+from flextui.graph.graph import OpGraph
+from flextui.graph.importer.convert import import_module
+
+DEFAULT_BATCH_SIZE = 32
+
+
+@dataclass
+class TorchModel:
+    """What the library needs of a model (``build``, ``DEFAULTS``, ``DESCRIPTION``),
+    made from a user's ``model()`` and ``example_inputs(batch_size)``."""
+
+    name: str
+    make: Callable[[], Any]
+    inputs: Callable[[int], Any]
+    DESCRIPTION: str = "a PyTorch module, imported through torch.export"
+    DEFAULTS: dict[str, Any] = field(default_factory=lambda: {"batch_size": DEFAULT_BATCH_SIZE})
+    #: its errors name the model and say all that is wrong (every unsupported op): the
+    #: library passes them on as they are
+    NAMES_ITSELF = True
+
+    def build(self, batch_size: int) -> OpGraph:
+        module = _call(self.make, f"model {self.name!r}: model()")
+        inputs = _call(lambda: self.inputs(batch_size),
+                       f"model {self.name!r}: example_inputs({batch_size})")
+        inputs = inputs if isinstance(inputs, tuple) else (inputs,)
+        return import_module(module, inputs, self.name)
+
+
+def torch_model(namespace: Any, name: str, factory: str = "model") -> TorchModel | None:
+    """The user's model in ``namespace`` (a loaded file or module), None when it does
+    not define ``factory`` and ``example_inputs``."""
+    make, inputs = getattr(namespace, factory, None), getattr(namespace, "example_inputs", None)
+    if not (callable(make) and callable(inputs)):
+        return None
+    batch = getattr(namespace, "BATCH_SIZE", DEFAULT_BATCH_SIZE)
+    doc = (getattr(namespace, "__doc__", None) or "").strip().splitlines()
+    description = getattr(namespace, "DESCRIPTION", doc[0] if doc else TorchModel.DESCRIPTION)
+    return TorchModel(name, make, inputs, str(description), {"batch_size": batch})
+
+
+def _call(fn: Callable[[], Any], what: str) -> Any:
+    try:
+        return fn()
+    except FlextuiError:
+        raise
+    except Exception as exc:  # noqa: BLE001 (a user's code may raise anything)
+        raise ModelError(f"{what} raised {type(exc).__name__}: {exc}"[:400]) from None

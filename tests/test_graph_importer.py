@@ -1,0 +1,196 @@
+"""A user's PyTorch module through torch.export: ops named after the modules that ran
+them, the module's parameter count, a loss added to a module that returns logits, every
+unsupported op reported at once with its count and line, and a clear message for a
+module torch.export cannot trace or a model file that is not one."""
+
+import textwrap
+
+import pytest
+import torch
+from torch import nn
+
+from flextui.cli import main
+from flextui.errors import GraphError, ModelError
+from flextui.graph.importer import UnsupportedOps, import_module
+from flextui.graph.library import load_model
+
+
+class Block(nn.Module):
+    def __init__(self, channels):
+        super().__init__()
+        self.conv1 = nn.Conv2d(channels, channels, 3, padding=1)
+        self.bn1 = nn.BatchNorm2d(channels)
+        self.conv2 = nn.Conv2d(channels, channels, 3, padding=1, bias=False)
+
+    def forward(self, x):
+        return torch.relu(x + self.conv2(torch.relu(self.bn1(self.conv1(x)))))
+
+
+class ResNetLike(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.layer1 = nn.Sequential(Block(8), Block(8))
+        self.pool = nn.AdaptiveAvgPool2d(1)
+        self.fc = nn.Linear(8, 10)
+
+    def forward(self, x):
+        x = self.layer1(torch.relu(self.stem(x)))
+        return self.fc(torch.flatten(self.pool(x), 1))
+
+
+def test_a_resnet_like_module_maps_op_by_op_with_its_module_paths():
+    module = ResNetLike()
+    graph = import_module(module, (torch.randn(4, 3, 16, 16),), "resnetlike")
+    names = [op.name for op in graph.ops]
+    assert names[:5] == ["x", "stem", "relu", "layer1.0.conv1", "layer1.0.bn1"]
+    assert "layer1.1.conv2" in names and "layer1.1.add_1" in names
+    assert names[-2:] == ["labels", "loss"]              # logits get a cross-entropy loss
+    types = [op.type for op in graph.ops]
+    assert types.count("conv2d") == 5 and types.count("binary") == 2
+    assert types.count("batchnorm") == 2 and types.count("linear") == 1
+    assert graph.param_count == sum(p.numel() for p in module.parameters())
+    assert graph.batch_size == 4 and graph.op("fc").outputs[0].shape == (4, 10)
+    assert not graph.op("layer1.0.conv2").attrs["bias"]
+
+
+def test_a_module_that_computes_its_loss_keeps_it():
+    class WithLoss(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Sequential(nn.Linear(12, 16), nn.GELU(), nn.Dropout(0.1),
+                                      nn.Linear(16, 5))
+
+        def forward(self, x, labels):
+            return nn.functional.cross_entropy(self.body(x), labels)
+
+    graph = import_module(WithLoss(), (torch.randn(6, 12), torch.randint(0, 5, (6,))), "mlp")
+    assert [(op.name, op.type) for op in graph.ops] == [
+        ("x", "input"), ("labels", "input"), ("body.0", "linear"), ("body.1", "unary"),
+        ("body.2", "unary"), ("body.3", "linear"), ("cross_entropy_loss", "softmax_ce")]
+    assert graph.op("body.1").attrs["fn"] == "gelu"
+
+
+def test_every_unsupported_op_is_reported_once_with_its_count_and_line():
+    class Odd(nn.Module):
+        def forward(self, x):
+            y = torch.cumsum(torch.cumsum(x, 1), 1)
+            return torch.sort(y, 1)[0]
+
+    with pytest.raises(UnsupportedOps) as caught:
+        import_module(Odd(), (torch.randn(4, 8),), "odd")
+    found = {u.target: u for u in caught.value.found}
+    assert set(found) == {"aten.cumsum.default", "aten.sort.default"}
+    assert found["aten.cumsum.default"].count == 2
+    assert found["aten.cumsum.default"].source == f"{__file__}:{_line('y = torch.cumsum(')}"
+    assert "aten.cumsum.default x2" in str(caught.value)
+
+
+def test_a_mapped_op_in_a_form_not_supported_says_why():
+    class Grouped(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(4, 4, 3, groups=2)
+
+        def forward(self, x):
+            return torch.flatten(self.conv(x), 1)
+
+    with pytest.raises(UnsupportedOps, match=r"aten.conv2d.default x1 in conv .*grouped "
+                                             r"convolution \(groups=2\)"):
+        import_module(Grouped(), (torch.randn(2, 4, 8, 8),), "grouped")
+
+
+def test_data_dependent_control_flow_points_to_torch_export():
+    class Branchy(nn.Module):
+        def forward(self, x):
+            if x.sum() > 0:
+                return x * 2
+            return x
+
+    with pytest.raises(GraphError, match="torch.export cannot trace it"):
+        import_module(Branchy(), (torch.randn(2, 3),), "branchy")
+
+
+def _line(text):
+    """The number of this file's first line that holds ``text``."""
+    with open(__file__) as lines:
+        return next(n for n, line in enumerate(lines, 1) if text in line)
+
+
+# -- model files and factories --------------------------------------------------------
+
+MODEL_FILE = '''
+    """A two-layer perceptron in plain PyTorch."""
+    import torch
+    from torch import nn
+
+    BATCH_SIZE = 8
+
+
+    def model():
+        return nn.Sequential(nn.Flatten(), nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))
+
+
+    def example_inputs(batch_size):
+        return (torch.randn(batch_size, 1, 8, 8),)
+'''
+
+
+def write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_a_model_file_with_model_and_example_inputs_loads_at_any_batch(tmp_path):
+    path = write(tmp_path, "tiny.py", MODEL_FILE)
+    graph = load_model(str(path))
+    assert graph.batch_size == 8 and graph.name == "tiny"
+    assert [op.type for op in graph.ops] == ["input", "reshape", "linear", "unary", "linear",
+                                            "input", "softmax_ce"]
+    assert load_model(str(path), batch_size=24).batch_size == 24
+
+
+def test_a_factory_in_an_importable_module(tmp_path, monkeypatch):
+    write(tmp_path, "user_models.py", MODEL_FILE.replace("def model(", "def perceptron("))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    graph = load_model("user_models:perceptron", batch_size=4)
+    assert graph.name == "perceptron" and graph.batch_size == 4
+    with pytest.raises(ModelError, match="user_models needs nothing_here"):
+        load_model("user_models:nothing_here")
+    with pytest.raises(ModelError, match="cannot import no_such_module"):
+        load_model("no_such_module:model")
+
+
+@pytest.mark.parametrize("text, problem", [
+    ("X = 1\n", "defines model() and example_inputs(batch_size)"),
+    (MODEL_FILE.replace("return nn.Sequential(", "raise RuntimeError('no weights')\n"
+                        "        return nn.Sequential("),
+     "model() raised RuntimeError: no weights"),
+    (MODEL_FILE.replace("1, 8, 8", "1, 8, 9"), "torch.export cannot trace it"),
+])
+def test_a_bad_model_file_is_one_message_and_exit_2(tmp_path, capsys, text, problem):
+    path = write(tmp_path, "bad.py", text)
+    assert main(["show", "--model", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert problem in err and "Traceback" not in err, err
+
+
+def test_show_lists_every_unsupported_op_and_exits_2(tmp_path, capsys):
+    path = write(tmp_path, "odd.py", '''
+        import torch
+        from torch import nn
+
+        class Odd(nn.Module):
+            def forward(self, x):
+                return torch.cumsum(torch.cumsum(x, 1), 1)
+
+        def model():
+            return Odd()
+
+        def example_inputs(batch_size):
+            return (torch.randn(batch_size, 10),)
+    ''')
+    assert main(["show", "--model", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "aten.cumsum.default x2" in err and f"{path}:7" in err, err
