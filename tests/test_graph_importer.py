@@ -194,3 +194,37 @@ def test_show_lists_every_unsupported_op_and_exits_2(tmp_path, capsys):
     assert main(["show", "--model", str(path)]) == 2
     err = capsys.readouterr().err
     assert "aten.cumsum.default x2" in err and f"{path}:7" in err, err
+
+
+# -- the imported graph computes what the module computes ------------------------------
+
+
+def module_loss_and_graph_loss(module, inputs, graph, labels):
+    """The module's own cross-entropy loss and the imported graph's, one process, float64,
+    the graph's parameters the module's own (by name: an op is named after its layer)."""
+    from flextui.runtime.reference import forward_whole
+
+    module = module.double()
+    inputs = tuple(x.double() if x.is_floating_point() else x for x in inputs)
+    expected = nn.functional.cross_entropy(module(*inputs), labels)
+    params = {name: p.detach().clone() for name, p in module.named_parameters()}
+    assert set(params) == set(graph.parameters)
+    data = {"labels": labels, **{op.name: x for op, x in
+                                 zip([op for op in graph.ops if op.type == "input"], inputs)}}
+    found = forward_whole(graph, params, lambda op: data[op.name], seed=0)
+    return float(expected.detach()), float(found.detach())
+
+
+@pytest.mark.parametrize("make, shape", [
+    (ResNetLike, (4, 3, 16, 16)),
+    (lambda: nn.Sequential(nn.Flatten(), nn.Linear(48, 32), nn.Tanh(), nn.Linear(32, 16),
+                           nn.Sigmoid(), nn.Linear(16, 10)), (4, 3, 4, 4)),
+])
+def test_the_imported_graph_computes_the_modules_loss(make, shape):
+    torch.manual_seed(0)
+    module = make()
+    inputs = (torch.randn(*shape),)
+    graph = import_module(module, inputs, "check")
+    labels = torch.randint(0, 10, (shape[0],))
+    expected, found = module_loss_and_graph_loss(module, inputs, graph, labels)
+    assert found == pytest.approx(expected, rel=1e-9)
