@@ -228,3 +228,102 @@ def test_the_imported_graph_computes_the_modules_loss(make, shape):
     labels = torch.randint(0, 10, (shape[0],))
     expected, found = module_loss_and_graph_loss(module, inputs, graph, labels)
     assert found == pytest.approx(expected, rel=1e-9)
+
+
+def test_in_place_ops_map_as_their_results_unless_a_view_reads_the_old_tensor():
+    class Residual(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(6, 6)
+            self.act = nn.ReLU(inplace=True)
+
+        def forward(self, x):
+            out = self.fc(x)
+            out += x
+            return self.act(out)
+
+    graph = import_module(Residual(), (torch.randn(3, 6),), "residual")
+    assert [op.type for op in graph.ops] == ["input", "linear", "binary", "unary", "input",
+                                            "softmax_ce"]
+
+    class Aliased(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(6, 6)
+
+        def forward(self, x):
+            out = self.fc(x)
+            seen = out.view(3, 2, 3)      # a view taken before the change sees it
+            out.add_(x)
+            return self.fc(torch.flatten(seen, 1))
+
+    with pytest.raises(UnsupportedOps, match="aten.add_.Tensor x1 .*changed in place"):
+        import_module(Aliased(), (torch.randn(3, 6),), "aliased")
+
+
+def test_a_module_run_twice_keeps_one_set_of_weights():
+    class Twice(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(6, 6)
+
+        def forward(self, x):
+            return self.fc(torch.relu(self.fc(x)))
+
+    module = Twice()
+    graph = import_module(module, (torch.randn(3, 6),), "twice")
+    first, second = (op for op in graph.ops if op.type == "linear")
+    assert (first.name, second.name) == ("fc", "fc.linear_1")
+    assert first.params == second.params and set(graph.parameters) == {"fc.weight", "fc.bias"}
+    assert graph.param_count == sum(p.numel() for p in module.parameters())
+
+
+# -- torchvision (optional: skipped where it cannot be imported) ------------------------
+
+
+def torchvision_or_none():
+    try:
+        import torchvision
+    except Exception:  # noqa: BLE001 (missing, or PyPI's build beside a CPU torch)
+        return None
+    return torchvision
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch, size", [("resnet18", 64), ("resnet50", 64),
+                                        ("inception_v3", 299)])
+def test_torchvision_models_keep_their_parameters_and_compute_their_loss(arch, size):
+    from flextui.graph.importer.source import BUILD_OPTIONS
+
+    torchvision = torchvision_or_none()
+    if torchvision is None:
+        pytest.skip("torchvision cannot be imported beside this torch")
+    torch.manual_seed(0)
+    module = torchvision.models.get_model(arch, weights=None, **BUILD_OPTIONS.get(arch, {}))
+    for layer in module.modules():
+        if isinstance(layer, nn.Dropout):
+            layer.p = 0.0            # the same mask both ways: none
+    inputs = (torch.randn(2, 3, size, size),)
+    graph = import_module(module, inputs, arch)
+    assert graph.param_count == sum(p.numel() for p in module.parameters())
+    expected, found = module_loss_and_graph_loss(module, inputs, graph,
+                                                 torch.randint(0, 1000, (2,)))
+    assert found == pytest.approx(expected, rel=1e-9)
+
+
+def test_a_torchvision_name_is_checked(capsys):
+    assert main(["show", "--model", "torchvision:no_such_net"]) == 2
+    err = capsys.readouterr().err
+    if torchvision_or_none() is None:
+        assert "torchvision:no_such_net needs torchvision, which cannot be imported" in err
+    else:
+        assert "unknown torchvision model 'no_such_net'; its classification models:" in err
+
+
+def test_a_runs_files_are_named_without_the_colon_of_a_model_name():
+    from flextui.machine import load_named_cluster
+    from flextui.search.files import run_name
+
+    graph = import_module(ResNetLike(), (torch.randn(2, 3, 8, 8),), "resnet18")
+    graph.meta["model"] = "torchvision:resnet18"
+    assert run_name(graph, load_named_cluster("p100-4x4")) == "torchvision-resnet18-p100-4x4"

@@ -58,11 +58,16 @@ def _module(name: str) -> Any:
             raise ModelError(f"model file {name} failed to load: {exc!r}") from None
     elif name in model_names():
         module = importlib.import_module(f"{LIBRARY_PACKAGE}.{name}")
+    elif name.startswith("torchvision:"):
+        from flextui.graph.importer.source import torchvision_model
+
+        return torchvision_model(name.partition(":")[2])
     elif ":" in name:
         return _factory(name)
     else:
         raise ModelError(f"unknown model {name!r:.80}; built-in models: {', '.join(model_names())} "
-                         f"(or give the path of a model .py file, or package.module:factory)")
+                         f"(or give the path of a model .py file, package.module:factory or "
+                         "torchvision:NAME)")
     if not hasattr(module, "build"):
         from flextui.graph.importer.source import torch_model
 

@@ -4,6 +4,7 @@ exported strategy, named after the model and cluster (shared by ``flextui search
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -12,7 +13,10 @@ from flextui.machine import Cluster
 
 
 def run_name(graph: OpGraph, cluster: Cluster) -> str:
-    return f"{graph.meta.get('model', graph.name)}-{cluster.name}"
+    """The stem of a run's files: model and cluster, with characters a file name should
+    not hold (``torchvision:resnet50``'s colon, a path's slashes) as dashes."""
+    name = f"{graph.meta.get('model', graph.name)}-{cluster.name}"
+    return re.sub(r"[^A-Za-z0-9_.@+-]", "-", name)
 
 
 def default_log_path(graph: OpGraph, cluster: Cluster, directory: Path = Path(),

@@ -60,6 +60,13 @@ def _tensor(value: Any, what: str) -> Tensor:
     return value
 
 
+def _owner(weight: Any) -> str | None:
+    """The module a parameter belongs to ("layer1.0.conv1" of its weight): the key ops
+    share it by, so a module run twice keeps one set of weights."""
+    return weight.name.rpartition(".")[0] or weight.name if isinstance(weight, ParamRef) \
+        else None
+
+
 def _pair(value: Any) -> tuple[int, int]:
     values = list(value) if isinstance(value, (list, tuple)) else [value]
     return (int(values[0]), int(values[-1]))
@@ -75,14 +82,14 @@ def conv2d(ctx: Context, x: Any, weight: Any, bias: Any = None, stride: Any = 1,
         raise Unmappable(f"padding={padding!r}")
     return ctx.builder.conv2d(_tensor(x, "the input"), weight.shape[0], _pair(weight.shape[2:]),
                               _pair(stride), _pair(padding), _pair(dilation),
-                              bias=bias is not None, name=ctx.name)
+                              bias=bias is not None, name=ctx.name, shared=_owner(weight))
 
 
 def linear(ctx: Context, x: Any, weight: Any, bias: Any = None) -> Tensor:
     if not isinstance(weight, ParamRef):
         raise Unmappable("the weight is computed, not a parameter")
     return ctx.builder.linear(_tensor(x, "the input"), weight.shape[0], bias=bias is not None,
-                              name=ctx.name)
+                              name=ctx.name, shared=_owner(weight))
 
 
 def max_pool2d(ctx: Context, x: Any, kernel: Any, stride: Any = (), padding: Any = 0,
@@ -109,21 +116,41 @@ def adaptive_avg_pool2d(ctx: Context, x: Any, output_size: Any) -> Tensor:
                                        name=ctx.name)
 
 
-def batch_norm(ctx: Context, x: Any, *_: Any) -> Tensor:
-    return ctx.builder.batchnorm(_tensor(x, "the input"), name=ctx.name)
+def batch_norm(ctx: Context, x: Any, weight: Any = None, bias: Any = None,
+               mean: Any = None, var: Any = None, training: bool = True,
+               momentum: float = 0.1, eps: float = 1e-5, *_: Any) -> Tensor:
+    if not (isinstance(weight, ParamRef) and isinstance(bias, ParamRef)):
+        raise Unmappable("batch norm without its affine weight and bias")
+    return _norm(ctx, "batchnorm", _tensor(x, "the input"), eps, weight)
 
 
-def layer_norm(ctx: Context, x: Any, shape: Any, *_: Any) -> Tensor:
+def layer_norm(ctx: Context, x: Any, shape: Any, weight: Any = None, bias: Any = None,
+               eps: float = 1e-5, *_: Any) -> Tensor:
     x = _tensor(x, "the input")
     if list(shape) != [x.shape[-1]]:
         raise Unmappable(f"normalised over {list(shape)}, not the last dim")
-    return ctx.builder.layernorm(x, name=ctx.name)
+    if not (isinstance(weight, ParamRef) and isinstance(bias, ParamRef)):
+        raise Unmappable("layer norm without its weight and bias")
+    return _norm(ctx, "layernorm", x, eps, weight)
+
+
+def _norm(ctx: Context, kind: str, x: Tensor, eps: float, weight: ParamRef) -> Tensor:
+    attrs = {} if eps == 1e-5 else {"eps": float(eps)}
+    return ctx.builder.add(kind, [x], attrs, ctx.name, shared=_owner(weight)).outputs[0]
 
 
 def unary(fn: str) -> Callable[..., Tensor]:
     def handler(ctx: Context, x: Any, *_: Any, **__: Any) -> Tensor:
         return ctx.builder.unary(_tensor(x, "the input"), fn, name=ctx.name)
     return handler
+
+
+def dropout(ctx: Context, x: Any, p: float = 0.5, train: bool = True) -> Tensor:
+    """Dropout with the module's probability (none when not training, or p is 0)."""
+    x = _tensor(x, "the input")
+    if not train or not p:
+        return ctx.builder.unary(x, "identity", name=ctx.name)
+    return ctx.builder.add("unary", [x], {"fn": "dropout", "p": float(p)}, ctx.name).outputs[0]
 
 
 def binary(fn: str) -> Callable[..., Tensor]:
@@ -162,7 +189,7 @@ def embedding(ctx: Context, weight: Any, ids: Any, *_: Any) -> Tensor:
     if not isinstance(weight, ParamRef):
         raise Unmappable("the table is computed, not a parameter")
     return ctx.builder.embedding(_tensor(ids, "the ids"), weight.shape[0], weight.shape[1],
-                                 name=ctx.name)
+                                 name=ctx.name, shared=_owner(weight))
 
 
 def matmul(ctx: Context, a: Any, b: Any) -> Tensor:
@@ -212,10 +239,10 @@ HANDLERS: dict[str, Callable[..., Any]] = {
     "aten.adaptive_avg_pool2d.default": adaptive_avg_pool2d,
     "aten.batch_norm.default": batch_norm,
     "aten.layer_norm.default": layer_norm,
-    **{f"aten.{fn}.default": unary(fn) for fn in ("relu", "gelu", "sigmoid", "tanh")},
-    "aten.relu_.default": unary("relu"),
-    "aten.dropout.default": unary("dropout"),
-    **{f"aten.{fn}.Tensor": binary(fn) for fn in ("add", "sub", "mul")},
+    **{f"aten.{fn}{_}.default": unary(fn) for fn in ("relu", "gelu", "sigmoid", "tanh")
+       for _ in ("", "_")},
+    "aten.dropout.default": dropout,
+    **{f"aten.{fn}{_}.Tensor": binary(fn) for fn in ("add", "sub", "mul") for _ in ("", "_")},
     "aten.flatten.using_ints": flatten,
     "aten.view.default": reshape,
     "aten.reshape.default": reshape,

@@ -42,11 +42,12 @@ def import_module(module: Any, example_inputs: tuple, name: str) -> OpGraph:
     gather = Gather()
     values: dict[Any, Any] = {}
     output: Any = None
+    order = {node: i for i, node in enumerate(program.graph.nodes)}
     for node in program.graph.nodes:
         if node.op == "placeholder":
             values[node] = _placeholder(node, params, buffers, builder)
         elif node.op == "call_function":
-            values[node] = _call(node, values, ctx, gather)
+            values[node] = _call(node, values, ctx, gather, order)
         elif node.op == "output":
             output = node.args[0]
     gather.raise_if_any(name)
@@ -64,7 +65,8 @@ def _placeholder(node: Any, params: dict[str, str], buffers: dict[str, str],
     return builder.input(tuple(int(s) for s in value.shape), dtype=dtype, name=node.name)
 
 
-def _call(node: Any, values: dict[Any, Any], ctx: Context, gather: Gather) -> Any:
+def _call(node: Any, values: dict[Any, Any], ctx: Context, gather: Gather,
+          order: dict[Any, int]) -> Any:
     args = _resolve(node.args, values)
     kwargs = _resolve(node.kwargs, values)
     target = target_name(node.target)
@@ -77,12 +79,31 @@ def _call(node: Any, values: dict[Any, Any], ctx: Context, gather: Gather) -> An
         return UNKNOWN
     if _any(args, _Unknown) or _any(kwargs, _Unknown):
         return UNKNOWN  # downstream of an op already reported
+    if _reused_after_change(node, order):
+        gather.add(target, module[0], source, "an activation changed in place is used again "
+                   "as it was before")
+        return UNKNOWN
     try:
         with ctx.naming(module, node):
             return handler(ctx, *args, **kwargs)
     except Unmappable as why:
         gather.add(target, module[0], source, str(why))
         return UNKNOWN
+
+
+def _reused_after_change(node: Any, order: dict[Any, int]) -> bool:
+    """An in-place op (``add_``) is mapped as its out-of-place twin, whose output later
+    ops read (torch.export points them at it). That is wrong when the changed tensor is
+    read after the change another way: through a view taken before it (conservatively,
+    any other reader of the tensor whose own readers come after the change)."""
+    name = target_name(node.target)
+    changed: Any = node.args[0] if node.args else None
+    if not (name.startswith("aten.") and name.split(".")[1].endswith("_") and
+            _is_node(changed)):
+        return False
+    after = order[node]
+    return any(order[user] > after or any(order[u] > after for u in user.users)
+               for user in changed.users if user is not node)
 
 
 def _resolve(value: Any, values: dict[Any, Any]) -> Any:

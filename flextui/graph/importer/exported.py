@@ -3,6 +3,7 @@ the exported graph came from (its module path and the user's source line)."""
 
 from __future__ import annotations
 
+import logging
 import re
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,11 @@ def export(module: Any, example_inputs: tuple, name: str) -> Any:
     if not isinstance(module, torch.nn.Module):
         raise GraphError(f"model {name!r}: model() must return a torch.nn.Module, found "
                          f"{type(module).__name__}")
+    # torch logs a traceback of its own when an input's shape does not fit; the message
+    # below says it once
+    fake = logging.getLogger("torch._subclasses.fake_tensor")
+    level = fake.level
+    fake.setLevel(logging.CRITICAL)
     try:
         return torch.export.export(module, tuple(example_inputs))
     except Exception as exc:  # noqa: BLE001 (torch.export raises many kinds)
@@ -28,6 +34,8 @@ def export(module: Any, example_inputs: tuple, name: str) -> Any:
         raise GraphError(f"model {name!r}: torch.export cannot trace it: {said[:300]} (see "
                          "https://pytorch.org/docs/stable/export.html: data-dependent "
                          "control flow needs torch.cond)") from None
+    finally:
+        fake.setLevel(level)
 
 
 def module_path(node: Any) -> tuple[str, bool]:

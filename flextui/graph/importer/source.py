@@ -70,3 +70,33 @@ def _call(fn: Callable[[], Any], what: str) -> Any:
         raise
     except Exception as exc:  # noqa: BLE001 (a user's code may raise anything)
         raise ModelError(f"{what} raised {type(exc).__name__}: {exc}"[:400]) from None
+
+
+#: torchvision's classification models take 224x224 images but these
+IMAGE_SIZES = {"inception_v3": 299}
+#: what a torchvision model is built with: no pretrained weights, and Inception-v3
+#: without its auxiliary head (a second output)
+BUILD_OPTIONS: dict[str, dict[str, Any]] = {"inception_v3": {"aux_logits": False,
+                                                             "init_weights": False}}
+
+
+def torchvision_model(arch: str) -> TorchModel:
+    """``torchvision:NAME``: one of torchvision's classification models, untrained, on
+    random images of its size."""
+    try:
+        import torch
+        import torchvision  # type: ignore[import-not-found]  # optional
+    except Exception as exc:  # noqa: BLE001 (missing, or a build that does not fit torch)
+        raise ModelError(f"torchvision:{arch} needs torchvision, which cannot be imported "
+                         f"here ({type(exc).__name__}: {str(exc)[:160]}); install the "
+                         "torchvision release made for your torch") from None
+    names = torchvision.models.list_models(module=torchvision.models)
+    if arch not in names:
+        raise ModelError(f"unknown torchvision model {arch!r:.60}; its classification "
+                         f"models: {', '.join(names)}")
+    size = IMAGE_SIZES.get(arch, 224)
+    return TorchModel(
+        arch, lambda: torchvision.models.get_model(arch, weights=None,
+                                                   **BUILD_OPTIONS.get(arch, {})),
+        lambda batch: (torch.randn(batch, 3, size, size),),
+        f"torchvision {arch} (untrained), {size}x{size} images")

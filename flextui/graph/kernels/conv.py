@@ -97,11 +97,13 @@ class BatchNormKernel(Kernel):
     the sample dim normalise independently, like data parallelism without synchronised
     batchnorm. No running statistics are kept. A block with one value per channel (one
     sample of an NC input) normalises to the bias; ``F.batch_norm`` refuses such input,
-    so this calls the ATen op, which computes it."""
+    so this calls the ATen op, which computes it. ``eps`` is the op's (torch's 1e-5
+    unless it says)."""
 
     name = "batchnorm"
 
     def forward(self, op, region, inputs, params, seed):
         weight, bias = params
-        return [torch.batch_norm(inputs[0], weight, bias, None, None, True, 0.0, 1e-5,
+        eps = float(op.attrs.get("eps", 1e-5))
+        return [torch.batch_norm(inputs[0], weight, bias, None, None, True, 0.0, eps,
                                  torch.backends.cudnn.enabled)]

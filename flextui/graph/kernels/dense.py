@@ -43,13 +43,15 @@ class MatmulKernel(Kernel):
 
 @register
 class LayerNormKernel(Kernel):
-    """Normalisation over the whole last dim (never split), eps 1e-5 as in torch."""
+    """Normalisation over the whole last dim (never split), with the op's ``eps``
+    (torch's 1e-5 unless it says)."""
 
     name = "layernorm"
 
     def forward(self, op, region, inputs, params, seed):
         x = inputs[0]
-        return [F.layer_norm(x, (x.shape[-1],), params[0], params[1], eps=1e-5)]
+        eps = float(op.attrs.get("eps", 1e-5))
+        return [F.layer_norm(x, (x.shape[-1],), params[0], params[1], eps=eps)]
 
 
 @register
