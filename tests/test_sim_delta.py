@@ -104,6 +104,8 @@ def k80_nodes(count: int):
     return parse_cluster(data, "k80 cut down")
 
 
+#: the largest graphs are compared with a full simulation every other proposal
+CHECK_EVERY = {"inception_v3": 2, "resnet101": 2}
 CLUSTERS = {"p100-4x4": lambda: cluster("p100-4x4"), "k80-2x4": lambda: k80_nodes(2),
             "dgx-h100": lambda: cluster("dgx-h100")}
 
@@ -112,7 +114,10 @@ CLUSTERS = {"p100-4x4": lambda: cluster("p100-4x4"), "k80-2x4": lambda: k80_node
 @pytest.mark.parametrize("cluster_name", CLUSTERS)
 @pytest.mark.parametrize("name", model_names())
 def test_delta_equals_full_over_many_proposals(name, cluster_name):
-    """Thousands of proposals in all: 100 per model and cluster, every one compared."""
+    """Thousands of proposals in all: 100 per model and cluster, every one compared with
+    a full simulation (every other one for the two largest graphs, whose full
+    simulations took a fifth of CI; a wrong accepted state still shows at the next
+    comparison, and the last state is always compared)."""
     graph = model(name, **SMALL.get(name, {}))
     run_proposals(graph, CLUSTERS[cluster_name](), proposals=100,
-                  seed=sum(map(ord, cluster_name)))
+                  seed=sum(map(ord, cluster_name)), check_every=CHECK_EVERY.get(name, 1))
