@@ -169,7 +169,8 @@ def two_nodes(monkeypatch):
 
 class Follow:
     """Runs a launch on a thread, keeping its run and records, so a test can act
-    mid-run and then check every process of it is gone."""
+    mid-run and then check every process of it is gone; as a context, ends them all
+    however the test ends."""
 
     def __init__(self, prepared) -> None:
         self.stop = threading.Event()
@@ -201,6 +202,15 @@ class Follow:
         assert not self.thread.is_alive(), "the launch did not end"
         return self.result
 
+    def __enter__(self) -> "Follow":
+        return self
+
+    def __exit__(self, *_) -> None:
+        """However the test ended: the launch stopped, every process of it killed."""
+        self.stop.set()
+        self.thread.join(30)
+        end(self.pids() if self.run else [])
+
 
 
 @pytest.mark.slow
@@ -226,42 +236,32 @@ def test_two_nodes_train_over_ssh_and_report_every_device(tmp_path, capsys):
 @pytest.mark.slow
 @pytest.mark.xdist_group("gloo")
 def test_a_node_killed_mid_run_ends_the_launch_on_every_host(tmp_path, two_nodes):
-    follow = Follow(two_nodes(tmp_path, steps=100_000))
-    try:
+    with Follow(two_nodes(tmp_path, steps=100_000)) as follow:
         follow.wait_for_steps()
-        lost = follow.run._nodes[1].pid
-        os.kill(lost, signal.SIGKILL)
+        os.kill(follow.run.pids()["node"][1], signal.SIGKILL)
         outcome, _, _ = follow.finish()
         assert outcome.status == RunStatus.FAILED
         assert outcome.message.startswith("lost host 127.0.0.1: its node program or ssh "
                                           "session ended"), outcome.message
         assert wait_gone(follow.pids()) == []
         assert read_run_log(tmp_path / "run.ffrun").final["status"] == "failed"
-    finally:
-        follow.stop.set()
-        follow.thread.join(30)
-        end(follow.pids() if follow.run else [])
 
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("gloo")
 def test_a_failing_rank_on_the_second_node_is_named_with_its_host(tmp_path, two_nodes):
-    follow = Follow(two_nodes(tmp_path, steps=1000, FLEXTUI_RANK_FAULT="3:2"))
-    try:
+    with Follow(two_nodes(tmp_path, steps=1000, FLEXTUI_RANK_FAULT="3:2")) as follow:
         outcome, _, _ = follow.finish()
         assert outcome.status == RunStatus.FAILED and outcome.failed_rank == 3
         assert outcome.message.startswith("rank 3 on 127.0.0.1 failed"), outcome.message
         assert "fails at step 2" in outcome.message
         assert wait_gone(follow.pids()) == []
-    finally:
-        end(follow.pids() if follow.run else [])
 
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("gloo")
 def test_stopping_closes_every_session_and_every_rank_ends(tmp_path, two_nodes):
-    follow = Follow(two_nodes(tmp_path, steps=100_000))
-    try:
+    with Follow(two_nodes(tmp_path, steps=100_000)) as follow:
         follow.wait_for_steps()
         follow.stop.set()
         outcome, summary, _ = follow.finish()
@@ -270,5 +270,3 @@ def test_stopping_closes_every_session_and_every_rank_ends(tmp_path, two_nodes):
                                                      "n1.rank1"]
         assert wait_gone(follow.pids()) == []
         assert read_run_log(tmp_path / "run.ffrun").final["status"] == "stopped"
-    finally:
-        end(follow.pids() if follow.run else [])

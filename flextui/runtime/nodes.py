@@ -14,6 +14,7 @@ failed first and its host.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import io
 import os
@@ -188,7 +189,7 @@ class _Node:
     torchrun_pid: int | None = None
     exit: int | None = None        # torchrun's exit code, as the node program said
     ended_at: float | None = None  # when its ssh session ended
-    lines: list[str] = field(default_factory=list)
+    lines: collections.deque = field(default_factory=lambda: collections.deque(maxlen=TAIL_LINES))
 
 
 class NodesRun:
@@ -268,7 +269,6 @@ class NodesRun:
             if said is None:
                 if not line.startswith("[rank"):  # torchrun's or ssh's own words
                     node.lines.append(line)
-                    del node.lines[:-TAIL_LINES]
                 self.output.feed(line, node.host.name)
                 continue
             with self._lock:

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from torch.fx import Node
+
 from flextui.errors import GraphError
 from flextui.graph.builder import GraphBuilder
 from flextui.graph.graph import OpGraph
@@ -115,7 +117,7 @@ def _resolve(value: Any, values: dict[Any, Any]) -> Any:
 
 
 def _is_node(value: Any) -> bool:
-    return type(value).__name__ == "Node"
+    return isinstance(value, Node)
 
 
 def _any(value: Any, kind: type) -> bool:
