@@ -65,9 +65,10 @@ def main(argv: list[str] | None = None) -> int:
         return _run(spec, rank, device)
     except Exception as exc:
         # when it failed, to the launcher: the rank that failed first is the cause, the
-        # peers that lost their connection to it after are not (clocks of one cluster)
+        # peers that lost their connection to it after are not (clocks of one cluster);
+        # the words are cut so that, escaped, the record stays under MAX_LINE
         _print(encode({"kind": "failed", "rank": rank, "time": time.time(),
-                       "error": f"{type(exc).__name__}: {exc}"[:MAX_LINE // 2]}))
+                       "error": f"{type(exc).__name__}: {exc}"[:MAX_LINE // 8]}))
         raise
     finally:
         dist.destroy_process_group()
