@@ -71,7 +71,7 @@ def _module(name: str) -> Any:
     if not hasattr(module, "build"):
         from flextui.graph.importer.source import torch_model
 
-        imported = torch_model(module, Path(name).stem)
+        imported = torch_model(module, Path(name).stem, source=str(Path(name).resolve()))
         if imported is not None:
             return imported
     for attr in ("build", "DEFAULTS", "DESCRIPTION"):
@@ -92,11 +92,23 @@ def _factory(name: str) -> Any:
         module = importlib.import_module(path)
     except Exception as exc:  # noqa: BLE001 (a user's module may raise anything on import)
         raise ModelError(f"model {name!r}: cannot import {path}: {exc!r:.200}") from None
-    imported = torch_model(module, factory, factory)
+    imported = torch_model(module, factory, factory, source=name)
     if imported is None:
         raise ModelError(f"model {name!r}: {path} needs {factory}() and "
                          "example_inputs(batch_size)")
     return imported
+
+
+def pytorch_model(name: str) -> Any:
+    """The ``TorchModel`` ``name`` names (a model file with ``model()``,
+    ``package.module:factory`` or ``torchvision:NAME``); ModelError for any other."""
+    from flextui.graph.importer.source import TorchModel
+
+    found = _module(name)
+    if not isinstance(found, TorchModel):
+        raise ModelError(f"model {name!r:.80} is not a PyTorch model (no model() and "
+                         "example_inputs)")
+    return found
 
 
 def model_info(name: str) -> ModelInfo:

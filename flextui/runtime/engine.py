@@ -29,7 +29,7 @@ from flextui.graph.kernels.positional import key_of
 from flextui.graph.tensor import FLOAT_DTYPES
 from flextui.runtime.comm import Comm, PendingSums, Transfer
 from flextui.runtime.plan import Piece, Plan, ReplicaSync
-from flextui.runtime.values import input_block, parameter_block
+from flextui.runtime.values import StartingParameters, input_block
 
 
 @dataclass(frozen=True)
@@ -90,14 +90,11 @@ class RankProgram:
         self.tasks = [plan.tasks_on(op, rank) for op in self.ops]
         self.boxes: dict[str, Region] = {}
         self.params: dict[str, torch.Tensor] = {}
-        roles = {p.name: op.param_specs[i].role for op in self.ops
-                 for i, p in enumerate(op.params)}
+        start = StartingParameters(plan.graph, seed)
         for name, per_rank in plan.param_boxes.items():
             if rank in per_rank:
                 box = self.boxes[name] = per_rank[rank]
-                block = parameter_block(plan.graph.parameters[name], roles[name], box, seed,
-                                        dtype, self.device)
-                self.params[name] = block.requires_grad_()
+                self.params[name] = start.block(name, box, dtype, self.device).requires_grad_()
         self.velocity = {name: torch.zeros_like(p) for name, p in self.params.items()}
         self.buckets = [b for b in plan.buckets if rank in b[0].ranks]
         #: the pieces of each local task's input (op, k, slot) and output (op, m, o)

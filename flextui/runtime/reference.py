@@ -13,7 +13,7 @@ from flextui.graph import Op, OpGraph, full_region
 from flextui.graph.kernels import kernel_for
 from flextui.runtime.engine import SGD, Optimizer, kernel_seed, within
 from flextui.runtime.plan import index_bounds
-from flextui.runtime.values import input_block, parameter_block
+from flextui.runtime.values import StartingParameters, input_block
 
 
 @dataclass
@@ -27,9 +27,8 @@ class ReferenceRun:
 def train_whole(graph: OpGraph, steps: int, *, seed: int = 0,
                 dtype: torch.dtype = torch.float64,
                 optimizer: Optimizer = SGD) -> ReferenceRun:
-    roles = {p.name: op.param_specs[i].role for op in graph.ops for i, p in enumerate(op.params)}
-    params = {name: parameter_block(p, roles[name], full_region(p.shape), seed,
-                                    dtype).requires_grad_()
+    start = StartingParameters(graph, seed)
+    params = {name: start.block(name, full_region(p.shape), dtype).requires_grad_()
               for name, p in graph.parameters.items()}
     velocity = {name: torch.zeros_like(p) for name, p in params.items()}
     bounds = index_bounds(graph)

@@ -18,8 +18,9 @@ import math
 
 import torch
 
-from flextui.graph import Op, Parameter, Region
+from flextui.graph import Op, OpGraph, Parameter, Region
 from flextui.graph.kernels.positional import block_hash, block_uniform, key_of
+from flextui.graph.ops.basic import InputFill
 
 
 def parameter_block(param: Parameter, role: str, region: Region, seed: int,
@@ -35,11 +36,38 @@ def parameter_block(param: Parameter, role: str, region: Region, seed: int,
     return (centre + (2 * u - 1) * bound).to(dtype)
 
 
+class StartingParameters:
+    """Where a run's parameters start: the module's own weights for a graph imported
+    from a PyTorch module (``module_weights``), else ``parameter_block``'s values."""
+
+    def __init__(self, graph: OpGraph, seed: int) -> None:
+        from flextui.runtime.module_weights import module_parameters
+
+        self.graph, self.seed = graph, seed
+        self.roles = {p.name: op.param_specs[i].role for op in graph.ops
+                      for i, p in enumerate(op.params)}
+        self.module = module_parameters(graph, seed)
+
+    def block(self, name: str, region: Region, dtype: torch.dtype,
+              device: torch.device | str = "cpu") -> torch.Tensor:
+        """The starting values of ``region`` of parameter ``name``."""
+        if self.module is not None:
+            whole = self.module[name][tuple(slice(a, b) for a, b in region)]
+            return whole.to(dtype=dtype, device=device, copy=True)
+        return parameter_block(self.graph.parameters[name], self.roles[name], region,
+                               self.seed, dtype, device)
+
+
 def input_block(op: Op, region: Region, seed: int, step: int, dtype: torch.dtype,
                 index_bound: int | None, device: torch.device | str = "cpu") -> torch.Tensor:
     """Block ``region`` of input op ``op``'s data for ``step``: ``dtype`` floats in
-    [-1, 1], or (``index_bound`` given) integers of the op's dtype below it."""
+    [-1, 1], or (``index_bound`` given) integers of the op's dtype below it; positions
+    (``InputFill.POSITIONS``) are each element's index along dim 1."""
     shape = op.outputs[0].shape
+    if op.attrs.get("fill") == InputFill.POSITIONS:
+        (first, stop), rows = region[1], region[0][1] - region[0][0]
+        return torch.arange(first, stop, device=device).expand(rows, -1).to(
+            getattr(torch, op.outputs[0].dtype))
     key = key_of("input", op.name, seed, step)
     if index_bound is not None:
         values = block_hash(region, shape, key, device) % index_bound

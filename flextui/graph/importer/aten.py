@@ -6,65 +6,20 @@ its input as it is."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
-from flextui.graph.builder import GraphBuilder
+from flextui.graph.importer import views
+from flextui.graph.importer.context import Context, ParamRef, Unmappable, owner
 from flextui.graph.tensor import Tensor
-
-
-class Unmappable(Exception):
-    """This call of a mapped op cannot be partitioned (a variant not supported yet)."""
-
-
-@dataclass(frozen=True)
-class ParamRef:
-    """One of the module's parameters, as a call's argument (its name and shape)."""
-
-    name: str
-    shape: tuple[int, ...]
-
-
-@dataclass(frozen=True)
-class Dropped:
-    """A value the graph does not carry (a buffer, bookkeeping on one)."""
-
-    what: str
-
-
-class Context:
-    """The builder, and the name the op being mapped gets: the path of the torch.nn
-    layer that ran it ("layer1.0.conv1"), else the path of the user's block and the
-    node's name ("layer1.0.add")."""
-
-    def __init__(self, builder: GraphBuilder) -> None:
-        self.builder = builder
-        self.name = ""
-        self._used: set[str] = set()
-
-    @contextlib.contextmanager
-    def naming(self, module: tuple[str, bool], node: Any) -> Iterator[None]:
-        path, layer = module
-        name = path if layer and path not in self._used else \
-            f"{path}.{node.name}" if path else str(node.name)
-        self._used.add(name)
-        self.name = name
-        yield
 
 
 def _tensor(value: Any, what: str) -> Tensor:
     if not isinstance(value, Tensor):
-        raise Unmappable(f"{what} is not an activation (a constant or a weight used as data)")
+        raise Unmappable(f"{what} is " + (views.describe(value) or
+                                          "not an activation (a constant or a weight used "
+                                          "as data)"))
     return value
-
-
-def _owner(weight: Any) -> str | None:
-    """The module a parameter belongs to ("layer1.0.conv1" of its weight): the key ops
-    share it by, so a module run twice keeps one set of weights."""
-    return weight.name.rpartition(".")[0] or weight.name if isinstance(weight, ParamRef) \
-        else None
 
 
 def _pair(value: Any) -> tuple[int, int]:
@@ -80,16 +35,18 @@ def conv2d(ctx: Context, x: Any, weight: Any, bias: Any = None, stride: Any = 1,
         raise Unmappable(f"grouped convolution (groups={groups})")
     if isinstance(padding, str):
         raise Unmappable(f"padding={padding!r}")
-    return ctx.builder.conv2d(_tensor(x, "the input"), weight.shape[0], _pair(weight.shape[2:]),
-                              _pair(stride), _pair(padding), _pair(dilation),
-                              bias=bias is not None, name=ctx.name, shared=_owner(weight))
+    out = ctx.builder.conv2d(_tensor(x, "the input"), weight.shape[0], _pair(weight.shape[2:]),
+                             _pair(stride), _pair(padding), _pair(dilation),
+                             bias=bias is not None, name=ctx.name, shared=owner(weight))
+    return ctx.bind(out, weight=weight, bias=bias)
 
 
 def linear(ctx: Context, x: Any, weight: Any, bias: Any = None) -> Tensor:
     if not isinstance(weight, ParamRef):
         raise Unmappable("the weight is computed, not a parameter")
-    return ctx.builder.linear(_tensor(x, "the input"), weight.shape[0], bias=bias is not None,
-                              name=ctx.name, shared=_owner(weight))
+    out = ctx.builder.linear(_tensor(x, "the input"), weight.shape[0], bias=bias is not None,
+                             name=ctx.name, shared=owner(weight))
+    return ctx.bind(out, weight=weight, bias=bias)
 
 
 def max_pool2d(ctx: Context, x: Any, kernel: Any, stride: Any = (), padding: Any = 0,
@@ -121,7 +78,7 @@ def batch_norm(ctx: Context, x: Any, weight: Any = None, bias: Any = None,
                momentum: float = 0.1, eps: float = 1e-5, *_: Any) -> Tensor:
     if not (isinstance(weight, ParamRef) and isinstance(bias, ParamRef)):
         raise Unmappable("batch norm without its affine weight and bias")
-    return _norm(ctx, "batchnorm", _tensor(x, "the input"), eps, weight)
+    return _norm(ctx, "batchnorm", _tensor(x, "the input"), eps, weight, bias)
 
 
 def layer_norm(ctx: Context, x: Any, shape: Any, weight: Any = None, bias: Any = None,
@@ -131,12 +88,14 @@ def layer_norm(ctx: Context, x: Any, shape: Any, weight: Any = None, bias: Any =
         raise Unmappable(f"normalised over {list(shape)}, not the last dim")
     if not (isinstance(weight, ParamRef) and isinstance(bias, ParamRef)):
         raise Unmappable("layer norm without its weight and bias")
-    return _norm(ctx, "layernorm", x, eps, weight)
+    return _norm(ctx, "layernorm", x, eps, weight, bias)
 
 
-def _norm(ctx: Context, kind: str, x: Tensor, eps: float, weight: ParamRef) -> Tensor:
+def _norm(ctx: Context, kind: str, x: Tensor, eps: float, weight: ParamRef,
+          bias: ParamRef) -> Tensor:
     attrs = {} if eps == 1e-5 else {"eps": float(eps)}
-    return ctx.builder.add(kind, [x], attrs, ctx.name, shared=_owner(weight)).outputs[0]
+    out = ctx.builder.add(kind, [x], attrs, ctx.name, shared=owner(weight)).outputs[0]
+    return ctx.bind(out, weight=weight, bias=bias)
 
 
 def unary(fn: str) -> Callable[..., Tensor]:
@@ -153,16 +112,40 @@ def dropout(ctx: Context, x: Any, p: float = 0.5, train: bool = True) -> Tensor:
     return ctx.builder.add("unary", [x], {"fn": "dropout", "p": float(p)}, ctx.name).outputs[0]
 
 
+def gelu(ctx: Context, x: Any, approximate: str = "none") -> Tensor:
+    attrs = {"fn": "gelu"} if approximate == "none" else {"fn": "gelu",
+                                                           "approximate": approximate}
+    return ctx.builder.add("unary", [_tensor(x, "the input")], attrs, ctx.name).outputs[0]
+
+
 def binary(fn: str) -> Callable[..., Tensor]:
     def handler(ctx: Context, a: Any, b: Any, **kwargs: Any) -> Tensor:
         if kwargs.get("alpha", 1) != 1:
             raise Unmappable("alpha")
+        if fn == "mul" and _number(b) != _number(a):
+            return _scale(ctx, b if _number(a) else a, a if _number(a) else b)
         if not (isinstance(a, Tensor) and isinstance(b, Tensor)):
-            raise Unmappable("a scalar operand (only tensor-tensor arithmetic)")
+            raise Unmappable("a scalar added or subtracted (only multiplying or dividing "
+                             "by one maps)")
         if a.shape != b.shape:
             raise Unmappable(f"broadcasting {list(a.shape)} with {list(b.shape)}")
         return ctx.builder.binary(a, b, fn, name=ctx.name)
     return handler
+
+
+def divide(ctx: Context, a: Any, b: Any) -> Tensor:
+    if not _number(b):
+        raise Unmappable("a division by a tensor (only by a number)")
+    return _scale(ctx, a, 1.0 / float(b))
+
+
+def _scale(ctx: Context, x: Any, factor: Any) -> Tensor:
+    return ctx.builder.add("unary", [_tensor(x, "the input")],
+                           {"fn": "scale", "factor": float(factor)}, ctx.name).outputs[0]
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def flatten(ctx: Context, x: Any, start: int = 0, end: int = -1) -> Tensor:
@@ -172,7 +155,10 @@ def flatten(ctx: Context, x: Any, start: int = 0, end: int = -1) -> Tensor:
     return ctx.builder.flatten(x, name=ctx.name)
 
 
-def reshape(ctx: Context, x: Any, shape: Any) -> Tensor:
+def reshape(ctx: Context, x: Any, shape: Any) -> Any:
+    seen = views.view(ctx, x, shape)
+    if seen is not None:
+        return seen
     x = _tensor(x, "the input")
     shape = [int(s) for s in shape]
     if shape[0] != x.shape[0]:
@@ -188,8 +174,11 @@ def cat(ctx: Context, xs: Any, dim: int = 0) -> Tensor:
 def embedding(ctx: Context, weight: Any, ids: Any, *_: Any) -> Tensor:
     if not isinstance(weight, ParamRef):
         raise Unmappable("the table is computed, not a parameter")
-    return ctx.builder.embedding(_tensor(ids, "the ids"), weight.shape[0], weight.shape[1],
-                                 name=ctx.name, shared=_owner(weight))
+    if isinstance(ids, views.Positions):
+        ids = views.positions_input(ctx, ids)
+    out = ctx.builder.embedding(_tensor(ids, "the ids"), weight.shape[0], weight.shape[1],
+                                name=ctx.name, shared=owner(weight))
+    return ctx.bind(out, weight=weight)
 
 
 def matmul(ctx: Context, a: Any, b: Any) -> Tensor:
@@ -202,6 +191,8 @@ def cross_entropy(ctx: Context, logits: Any, labels: Any, weight: Any = None,
                   label_smoothing: float = 0.0) -> Tensor:
     if weight is not None or reduction != 1 or label_smoothing:
         raise Unmappable("class weights, a reduction other than the mean, or smoothing")
+    if isinstance(logits, views.FlatBatch) and isinstance(labels, views.FlatBatch):
+        logits, labels = logits.tensor, labels.tensor  # a token-level loss, [B, T]
     return ctx.builder.softmax_ce(_tensor(logits, "the logits"), _tensor(labels, "the labels"),
                                   name=ctx.name)
 
@@ -239,11 +230,21 @@ HANDLERS: dict[str, Callable[..., Any]] = {
     "aten.adaptive_avg_pool2d.default": adaptive_avg_pool2d,
     "aten.batch_norm.default": batch_norm,
     "aten.layer_norm.default": layer_norm,
-    **{f"aten.{fn}{_}.default": unary(fn) for fn in ("relu", "gelu", "sigmoid", "tanh")
+    **{f"aten.{fn}{_}.default": unary(fn) for fn in ("relu", "sigmoid", "tanh")
        for _ in ("", "_")},
+    "aten.gelu.default": gelu,
+    "aten.gelu_.default": gelu,
     "aten.dropout.default": dropout,
     **{f"aten.{fn}{_}.Tensor": binary(fn) for fn in ("add", "sub", "mul") for _ in ("", "_")},
+    **{f"aten.div{_}.Tensor": divide for _ in ("", "_")},
     "aten.flatten.using_ints": flatten,
+    "aten.transpose.int": views.transpose,
+    "aten.permute.default": views.permute,
+    "aten.scaled_dot_product_attention.default": views.attention,
+    "aten.arange.default": views.arange,
+    "aten.arange.start": views.arange,
+    "aten.arange.start_step": views.arange,
+    "aten.unsqueeze.default": views.unsqueeze,
     "aten.view.default": reshape,
     "aten.reshape.default": reshape,
     "aten.cat.default": cat,

@@ -13,7 +13,9 @@ from torch.fx import Node
 from flextui.errors import GraphError
 from flextui.graph.builder import GraphBuilder
 from flextui.graph.graph import OpGraph
-from flextui.graph.importer.aten import HANDLERS, Context, Dropped, ParamRef, Unmappable
+from flextui.graph.importer import mha
+from flextui.graph.importer.aten import HANDLERS
+from flextui.graph.importer.context import Context, Dropped, ParamRef, Unmappable
 from flextui.graph.importer.exported import export, module_path, source_line, target_name
 from flextui.graph.importer.unsupported import Gather
 from flextui.graph.tensor import Tensor
@@ -28,7 +30,9 @@ UNKNOWN = _Unknown()
 
 def import_module(module: Any, example_inputs: tuple, name: str) -> OpGraph:
     """The operator graph of ``module`` run on ``example_inputs`` (their first dim is the
-    batch). GraphError (``UnsupportedOps``) names every op that cannot be mapped."""
+    batch). GraphError (``UnsupportedOps``) names every op that cannot be mapped. The
+    graph's ``meta["module_params"]`` names the module parameter each of its parameters
+    is."""
     import torch
 
     program = export(module, example_inputs, name)
@@ -45,15 +49,35 @@ def import_module(module: Any, example_inputs: tuple, name: str) -> OpGraph:
     values: dict[Any, Any] = {}
     output: Any = None
     order = {node: i for i, node in enumerate(program.graph.nodes)}
+    attention = mha.regions(program.graph.nodes)
     for node in program.graph.nodes:
         if node.op == "placeholder":
             values[node] = _placeholder(node, params, buffers, builder)
-        elif node.op == "call_function":
+        elif node.op == "call_function" and module_path(node)[0] in attention:
+            path = module_path(node)[0]
+            values.update(_region(module, path, attention.pop(path), values, ctx, gather))
+        elif node.op == "call_function" and node not in values:
             values[node] = _call(node, values, ctx, gather, order)
         elif node.op == "output":
             output = node.args[0]
     gather.raise_if_any(name)
-    return _finish(builder, _resolve(output, values), name)
+    graph = _finish(builder, _resolve(output, values), name)
+    graph.meta["module_params"] = dict(ctx.module_params)
+    return graph
+
+
+def _region(module: Any, path: str, nodes: list[Any], values: dict[Any, Any], ctx: Context,
+            gather: Gather) -> dict[Any, Any]:
+    """The values of an nn.MultiheadAttention's nodes (``mha``): its output's, the rest
+    UNKNOWN (only its own nodes read them)."""
+    mapped: dict[Any, Any] = dict.fromkeys(nodes, UNKNOWN)
+    if any(_any(_resolve((n.args, n.kwargs), values), _Unknown) for n in nodes):
+        return mapped
+    try:
+        mapped.update(mha.map_region(ctx, module, path, nodes, values))
+    except Unmappable as why:
+        gather.add("torch.nn.MultiheadAttention", path, source_line(nodes[0]), str(why))
+    return mapped
 
 
 def _placeholder(node: Any, params: dict[str, str], buffers: dict[str, str],

@@ -45,10 +45,19 @@ def module_path(node: Any) -> tuple[str, bool]:
     stack = node.meta.get("nn_module_stack") or {}
     if not stack:
         return "", False
-    path, kind = list(stack.values())[-1][:2]
-    kind = kind if isinstance(kind, str) else f"{kind.__module__}.{kind.__qualname__}"
-    own = kind.startswith("torch.nn.modules.")
-    return str(path).removeprefix("L['self']."), own
+    path = list(stack.values())[-1][0]
+    return str(path).removeprefix("L['self']."), module_type(node).startswith(
+        "torch.nn.modules.")
+
+
+def module_type(node: Any) -> str:
+    """The qualified class name of the innermost module that ran ``node`` ("" at the top
+    level)."""
+    stack = node.meta.get("nn_module_stack") or {}
+    if not stack:
+        return ""
+    kind = list(stack.values())[-1][1]
+    return kind if isinstance(kind, str) else f"{kind.__module__}.{kind.__qualname__}"
 
 
 def source_line(node: Any) -> str:

@@ -37,6 +37,9 @@ class TorchModel:
     name: str
     make: Callable[[], Any]
     inputs: Callable[[int], Any]
+    #: how to name it again, in another process: the file's absolute path,
+    #: ``package.module:factory`` or ``torchvision:NAME``
+    source: str
     DESCRIPTION: str = "a PyTorch module, imported through torch.export"
     DEFAULTS: dict[str, Any] = field(default_factory=lambda: {"batch_size": DEFAULT_BATCH_SIZE})
     #: its errors name the model and say all that is wrong (every unsupported op): the
@@ -48,19 +51,22 @@ class TorchModel:
         inputs = _call(lambda: self.inputs(batch_size),
                        f"model {self.name!r}: example_inputs({batch_size})")
         inputs = inputs if isinstance(inputs, tuple) else (inputs,)
-        return import_module(module, inputs, self.name)
+        graph = import_module(module, inputs, self.name)
+        graph.meta["module"] = self.source
+        return graph
 
 
-def torch_model(namespace: Any, name: str, factory: str = "model") -> TorchModel | None:
-    """The user's model in ``namespace`` (a loaded file or module), None when it does
-    not define ``factory`` and ``example_inputs``."""
+def torch_model(namespace: Any, name: str, factory: str = "model", *,
+                source: str) -> TorchModel | None:
+    """The user's model in ``namespace`` (a loaded file or module, named again by
+    ``source``), None when it does not define ``factory`` and ``example_inputs``."""
     make, inputs = getattr(namespace, factory, None), getattr(namespace, "example_inputs", None)
     if not (callable(make) and callable(inputs)):
         return None
     batch = getattr(namespace, "BATCH_SIZE", DEFAULT_BATCH_SIZE)
     doc = (getattr(namespace, "__doc__", None) or "").strip().splitlines()
     description = getattr(namespace, "DESCRIPTION", doc[0] if doc else TorchModel.DESCRIPTION)
-    return TorchModel(name, make, inputs, str(description), {"batch_size": batch})
+    return TorchModel(name, make, inputs, source, str(description), {"batch_size": batch})
 
 
 def _call(fn: Callable[[], Any], what: str) -> Any:
@@ -98,5 +104,5 @@ def torchvision_model(arch: str) -> TorchModel:
     return TorchModel(
         arch, lambda: torchvision.models.get_model(arch, weights=None,
                                                    **BUILD_OPTIONS.get(arch, {})),
-        lambda batch: (torch.randn(batch, 3, size, size),),
+        lambda batch: (torch.randn(batch, 3, size, size),), f"torchvision:{arch}",
         f"torchvision {arch} (untrained), {size}x{size} images")

@@ -3,6 +3,9 @@ reshape."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 
@@ -11,9 +14,16 @@ from flextui.graph.kernels.positional import block_hash, key_of
 from flextui.graph.op import Op
 from flextui.graph.region import Region
 
-#: unary functions other than dropout, which needs the block's position
-_UNARY = {"relu": F.relu, "gelu": F.gelu, "tanh": torch.tanh, "sigmoid": torch.sigmoid,
-          "identity": lambda x: x}
+#: unary functions (of the input and the op's attrs) other than dropout, which needs the
+#: block's position
+_UNARY: dict[str, Callable[[torch.Tensor, dict[str, Any]], torch.Tensor]] = {
+    "relu": lambda x, _: F.relu(x),
+    "gelu": lambda x, attrs: F.gelu(x, approximate=attrs.get("approximate", "none")),
+    "tanh": lambda x, _: torch.tanh(x),
+    "sigmoid": lambda x, _: torch.sigmoid(x),
+    "identity": lambda x, _: x,
+    "scale": lambda x, attrs: x * attrs["factor"],
+}
 _BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul}
 
 
@@ -42,7 +52,7 @@ class UnaryKernel(Kernel):
         fn = op.attrs["fn"]
         if fn == "dropout":
             return [dropout(inputs[0], op, region, seed)]
-        return [_UNARY[fn](inputs[0])]
+        return [_UNARY[fn](inputs[0], op.attrs)]
 
 
 def dropout(x: torch.Tensor, op: Op, region: Region, seed: int) -> torch.Tensor:

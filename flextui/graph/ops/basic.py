@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from enum import StrEnum
 
 from flextui.graph.dims import Dim, DimKind
 from flextui.graph.ops.base import OpType, elementwise_space, register, require
@@ -10,13 +11,23 @@ from flextui.graph.region import region_volume
 from flextui.graph.tensor import DTYPE_BYTES
 
 #: forward FLOPs per element of each unary function
-UNARY_FLOPS = {"relu": 1, "gelu": 8, "tanh": 4, "sigmoid": 4, "dropout": 2, "identity": 0}
+UNARY_FLOPS = {"relu": 1, "gelu": 8, "tanh": 4, "sigmoid": 4, "dropout": 2, "identity": 0,
+               "scale": 1}
 BINARY_FNS = ("add", "sub", "mul")
+
+
+class InputFill(StrEnum):
+    """What an input op holds."""
+
+    DATA = "data"
+    POSITIONS = "positions"
 
 
 @register
 class Input(OpType):
-    """A graph input (images, token ids, labels): loaded where its tasks are placed."""
+    """A graph input (images, token ids, labels): loaded where its tasks are placed.
+    ``attrs["fill"]`` says what it holds (``InputFill``): data, or the positions along
+    dim 1 (0, 1, 2, ... in every row: what a model's ``torch.arange`` makes)."""
 
     name = "input"
 
@@ -24,6 +35,11 @@ class Input(OpType):
         dtype = op.attrs.get("dtype", "float32")
         require(dtype in DTYPE_BYTES, op,
                 f"unknown dtype {dtype!r:.40}; use one of {', '.join(DTYPE_BYTES)}")
+        fill = op.attrs.get("fill", InputFill.DATA)
+        require(fill in tuple(InputFill), op,
+                f"unknown fill {fill!r:.40}; use one of {', '.join(InputFill)}")
+        require(fill != InputFill.POSITIONS or len(op.attrs["shape"]) == 2, op,
+                "positions are [batch, length]")
 
     def infer(self, op):
         return [(tuple(op.attrs["shape"]), op.attrs.get("dtype", "float32"))]
@@ -34,12 +50,21 @@ class Input(OpType):
 
 @register
 class Unary(OpType):
+    """An elementwise function (``attrs["fn"]``); gelu takes torch's ``approximate``,
+    dropout its ``p``, scale (multiplying by a constant) its ``factor``."""
+
     name = "unary"
 
     def check(self, op):
         require(len(op.inputs) == 1, op, "takes one input")
         require(op.attrs["fn"] in UNARY_FLOPS, op,
                 f"unknown function {op.attrs['fn']!r}; use one of {', '.join(UNARY_FLOPS)}")
+        require(op.attrs.get("approximate", "none") in ("none", "tanh"), op,
+                "gelu's approximate is 'none' or 'tanh'")
+        factor = op.attrs.get("factor", 1.0)
+        require(op.attrs["fn"] != "scale" or (isinstance(factor, (int, float)) and
+                                              not isinstance(factor, bool)), op,
+                "scale takes a number, factor")
 
     def infer(self, op):
         return [(op.inputs[0].shape, op.inputs[0].dtype)]

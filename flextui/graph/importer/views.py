@@ -1,0 +1,145 @@
+"""Values a model makes on its way to an op that flextui holds as one tensor: an
+activation split into attention heads (``Heads``), the positions ``torch.arange``
+makes (``Positions``), and an activation whose batch dim is merged into the next for a
+token-level loss (``FlatBatch``). The handlers here make them and take them apart;
+anything else that reads one is reported (``describe``)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from flextui.graph.importer.context import Context, Unmappable
+from flextui.graph.ops.basic import InputFill
+from flextui.graph.tensor import Tensor
+
+
+@dataclass(frozen=True)
+class Heads:
+    """An activation [B, S, D] seen with D split into ``heads`` heads: [B, S, h, d], or
+    (``transposed``) [B, h, S, d], the layout scaled_dot_product_attention reads."""
+
+    tensor: Tensor
+    heads: int
+    transposed: bool
+
+    def flipped(self) -> Heads:
+        return Heads(self.tensor, self.heads, not self.transposed)
+
+
+@dataclass(frozen=True)
+class Positions:
+    """``torch.arange(length)``: the positions of a sequence, read as an embedding's ids."""
+
+    length: int
+
+
+@dataclass(frozen=True)
+class FlatBatch:
+    """An activation [B, T, ...] reshaped to [B*T, ...], read by cross_entropy."""
+
+    tensor: Tensor
+
+
+def describe(value: Any) -> str | None:
+    """Why ``value`` cannot be an op's input, when it is one of these views."""
+    if isinstance(value, Heads):
+        return ("an activation split into attention heads, read by something other than "
+                "scaled_dot_product_attention or the reshape that merges the heads back")
+    if isinstance(value, Positions):
+        return "positions (torch.arange) read other than as an embedding's ids"
+    if isinstance(value, FlatBatch):
+        return ("an activation whose batch dim is merged into the next, read by something "
+                "other than cross_entropy")
+    return None
+
+
+def view(ctx: Context, x: Any, shape: Any) -> Any:
+    """A reshape that splits heads off, merges them back or flattens the batch for a
+    loss; None when it is none of these (an ordinary reshape)."""
+    if isinstance(x, Heads):
+        if not x.transposed and _resolved(shape, x.tensor.shape) == list(x.tensor.shape):
+            return x.tensor
+        raise Unmappable("a reshape of heads other than merging [B, S, h, d] back to "
+                         "[B, S, h*d]")
+    if not isinstance(x, Tensor):
+        return None
+    wanted = _resolved(shape, x.shape)
+    if len(x.shape) == 3 and len(wanted) == 4 and wanted[:2] == list(x.shape[:2]) and \
+            wanted[2] * wanted[3] == x.shape[2]:
+        return Heads(x, wanted[2], transposed=False)
+    if len(x.shape) >= 2 and wanted == [x.shape[0] * x.shape[1], *x.shape[2:]]:
+        return FlatBatch(x)
+    return None
+
+
+def _resolved(shape: Any, of: tuple[int, ...]) -> list[int]:
+    """``shape`` with its -1 worked out for a tensor of shape ``of``."""
+    dims = [int(s) for s in shape]
+    if -1 in dims:
+        known = math.prod(d for d in dims if d != -1)
+        dims[dims.index(-1)] = math.prod(of) // max(1, known)
+    return dims
+
+
+def transpose(ctx: Context, x: Any, dim0: int, dim1: int) -> Heads:
+    if isinstance(x, Heads) and {dim0 % 4, dim1 % 4} == {1, 2}:
+        return x.flipped()
+    raise Unmappable("a transpose other than of heads between [B, S, h, d] and [B, h, S, d]")
+
+
+def permute(ctx: Context, x: Any, dims: Any) -> Heads:
+    if isinstance(x, Heads) and [d % 4 for d in dims] == [0, 2, 1, 3]:
+        return x.flipped()
+    raise Unmappable("a permutation other than of heads between [B, S, h, d] and "
+                     "[B, h, S, d]")
+
+
+def attention(ctx: Context, q: Any, k: Any, v: Any, attn_mask: Any = None,
+              dropout_p: float = 0.0, is_causal: bool = False, *, scale: Any = None,
+              enable_gqa: bool = False) -> Heads:
+    """scaled_dot_product_attention of heads split from [B, S, D] activations: the
+    multihead_attention op (its projections are the model's own linear ops)."""
+    if not all(isinstance(t, Heads) and t.transposed for t in (q, k, v)):
+        raise Unmappable("q, k and v are not [B, S, D] activations split into heads")
+    if attn_mask is not None or dropout_p or enable_gqa:
+        raise Unmappable("an attention mask (other than is_causal), dropout or grouped "
+                         "query attention")
+    heads = {q.heads, k.heads, v.heads}
+    shapes = {q.tensor.shape, k.tensor.shape, v.tensor.shape}
+    if len(heads) != 1 or len(shapes) != 1:
+        raise Unmappable("q, k and v of different shapes or head counts")
+    head_dim = q.tensor.shape[2] // q.heads
+    if scale is not None and not math.isclose(scale, head_dim ** -0.5, rel_tol=1e-12):
+        raise Unmappable(f"a scale other than 1/sqrt(head dim) ({scale})")
+    out = ctx.builder.multihead_attention(q.tensor, k.tensor, v.tensor, q.heads,
+                                          causal=bool(is_causal), name=ctx.name)
+    return Heads(out, q.heads, transposed=True)
+
+
+def arange(ctx: Context, *args: Any, **kwargs: Any) -> Positions:
+    numbers = [int(a) for a in args]
+    start, end, step = (0, numbers[0], 1) if len(numbers) == 1 else (*numbers, 1)[:3]
+    if start != 0 or step != 1:
+        raise Unmappable("a range other than 0, 1, ..., n-1")
+    return Positions(end)
+
+
+def unsqueeze(ctx: Context, x: Any, dim: int) -> Positions:
+    if isinstance(x, Positions) and dim == 0:
+        return x
+    raise Unmappable("an unsqueeze other than of positions")
+
+
+def positions_input(ctx: Context, positions: Positions) -> Tensor:
+    """The graph input holding ``positions`` in every row ([batch, length]): one per
+    length, however often the model makes them."""
+    made = ctx.positions.get(positions.length)
+    if made is None:
+        name = f"positions_{positions.length}" if ctx.positions else "positions"
+        attrs = {"shape": [ctx.builder.meta["batch_size"], positions.length],
+                 "dtype": "int64", "fill": str(InputFill.POSITIONS)}
+        made = ctx.positions[positions.length] = \
+            ctx.builder.add("input", [], attrs, name).outputs[0]
+    return made
