@@ -21,9 +21,12 @@ def model_options(args: argparse.Namespace) -> dict[str, str]:
     from flextui.errors import FieldError
     from flextui.session.choices import parse_model_options
     try:
-        return parse_model_options(args.option or [], args.batch_size)
+        options = parse_model_options(args.option or [], args.batch_size)
     except FieldError as e:
         raise FlextuiError(e.flag_message) from None
+    if getattr(args, "opaque", False):
+        options["opaque"] = "true"
+    return options
 
 
 def load_graph(args: argparse.Namespace):
@@ -71,6 +74,9 @@ def model_args(p: argparse.ArgumentParser, default: str | None = DEFAULT_MODEL) 
     p.add_argument("--batch-size", "-b", type=int, help="batch size (default: the model's)")
     p.add_argument("--option", "-o", action="append", metavar="KEY=VALUE",
                    help="a model option, e.g. -o hidden=512 (repeatable; see `flextui models`)")
+    p.add_argument("--opaque", action="store_true",
+                   help="a PyTorch model: fold what cannot be partitioned op by op into "
+                   "opaque ops that run whole (or split by samples) instead of refusing it")
 
 
 def cluster_arg(p: argparse.ArgumentParser, default: str | None = DEFAULT_CLUSTER) -> None:

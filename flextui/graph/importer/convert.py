@@ -13,7 +13,7 @@ from torch.fx import Node
 from flextui.errors import GraphError
 from flextui.graph.builder import GraphBuilder
 from flextui.graph.graph import OpGraph
-from flextui.graph.importer import mha
+from flextui.graph.importer import mha, opaque
 from flextui.graph.importer.aten import HANDLERS
 from flextui.graph.importer.context import Context, Dropped, ParamRef, Unmappable
 from flextui.graph.importer.exported import export, module_path, source_line, target_name
@@ -28,56 +28,145 @@ class _Unknown:
 UNKNOWN = _Unknown()
 
 
-def import_module(module: Any, example_inputs: tuple, name: str) -> OpGraph:
+def import_module(module: Any, example_inputs: tuple, name: str, *,
+                  opaque_source: str | None = None) -> OpGraph:
     """The operator graph of ``module`` run on ``example_inputs`` (their first dim is the
-    batch). GraphError (``UnsupportedOps``) names every op that cannot be mapped. The
-    graph's ``meta["module_params"]`` names the module parameter each of its parameters
-    is."""
+    batch). GraphError (``UnsupportedOps``) names every op that cannot be mapped, unless
+    ``opaque_source`` (how to name the model again in a rank) is given: each region of
+    such ops then becomes one opaque op. The graph's ``meta["module_params"]`` names the
+    module parameter each of its parameters is."""
     import torch
 
     program = export(module, example_inputs, name)
-    signature = program.graph_signature
-    params = dict(signature.inputs_to_parameters)
-    buffers = dict(signature.inputs_to_buffers)
     users = [a for a in example_inputs if isinstance(a, torch.Tensor)]
     if not users or users[0].dim() == 0:
         raise GraphError(f"model {name!r}: its first example input must be a tensor whose "
                          "first dim is the batch")
     builder = GraphBuilder(name, batch_size=int(users[0].shape[0]), family="imported")
-    ctx = Context(builder)
-    gather = Gather()
-    values: dict[Any, Any] = {}
-    output: Any = None
-    order = {node: i for i, node in enumerate(program.graph.nodes)}
-    attention = mha.regions(program.graph.nodes)
-    for node in program.graph.nodes:
-        if node.op == "placeholder":
-            values[node] = _placeholder(node, params, buffers, builder)
-        elif node.op == "call_function" and module_path(node)[0] in attention:
-            path = module_path(node)[0]
-            values.update(_region(module, path, attention.pop(path), values, ctx, gather))
-        elif node.op == "call_function" and node not in values:
-            values[node] = _call(node, values, ctx, gather, order)
-        elif node.op == "output":
-            output = node.args[0]
-    gather.raise_if_any(name)
-    graph = _finish(builder, _resolve(output, values), name)
-    graph.meta["module_params"] = dict(ctx.module_params)
+    walk = _Walk(program, module, Context(builder), opaque_source)
+    output = walk.run()
+    walk.gather.raise_if_any(name)
+    graph = _finish(builder, output, name)
+    graph.meta["module_params"] = dict(walk.ctx.module_params)
     return graph
 
 
-def _region(module: Any, path: str, nodes: list[Any], values: dict[Any, Any], ctx: Context,
-            gather: Gather) -> dict[Any, Any]:
-    """The values of an nn.MultiheadAttention's nodes (``mha``): its output's, the rest
-    UNKNOWN (only its own nodes read them)."""
-    mapped: dict[Any, Any] = dict.fromkeys(nodes, UNKNOWN)
-    if any(_any(_resolve((n.args, n.kwargs), values), _Unknown) for n in nodes):
-        return mapped
-    try:
-        mapped.update(mha.map_region(ctx, module, path, nodes, values))
-    except Unmappable as why:
-        gather.add("torch.nn.MultiheadAttention", path, source_line(nodes[0]), str(why))
-    return mapped
+class _NotMapped(Exception):
+    """A node no handler maps: its target, and why."""
+
+    def __init__(self, target: str, why: str) -> None:
+        super().__init__(why)
+        self.target, self.why = target, why
+
+
+class _Walk:
+    """One walk over an exported graph: the value of every node so far, what could not
+    be mapped (``gather``), and with ``opaque_source`` the region of such nodes being
+    gathered into an opaque op (``opaque.Pending``)."""
+
+    def __init__(self, program: Any, module: Any, ctx: Context,
+                 opaque_source: str | None) -> None:
+        self.program, self.module, self.ctx = program, module, ctx
+        self.opaque_source = opaque_source
+        self.gather = Gather()
+        self.values: dict[Any, Any] = {}
+        self.pending = opaque.Pending()
+        nodes = program.graph.nodes
+        self.order = {node: i for i, node in enumerate(nodes)}
+        self.attention = mha.regions(nodes)
+
+    def run(self) -> Any:
+        """The value of the module's output."""
+        signature = self.program.graph_signature
+        params, buffers = signature.inputs_to_parameters, signature.inputs_to_buffers
+        output: Any = None
+        for node in self.program.graph.nodes:
+            if node.op == "placeholder":
+                self.values[node] = _placeholder(node, params, buffers, self.ctx.builder)
+            elif node.op == "call_function" and node not in self.values \
+                    and node not in self.pending:
+                self._visit(node)
+            elif node.op == "output":
+                self._close()
+                output = _resolve(node.args[0], self.values)
+        return output
+
+    def _visit(self, node: Any) -> None:
+        path = module_path(node)[0]
+        if path in self.attention:
+            self._attention(path, self.attention.pop(path))
+            return
+        reads_pending = any(a in self.pending for a in node.all_input_nodes)
+        if reads_pending and (HANDLERS.get(target_name(node.target)) is None
+                              or target_name(node.target) == "getitem"):
+            self.pending.add(node)
+            return
+        if reads_pending:
+            self._close()
+        try:
+            self.values[node] = self._call(node)
+        except _NotMapped as not_mapped:
+            if self.opaque_source is not None:
+                self.pending.add(node)
+            else:
+                self._report(node, not_mapped.target, not_mapped.why)
+                self.values[node] = UNKNOWN
+
+    def _attention(self, path: str, nodes: list[Any]) -> None:
+        """An nn.MultiheadAttention's nodes (``mha``): its output's value, the rest
+        UNKNOWN (only its own nodes read them)."""
+        downstream = any(_any(_resolve((n.args, n.kwargs), self.values), _Unknown)
+                         for n in nodes)
+        self.values.update(dict.fromkeys(nodes, UNKNOWN))
+        if downstream:
+            return
+        try:
+            self.values.update(mha.map_region(self.ctx, self.module, path, nodes, self.values))
+        except Unmappable as why:
+            if self.opaque_source is not None:
+                for n in nodes:
+                    del self.values[n]
+                    self.pending.add(n)
+            else:
+                self.gather.add("torch.nn.MultiheadAttention", path, source_line(nodes[0]),
+                                str(why))
+
+    def _close(self) -> None:
+        """The region gathered so far becomes an opaque op."""
+        if not self.pending.nodes or self.opaque_source is None:
+            return
+        nodes, first = self.pending.nodes, self.pending.nodes[0]
+        self.pending = opaque.Pending()
+        self.values.update(dict.fromkeys(nodes, UNKNOWN))
+        try:
+            with self.ctx.naming((module_path(first)[0], False), first):
+                self.values.update(opaque.close(self.ctx, nodes, self.values, self.program,
+                                                self.opaque_source))
+        except Unmappable as why:
+            self._report(first, "an opaque region", str(why))
+
+    def _report(self, node: Any, target: str, why: str) -> None:
+        self.gather.add(target, module_path(node)[0], source_line(node), why)
+
+    def _call(self, node: Any) -> Any:
+        args = _resolve(node.args, self.values)
+        kwargs = _resolve(node.kwargs, self.values)
+        target = target_name(node.target)
+        if _any(args, Dropped) and not _any(args, Tensor):
+            return Dropped(target)  # bookkeeping on buffers (batch norm's step count)
+        handler = HANDLERS.get(target)
+        if handler is None:
+            raise _NotMapped(target, "no mapping onto flextui's op types yet")
+        if _any(args, _Unknown) or _any(kwargs, _Unknown):
+            return UNKNOWN  # downstream of an op already reported
+        if _reused_after_change(node, self.order):
+            raise _NotMapped(target, "an activation changed in place is used again as it "
+                             "was before")
+        try:
+            with self.ctx.naming(module_path(node), node):
+                return handler(self.ctx, *args, **kwargs)
+        except Unmappable as why:
+            raise _NotMapped(target, str(why)) from None
 
 
 def _placeholder(node: Any, params: dict[str, str], buffers: dict[str, str],
@@ -89,32 +178,6 @@ def _placeholder(node: Any, params: dict[str, str], buffers: dict[str, str],
         return Dropped(buffers[node.name])
     dtype = str(value.dtype).removeprefix("torch.")
     return builder.input(tuple(int(s) for s in value.shape), dtype=dtype, name=node.name)
-
-
-def _call(node: Any, values: dict[Any, Any], ctx: Context, gather: Gather,
-          order: dict[Any, int]) -> Any:
-    args = _resolve(node.args, values)
-    kwargs = _resolve(node.kwargs, values)
-    target = target_name(node.target)
-    if _any(args, Dropped) and not _any(args, Tensor):
-        return Dropped(target)  # bookkeeping on buffers (batch norm's step count)
-    handler = HANDLERS.get(target)
-    module, source = module_path(node), source_line(node)
-    if handler is None:
-        gather.add(target, module[0], source, "no mapping onto flextui's op types yet")
-        return UNKNOWN
-    if _any(args, _Unknown) or _any(kwargs, _Unknown):
-        return UNKNOWN  # downstream of an op already reported
-    if _reused_after_change(node, order):
-        gather.add(target, module[0], source, "an activation changed in place is used again "
-                   "as it was before")
-        return UNKNOWN
-    try:
-        with ctx.naming(module, node):
-            return handler(ctx, *args, **kwargs)
-    except Unmappable as why:
-        gather.add(target, module[0], source, str(why))
-        return UNKNOWN
 
 
 def _reused_after_change(node: Any, order: dict[Any, int]) -> bool:

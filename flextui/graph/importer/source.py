@@ -41,17 +41,21 @@ class TorchModel:
     #: ``package.module:factory`` or ``torchvision:NAME``
     source: str
     DESCRIPTION: str = "a PyTorch module, imported through torch.export"
-    DEFAULTS: dict[str, Any] = field(default_factory=lambda: {"batch_size": DEFAULT_BATCH_SIZE})
+    DEFAULTS: dict[str, Any] = field(default_factory=lambda: {"batch_size": DEFAULT_BATCH_SIZE,
+                                                               "opaque": False})
     #: its errors name the model and say all that is wrong (every unsupported op): the
     #: library passes them on as they are
     NAMES_ITSELF = True
 
-    def build(self, batch_size: int) -> OpGraph:
+    def build(self, batch_size: int, opaque: bool = False) -> OpGraph:
+        """The graph at ``batch_size``; with ``opaque`` what cannot be mapped op by op
+        becomes opaque ops rather than an error."""
         module = _call(self.make, f"model {self.name!r}: model()")
         inputs = _call(lambda: self.inputs(batch_size),
                        f"model {self.name!r}: example_inputs({batch_size})")
         inputs = inputs if isinstance(inputs, tuple) else (inputs,)
-        graph = import_module(module, inputs, self.name)
+        graph = import_module(module, inputs, self.name,
+                              opaque_source=self.source if opaque else None)
         graph.meta["module"] = self.source
         return graph
 
@@ -66,7 +70,8 @@ def torch_model(namespace: Any, name: str, factory: str = "model", *,
     batch = getattr(namespace, "BATCH_SIZE", DEFAULT_BATCH_SIZE)
     doc = (getattr(namespace, "__doc__", None) or "").strip().splitlines()
     description = getattr(namespace, "DESCRIPTION", doc[0] if doc else TorchModel.DESCRIPTION)
-    return TorchModel(name, make, inputs, source, str(description), {"batch_size": batch})
+    return TorchModel(name, make, inputs, source, str(description),
+                      {"batch_size": batch, "opaque": False})
 
 
 def _call(fn: Callable[[], Any], what: str) -> Any:
