@@ -230,3 +230,22 @@ async def test_without_colour_an_error_is_marked_in_text(monkeypatch):
         field(pilot, "workers").value = "none"
         await settle(pilot)
         assert error(pilot, "options").startswith("✗ workers 'none'")
+
+
+async def test_a_pytorch_model_file_loads_and_a_torchvision_name_is_checked():
+    """The model path takes a PyTorch model file (imported off the UI thread), and
+    torchvision:NAME is refused inline where torchvision cannot be imported or has no
+    such model."""
+    gpt = Path(__file__).with_name("torch_models") / "gpt2_decoder.py"
+    app = Host()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        field(pilot, "model-path").value = str(gpt)
+        await settle(pilot)
+        graph = load_model(str(gpt))
+        assert part(pilot, "model")["ops"] == len(graph)
+        assert part(pilot, "model")["parameters"] == graph.param_count
+        field(pilot, "model-path").value = "torchvision:no_such_net"
+        await settle(pilot)
+        assert "torchvision" in error(pilot, "model")
+        assert field(pilot, "model-path").has_class("setup-invalid")
