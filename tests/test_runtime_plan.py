@@ -7,7 +7,7 @@ import torch
 
 from flextui.cost import AnalyticCostModel
 from flextui.errors import FlextuiError, StrategyError
-from flextui.graph import full_region
+from flextui.graph import GraphBuilder, full_region
 from flextui.machine import load_named_cluster
 from flextui.runtime.comm import Comm
 from flextui.runtime.engine import RankProgram, within
@@ -104,3 +104,23 @@ def test_a_launch_plan_reads_back_and_a_damaged_one_is_one_message(tmp_path):
     path.write_bytes(spec.encode()[:-10])
     with pytest.raises(FlextuiError, match="plan.msgpack: corrupt"):
         LaunchSpec.read(path)
+
+
+def test_batch_norm_is_checked_against_its_strategys_sample_blocks():
+    """Batch norm's statistics are over a block's samples, as in data parallelism without
+    synchronised batch norm: the reference computes it in the strategy's sample blocks,
+    and every partition equals that; the unsplit reference differs."""
+    g = GraphBuilder("bn", batch_size=8)
+    x = g.input((8, 3, 6, 6))
+    h = g.relu(g.batchnorm(g.conv2d(x, 4, 3, padding=1)))
+    g.softmax_ce(g.linear(g.flatten(h), 5), g.input((8,), dtype="int64", name="labels"))
+    graph, cluster = g.build(), load_named_cluster("local-cpu-4")
+    for name in ("data-parallel", "random-1", "random-2"):
+        s = strategy(name, graph, cluster)
+        plan = compile_plan(graph, on_one_rank(s), 1)
+        program = RankProgram(plan, 0, Comm(0, [], torch.device("cpu")), dtype=torch.float64)
+        losses = [program.step(step).loss_share for step in range(3)]
+        assert losses == pytest.approx(train_whole(graph, 3, strategy=s).losses, rel=1e-9)
+    split = strategy("data-parallel", graph, cluster)
+    assert train_whole(graph, 3, strategy=split).losses != \
+        pytest.approx(train_whole(graph, 3).losses, rel=1e-6)

@@ -1,6 +1,11 @@
 """The reference a strategy's run must equal: the whole, unpartitioned graph trained in
 one process, every op as one block through the same kernels, with the same starting
-parameters, data and update (``values``, ``engine.Optimizer``)."""
+parameters, data and update (``values``, ``engine.Optimizer``).
+
+One exception: an op whose result depends on how its samples are grouped (batch norm's
+batch statistics) is computed in the sample blocks the strategy gives it, as data
+parallelism without synchronised batch norm does on any framework; without a strategy,
+in one block."""
 
 from __future__ import annotations
 
@@ -9,11 +14,16 @@ from dataclasses import dataclass
 
 import torch
 
-from flextui.graph import Op, OpGraph, full_region
+from flextui.graph import Op, OpGraph, Region, full_region
+from flextui.graph.dims import DimKind
 from flextui.graph.kernels import kernel_for
 from flextui.runtime.engine import SGD, Optimizer, kernel_seed, within
 from flextui.runtime.plan import index_bounds
 from flextui.runtime.values import StartingParameters, input_block
+from flextui.strategy import Strategy
+
+#: op types computed with statistics over their block's samples
+SAMPLE_STATISTICS = frozenset({"batchnorm"})
 
 
 @dataclass
@@ -25,8 +35,8 @@ class ReferenceRun:
 
 
 def train_whole(graph: OpGraph, steps: int, *, seed: int = 0,
-                dtype: torch.dtype = torch.float64,
-                optimizer: Optimizer = SGD) -> ReferenceRun:
+                dtype: torch.dtype = torch.float64, optimizer: Optimizer = SGD,
+                strategy: Strategy | None = None) -> ReferenceRun:
     start = StartingParameters(graph, seed)
     params = {name: start.block(name, full_region(p.shape), dtype).requires_grad_()
               for name, p in graph.parameters.items()}
@@ -39,7 +49,7 @@ def train_whole(graph: OpGraph, steps: int, *, seed: int = 0,
             return input_block(op, op.output_regions(region)[0], seed, step, dtype,
                                bounds.get(op.index))
 
-        loss = forward_whole(graph, params, data, kernel_seed(seed, step), dtype)
+        loss = forward_whole(graph, params, data, kernel_seed(seed, step), dtype, strategy)
         loss.backward()
         losses.append(float(loss.detach()))
         with torch.no_grad():
@@ -53,25 +63,45 @@ def train_whole(graph: OpGraph, steps: int, *, seed: int = 0,
 
 def forward_whole(graph: OpGraph, params: dict[str, torch.Tensor],
                   data: Callable[[Op], torch.Tensor], seed: int,
-                  dtype: torch.dtype = torch.float64) -> torch.Tensor:
-    """One forward pass of the whole graph, every op as one block through its kernel,
-    from ``params`` (by name) and each input op's ``data``; returns the loss."""
+                  dtype: torch.dtype = torch.float64,
+                  strategy: Strategy | None = None) -> torch.Tensor:
+    """One forward pass of the whole graph, every op as one block through its kernel
+    (but ``sample_blocks``), from ``params`` (by name) and each input op's ``data``;
+    returns the loss."""
     outputs: dict[int, list[torch.Tensor]] = {}
     loss = torch.zeros((), dtype=dtype)
     for op in graph.ops:
-        region = full_region(op.space_shape)
-        if op.type == "input":
-            inputs = [data(op)]
-        else:
-            inputs = []
-            for t, need in zip(op.inputs, op.input_regions(region)):
-                assert t.producer is not None
-                inputs.append(outputs[t.producer.index][t.index][
-                    within(need, full_region(t.shape))])
-        blocks = [params[p.name][within(op.param_region(i, region), full_region(p.shape))]
-                  for i, p in enumerate(op.params)]
-        outs, share = kernel_for(op.type).forward_loss(op, region, inputs, blocks, seed)
-        outputs[op.index] = outs
-        if share is not None:
-            loss = loss + share
+        parts = []
+        for region in sample_blocks(op, strategy):
+            if op.type == "input":
+                inputs = [data(op)]
+            else:
+                inputs = []
+                for t, need in zip(op.inputs, op.input_regions(region)):
+                    assert t.producer is not None
+                    inputs.append(outputs[t.producer.index][t.index][
+                        within(need, full_region(t.shape))])
+            blocks = [params[p.name][within(op.param_region(i, region), full_region(p.shape))]
+                      for i, p in enumerate(op.params)]
+            outs, share = kernel_for(op.type).forward_loss(op, region, inputs, blocks, seed)
+            parts.append(outs)
+            if share is not None:
+                loss = loss + share
+        outputs[op.index] = parts[0] if len(parts) == 1 else \
+            [torch.cat(blocks, dim=0) for blocks in zip(*parts)]
     return loss
+
+
+def sample_blocks(op: Op, strategy: Strategy | None) -> list[Region]:
+    """The regions the reference computes ``op`` in: the whole op, or for a batch
+    statistics op (``SAMPLE_STATISTICS``) one per sample range of its config, in order
+    (its sample dim is dim 0 of its output)."""
+    whole = full_region(op.space_shape)
+    if strategy is None or op.type not in SAMPLE_STATISTICS:
+        return [whole]
+    config = strategy[op.name]
+    dim = next((i for i, d in enumerate(op.space) if d.kind == DimKind.SAMPLE), None)
+    if dim is None:
+        return [whole]
+    ranges = sorted({config.task_region(op, k)[dim] for k in range(len(config.devices))})
+    return [(*whole[:dim], r, *whole[dim + 1:]) for r in ranges]

@@ -120,7 +120,8 @@ def _check(spec: LaunchSpec, program: RankProgram, losses: list[float], reporter
     dist.all_reduce(totals)  # the loss of each step: the ranks' shares summed
     training = spec.training
     reference = train_whole(spec.graph, steps, seed=training.seed, dtype=dtype,
-                            optimizer=Optimizer(training.lr, training.momentum))
+                            optimizer=Optimizer(training.lr, training.momentum),
+                            strategy=spec.strategy)
     loss_error = max((abs(a - b) / max(abs(b), 1e-300)
                       for a, b in zip(totals.tolist(), reference.losses)), default=0.0)
     param_error = 0.0
