@@ -306,6 +306,10 @@ def test_torchvision_models_keep_their_parameters_and_compute_their_loss(arch, s
     inputs = (torch.randn(2, 3, size, size),)
     graph = import_module(module, inputs, arch)
     assert graph.param_count == sum(p.numel() for p in module.parameters())
+    types = [op.type for op in graph.ops]
+    for layer, op_type in ((nn.Conv2d, "conv2d"), (nn.BatchNorm2d, "batchnorm"),
+                           (nn.Linear, "linear")):
+        assert types.count(op_type) == sum(isinstance(m, layer) for m in module.modules())
     expected, found = module_loss_and_graph_loss(module, inputs, graph,
                                                  torch.randint(0, 1000, (2,)))
     assert found == pytest.approx(expected, rel=1e-9)

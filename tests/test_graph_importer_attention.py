@@ -6,7 +6,6 @@ module's parameters, computes its loss, searches and simulates, and a 2-rank lau
 a split strategy trains exactly as the module's own optimizer step does."""
 
 import importlib.util
-import math
 import os
 import subprocess
 import sys
@@ -80,8 +79,7 @@ def test_the_gpt_decoder_maps_layer_by_layer_with_the_modules_parameters():
     assert types.count("embedding") == 2 and types.count("softmax_ce") == 1
     # idx, targets and the positions torch.arange makes; 11 ops a block
     assert len(graph.ops) == 3 + 3 + 11 * layers + 3
-    assert sum(math.prod(p.shape) for p in graph.parameters.values()) == \
-        sum(p.numel() for p in module.parameters())
+    assert graph.param_count == sum(p.numel() for p in module.parameters())
     attention = next(op for op in graph.ops if op.type == "multihead_attention")
     assert attention.attrs == {"heads": source.HEADS, "causal": True}
     assert attention.name == "h.0.attn.scaled_dot_product_attention"
