@@ -45,12 +45,13 @@ def step_data(graph: OpGraph, seed: int, step: int) -> dict[str, torch.Tensor]:
 
 
 def module_own_training(graph: OpGraph, seed: int, steps: int, lr: float = 0.01,
-                        momentum: float = 0.9) -> tuple[list[float], dict[str, torch.Tensor]]:
-    """The module's own training on the runtime's data: model() under the run's seed,
-    float64, torch.optim.SGD; its loss at every step and its parameters after."""
+                        momentum: float = 0.9,
+                        factory: str = "model") -> tuple[list[float], dict[str, torch.Tensor]]:
+    """The module's own training on the runtime's data: ``factory()`` under the run's
+    seed, float64, torch.optim.SGD; its loss at every step and its parameters after."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        module = gpt_source().model().double()
+        module = getattr(gpt_source(), factory)().double()
     optimizer = torch.optim.SGD(module.parameters(), lr=lr, momentum=momentum)
     losses = []
     for step in range(steps):
@@ -60,7 +61,8 @@ def module_own_training(graph: OpGraph, seed: int, steps: int, lr: float = 0.01,
         loss.backward()
         optimizer.step()
         losses.append(float(loss.detach()))
-    return losses, {name: p.detach() for name, p in module.named_parameters()}
+    return losses, {name: p.detach()
+                    for name, p in module.named_parameters(remove_duplicate=False)}
 
 
 def relative(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -105,10 +107,16 @@ def test_the_gpt_decoder_computes_the_modules_loss_from_the_modules_weights():
     assert float(found.detach()) == pytest.approx(float(expected.detach()), rel=1e-9)
 
 
-def test_one_process_trains_as_the_modules_own_optimizer_does():
-    graph = load_model(str(GPT_FILE), batch_size=2)
+@pytest.mark.parametrize("factory", ["model", "tied"])
+def test_one_process_trains_as_the_modules_own_optimizer_does(factory, monkeypatch):
+    """Also with the head tied to the token embedding: one graph parameter that both
+    ops read, whose gradient is the sum of both, as in the module."""
+    monkeypatch.syspath_prepend(str(GPT_FILE.parent))
+    graph = load_model(f"gpt2_decoder:{factory}", batch_size=2)
+    assert graph.param_count == sum(p.numel() for p in getattr(gpt_source(), factory)()
+                                    .parameters())
     reference = train_whole(graph, 3, seed=1)
-    losses, params = module_own_training(graph, seed=1, steps=3)
+    losses, params = module_own_training(graph, seed=1, steps=3, factory=factory)
     assert reference.losses == pytest.approx(losses, rel=1e-9)
     names = graph.meta["module_params"]
     assert max(relative(reference.params[n], params[names[n]]) for n in names) < 1e-9

@@ -23,7 +23,7 @@ def module_parameters(graph: OpGraph, seed: int) -> dict[str, torch.Tensor] | No
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         module = pytorch_model(source).make()
-    own = dict(module.named_parameters())
+    own = dict(module.named_parameters(remove_duplicate=False))  # tied weights by each name
     missing = sorted(set(names.values()) - set(own))
     if missing or set(names) != set(graph.parameters):
         raise ModelError(f"model {source}: the module model() builds now does not have the "

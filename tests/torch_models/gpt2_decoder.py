@@ -1,7 +1,8 @@
 """A GPT-2-style decoder in plain PyTorch (nanoGPT's layout, small): token and learned
 position embeddings, pre-layernorm blocks of causal self-attention through
-scaled_dot_product_attention and a tanh-GELU MLP, a final layernorm and an untied head;
-the module computes its own token-level cross-entropy."""
+scaled_dot_product_attention and a tanh-GELU MLP, a final layernorm and a head (its own
+matrix; ``tied()`` ties it to the token embedding, as GPT-2 does); the module computes
+its own token-level cross-entropy."""
 
 import torch
 import torch.nn.functional as F
@@ -42,13 +43,15 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self):
+    def __init__(self, tied=False):
         super().__init__()
         self.wte = nn.Embedding(VOCAB, WIDTH)
         self.wpe = nn.Embedding(SEQ, WIDTH)
         self.h = nn.ModuleList(Block() for _ in range(LAYERS))
         self.ln_f = nn.LayerNorm(WIDTH)
         self.lm_head = nn.Linear(WIDTH, VOCAB, bias=False)
+        if tied:                                  # GPT-2's own: one matrix both ways
+            self.lm_head.weight = self.wte.weight
 
     def forward(self, idx, targets):
         positions = torch.arange(0, idx.size(1), dtype=torch.long, device=idx.device)
@@ -61,6 +64,10 @@ class GPT(nn.Module):
 
 def model():
     return GPT()
+
+
+def tied():
+    return GPT(tied=True)
 
 
 def example_inputs(batch_size):
