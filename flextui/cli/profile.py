@@ -8,6 +8,7 @@ import threading
 import time
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
@@ -313,6 +314,11 @@ class _ProgressDisplay:
         self.clock.task_done(event.done - 1, now - self.started)
         self.hits += event.cached
         self.oom += event.entry.oom
+        if event.failure and not self.quiet:
+            block = "x".join(map(str, event.signature.block))
+            self.console.print(f"[yellow]{event.signature.op.type} {block}: could not run, "
+                               f"recorded without times: {escape(event.failure)}[/]",
+                               highlight=False)
         left = f"{duration(self.clock.remaining_s)} left" if event.done < self.total else ""
         note = f"{self.hits:,} cached · {event.signature.op.type} · {left}".rstrip(" ·")
         if self.bar is not None:

@@ -199,7 +199,8 @@ class ProfileKey:
 class ProfileEntry:
     """Measured times of one key, in seconds: medians over ``repeats`` timed runs and
     their spread (e.g. the interquartile range). ``backward_s`` is None for inference;
-    an ``oom`` entry records that the block ran out of memory and has no times."""
+    an ``oom`` entry records that the block could not run on the device (out of memory,
+    or another error of the device on it: ``cost.profile``) and has no times."""
 
     forward_s: float | None
     backward_s: float | None

@@ -14,6 +14,9 @@ from flextui.cost.estimate import ProfileClock
 from flextui.graph import OpGraph
 from flextui.session.jobs import BackgroundJob
 
+#: notices shown at most (the device's, the cache's, then blocks that could not run)
+MAX_NOTICES = 6
+
 
 @dataclass(frozen=True)
 class ProfileView:
@@ -96,6 +99,8 @@ class LiveProfile(BackgroundJob):
             self._oom += event.entry.oom
             block = "×".join(map(str, event.signature.block))
             self._current = f"{event.signature.op.type} {block}"
+            if event.failure and len(self._notices) < MAX_NOTICES:
+                self._notices += (f"{self._current} could not run: {event.failure}",)
 
     def _failed(self, message: str) -> None:
         self._end("failed", message)   # what was measured before is saved
