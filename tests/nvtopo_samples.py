@@ -2,7 +2,11 @@
 GPUs they hold (the names CUDA reports) and the NVLink bandwidth each GPU has, per
 direction, according to NVIDIA's datasheets."""
 
+import subprocess
 from dataclasses import dataclass
+from types import SimpleNamespace
+
+from flextui.machine import detect
 
 LEGEND = """
 Legend:
@@ -98,3 +102,15 @@ SAMPLES = [
     Sample("PCIe only", "NVIDIA L40S", matrix(PCIE4, [], ["0-31"] * 2 + ["32-63"] * 2),
            False, 0.0),
 ]
+
+
+def fake_gpus(monkeypatch, name: str, count: int, topology: str) -> None:
+    """This process sees ``count`` GPUs called ``name`` and nvidia-smi prints ``topology``."""
+    props = SimpleNamespace(total_memory=80 * 2**30)
+    cuda = SimpleNamespace(is_available=lambda: True, device_count=lambda: count,
+                           get_device_name=lambda i: name, get_device_properties=lambda i: props,
+                           can_device_access_peer=lambda i, j: True)
+    torch = SimpleNamespace(cuda=cuda, __version__="2.13.0", version=SimpleNamespace(cuda="12.8"))
+    monkeypatch.setattr(detect, "_torch", lambda: torch)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: SimpleNamespace(stdout=topology))

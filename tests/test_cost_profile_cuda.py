@@ -1,14 +1,16 @@
-"""The profiler's CUDA paths walked on the CPU: a stand-in for torch.cuda whose events
-tell how long the runs between them took by counting them, so the timing, memory and
-failure handling that only a GPU reaches are checked here, with no GPU and no clock."""
+"""The profiler's CUDA paths walked on the CPU with a stand-in for torch.cuda
+(``fake_cuda``), so the timing, memory and failure handling that only a GPU reaches are
+checked here, with no GPU and no clock."""
 
 import weakref
 
 import pytest
 import torch
 
+from fake_cuda import FakeCuda
 from flextui.cost import profile as profiler
 from flextui.cost.cache import ProfileCache
+from flextui.cost.clocks import CudaClock
 from flextui.cost.estimate import MAX_RUNS
 from flextui.cost.localdevice import cpu_name
 from flextui.cost.signatures import Measurement, task_signatures
@@ -27,60 +29,28 @@ def conv1(training=True):
     return signature
 
 
-class FakeCuda:
-    """torch.cuda's timing and memory calls, logging what happens in order: events
-    recorded, runs (forward, backward) and synchronizations."""
+def fake_cuda(monkeypatch) -> FakeCuda:
+    """The stand-in GPU, with the task's forward and backward runs logged."""
+    cuda = FakeCuda(monkeypatch, {"forward": FORWARD_MS, "backward": BACKWARD_MS})
+    kernel = profiler.kernel_for("conv2d")
+    forward, grad = kernel.forward_loss, torch.autograd.grad
 
-    def __init__(self, monkeypatch):
-        self.log: list = []
-        log = self.log
+    def logged_forward(*args):
+        cuda.log.append("forward")
+        return forward(*args)
 
-        class Event:
-            def __init__(self, enable_timing=False):
-                assert enable_timing
-
-            def record(self, stream):
-                assert stream == "current stream"
-                log.append(self)
-
-            def synchronize(self):
-                log.append("event synchronize")
-
-            def elapsed_time(self, end):
-                between = log[log.index(self) + 1:log.index(end)]
-                return (FORWARD_MS * between.count("forward")
-                        + BACKWARD_MS * between.count("backward"))
-
-        for name, value in (("Event", Event), ("current_stream", lambda d: "current stream"),
-                            ("synchronize", lambda d=None: log.append("synchronize")),
-                            ("reset_peak_memory_stats", lambda d: None),
-                            ("memory_allocated", lambda d: 1000),
-                            ("max_memory_allocated", lambda d: 5096),
-                            ("empty_cache", lambda: log.append("empty_cache"))):
-            monkeypatch.setattr(torch.cuda, name, value)
-        kernel = profiler.kernel_for("conv2d")
-        forward, grad = kernel.forward_loss, torch.autograd.grad
-
-        def logged_forward(*args):
-            log.append("forward")
-            return forward(*args)
-
-        def logged_grad(*args, **kwargs):
-            log.append("backward")
-            return grad(*args, **kwargs)
-        monkeypatch.setattr(kernel, "forward_loss", logged_forward)
-        monkeypatch.setattr(torch.autograd, "grad", logged_grad)
-
-    def samples(self) -> list[list]:
-        """What happened between each pair of events."""
-        marks = [i for i, item in enumerate(self.log) if not isinstance(item, str)]
-        return [self.log[a + 1:b] for a, b in zip(marks[::2], marks[1::2])]
+    def logged_grad(*args, **kwargs):
+        cuda.log.append("backward")
+        return grad(*args, **kwargs)
+    monkeypatch.setattr(kernel, "forward_loss", logged_forward)
+    monkeypatch.setattr(torch.autograd, "grad", logged_grad)
+    return cuda
 
 
 def test_runs_are_timed_back_to_back_between_one_pair_of_events(monkeypatch):
-    cuda = FakeCuda(monkeypatch)
+    cuda = fake_cuda(monkeypatch)
     entry = profiler._time_task(conv1(), torch.device("cpu"), torch.float32, True, 1, 3,
-                                profiler.CudaClock(CUDA))
+                                CudaClock(CUDA))
     samples = cuda.samples()
     # one run of each to size the samples, then 3 samples of 1 ms or more each
     forward_runs = MAX_RUNS            # 1 ms / 0.01 ms
@@ -95,9 +65,9 @@ def test_runs_are_timed_back_to_back_between_one_pair_of_events(monkeypatch):
 
 
 def test_inference_times_forward_runs_only(monkeypatch):
-    cuda = FakeCuda(monkeypatch)
+    cuda = fake_cuda(monkeypatch)
     entry = profiler._time_task(conv1(False), torch.device("cpu"), torch.float32, False, 0, 2,
-                                profiler.CudaClock(CUDA))
+                                CudaClock(CUDA))
     assert cuda.samples() == [["forward"]] + [["forward"] * MAX_RUNS] * 2
     assert entry.backward_s is None and "backward" not in cuda.log
 

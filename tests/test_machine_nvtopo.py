@@ -19,7 +19,7 @@ from flextui.machine.nvtopo import (
     parse_topology,
     visible_rows,
 )
-from nvtopo_samples import SAMPLES
+from nvtopo_samples import SAMPLES, fake_gpus
 
 SPEC = DeviceSpec("A100-SXM4-80GB", 80 * 2**30, {"float32": 19.5e12}, 2.0e12)
 
@@ -135,18 +135,6 @@ def test_a_fully_connected_mesh_is_not_taken_for_an_nvswitch():
     assert [link.kind for link in c.route(0, 3)] == ["nvlink"]
     assert c.route(0, 3)[0].bandwidth == 100e9
     assert "300 GB/s per GPU" in c.description
-
-
-def fake_gpus(monkeypatch, name: str, count: int, topology: str) -> None:
-    """This process sees ``count`` GPUs called ``name`` and nvidia-smi prints ``topology``."""
-    props = SimpleNamespace(total_memory=80 * 2**30)
-    cuda = SimpleNamespace(is_available=lambda: True, device_count=lambda: count,
-                           get_device_name=lambda i: name, get_device_properties=lambda i: props,
-                           can_device_access_peer=lambda i, j: True)
-    torch = SimpleNamespace(cuda=cuda, __version__="2.13.0", version=SimpleNamespace(cuda="12.8"))
-    monkeypatch.setattr(detect, "_torch", lambda: torch)
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    monkeypatch.setattr(subprocess, "run", lambda *a, **k: SimpleNamespace(stdout=topology))
 
 
 @pytest.mark.parametrize("sample", SAMPLES, ids=[s.name for s in SAMPLES])

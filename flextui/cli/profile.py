@@ -235,24 +235,27 @@ def _comm(args, console: Console) -> None:
     def progress(done: int, total: int, what: str) -> None:
         if not args.json:
             console.print(f"{done}/{total}  {what}", highlight=False)
-    calibration = measure_comm(devices, repeats=args.repeats, progress=progress)
-    path = save_calibration(calibration, user_profile_dir(args.profiles))
+    calibrations = measure_comm(devices, repeats=args.repeats, progress=progress)
+    directory = user_profile_dir(args.profiles)
+    paths = [save_calibration(calibration, directory) for calibration in calibrations]
     if args.json:
-        emit_json({**calibration.to_dict(), "file": str(path)})
+        emit_json([{**c.to_dict(), "file": str(path)} for c, path in zip(calibrations, paths)])
         return
-    table = Table(title=f"{calibration.backend} over {calibration.link_kind}, "
-                  f"{calibration.world_size} ranks on {calibration.device}")
-    for col in ("bytes", "point-to-point", "all-reduce"):
-        table.add_column(col, justify="right")
-    for (size, p2p), (_, allreduce) in zip(calibration.p2p, calibration.allreduce):
-        table.add_row(f"{size:,}", _ms(p2p), _ms(allreduce))
-    console.print(table)
-    for name, rows in (("point-to-point", calibration.p2p), ("all-reduce", calibration.allreduce)):
-        latency, bandwidth = fit_latency_bandwidth(rows)
-        console.print(f"{name}: latency {latency * 1e6:,.1f} us, bandwidth "
-                      f"{bandwidth / 1e9:,.2f} GB/s (fit)", highlight=False)
-    console.print(f"saved to {path}; simulate and search use it with --cost profiled",
-                  highlight=False)
+    for calibration in calibrations:
+        table = Table(title=f"{calibration.backend} over {calibration.link_kind}, "
+                      f"{calibration.world_size} ranks on {calibration.device}")
+        for col in ("bytes", "point-to-point", "all-reduce"):
+            table.add_column(col, justify="right")
+        for (size, p2p), (_, allreduce) in zip(calibration.p2p, calibration.allreduce):
+            table.add_row(f"{size:,}", _ms(p2p), _ms(allreduce))
+        console.print(table)
+        for name, rows in (("point-to-point", calibration.p2p),
+                           ("all-reduce", calibration.allreduce)):
+            latency, bandwidth = fit_latency_bandwidth(rows)
+            console.print(f"{calibration.link_kind} {name}: latency {latency * 1e6:,.1f} us, "
+                          f"bandwidth {bandwidth / 1e9:,.2f} GB/s (fit)", highlight=False)
+    console.print(f"saved to {', '.join(sorted(set(map(str, paths))))}; simulate and search use "
+                  "it with --cost profiled", highlight=False)
 
 
 def _comparison_table(rows) -> Table:

@@ -36,11 +36,11 @@ import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import torch
 
 from flextui.cost.cache import ProfileCache, ProfileEntry
+from flextui.cost.clocks import Clock, CpuClock, CudaClock
 from flextui.cost.compare import OpTypeComparison, compare_with_analytic, reference_device
 from flextui.cost.estimate import ProfileClock, runs_per_sample, task_estimates
 from flextui.cost.localdevice import LocalDevice, resolve_device
@@ -308,72 +308,6 @@ class _Runs:
     def alive(self) -> list[torch.Tensor]:
         """The tensors of the last runs: outputs, loss and gradients."""
         return [t for t in (*self.outputs, self.loss, *self.grads) if t is not None]
-
-
-class Clock(Protocol):
-    """How runs are timed, and memory counted, on one kind of device."""
-
-    def begin(self) -> None:
-        """Before the task allocates anything."""
-
-    def time(self, run: Callable[[], None], runs: int) -> float:
-        """Seconds per run of ``runs`` runs of ``run`` back to back."""
-
-    def peak_bytes(self, tensors: Sequence[torch.Tensor]) -> int:
-        """The task's peak memory (``tensors``: those alive at its end)."""
-
-    def release(self) -> None:
-        """Give memory back after a failed task."""
-
-
-class CpuClock:
-    """The monotonic clock; the bytes of the task's tensors (the CPU allocator keeps no
-    peak)."""
-
-    def begin(self) -> None:
-        pass
-
-    def time(self, run: Callable[[], None], runs: int) -> float:
-        start = time.perf_counter()
-        for _ in range(runs):
-            run()
-        return (time.perf_counter() - start) / runs
-
-    def peak_bytes(self, tensors: Sequence[torch.Tensor]) -> int:
-        return sum(t.numel() * t.element_size() for t in tensors)
-
-    def release(self) -> None:
-        pass
-
-
-class CudaClock:
-    """CUDA events on the current stream around the runs, one synchronize per sample;
-    the allocator's peak above what was allocated before the task."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.device = device
-        self.before = 0
-
-    def begin(self) -> None:
-        torch.cuda.synchronize(self.device)
-        torch.cuda.reset_peak_memory_stats(self.device)
-        self.before = torch.cuda.memory_allocated(self.device)
-
-    def time(self, run: Callable[[], None], runs: int) -> float:
-        stream = torch.cuda.current_stream(self.device)
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record(stream)
-        for _ in range(runs):
-            run()
-        end.record(stream)
-        end.synchronize()
-        return start.elapsed_time(end) / 1e3 / runs
-
-    def peak_bytes(self, tensors: Sequence[torch.Tensor]) -> int:
-        return torch.cuda.max_memory_allocated(self.device) - self.before
-
-    def release(self) -> None:
-        torch.cuda.empty_cache()
 
 
 def _median_spread(times: list[float]) -> tuple[float, float]:
