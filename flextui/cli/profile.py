@@ -180,16 +180,15 @@ def _show(args, console: Console) -> None:
 
 
 def _show_comparison(args, console: Console, directory, device_name: str, entries) -> None:
-    import torch
-
     from flextui.cost.cache import ProfileCache
     from flextui.cost.compare import compare_with_analytic, reference_device
-    from flextui.cost.signatures import Measurement, task_signatures
+    from flextui.cost.mathmode import measurement_now
+    from flextui.cost.signatures import task_signatures
     graph = load_graph(args)
     cache = ProfileCache(device_name, [directory])
     signatures = []
     for dtype, training in sorted({(k.dtype, k.training) for k, _ in entries}):
-        measurement = Measurement(dtype, training, device_name, torch.__version__)
+        measurement = measurement_now(dtype, training, device_name)
         signatures += task_signatures(graph, measurement, num_devices=args.max_devices)
     rows = compare_with_analytic(signatures, cache, reference_device(device_name))
     console.print(_comparison_table(rows))

@@ -44,6 +44,7 @@ from flextui.cost.clocks import Clock, CpuClock, CudaClock
 from flextui.cost.compare import OpTypeComparison, compare_with_analytic, reference_device
 from flextui.cost.estimate import ProfileClock, runs_per_sample, task_estimates
 from flextui.cost.localdevice import LocalDevice, resolve_device
+from flextui.cost.mathmode import measurement_now
 from flextui.cost.signatures import (
     DTYPE_NAMES,
     Measurement,
@@ -130,7 +131,7 @@ def prepare_profile(graph: OpGraph, num_devices: int, *,
     local = device if isinstance(device, LocalDevice) else resolve_device(device)
     cache = ProfileCache.open_default(local.name, profiles)
     cache.check_writable()
-    measurement = Measurement(DTYPE_NAMES[dtype], training, local.name, torch.__version__)
+    measurement = measurement_now(DTYPE_NAMES[dtype], training, local.name)
     signatures = task_signatures(graph, measurement, num_devices=num_devices)
     return ProfileRun(local, measurement, signatures, cache, update_sizes(graph, measurement.dtype))
 

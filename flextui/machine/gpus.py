@@ -50,6 +50,8 @@ class GpuFigures:
             flops["float16"] = self.float16
         if self.bfloat16:
             flops["bfloat16"] = self.bfloat16
+        if self.tfloat32:
+            flops["tfloat32"] = self.tfloat32
         return flops
 
 
