@@ -167,3 +167,28 @@ def test_a_device_broken_by_a_block_stops_the_run_with_the_block_recorded(monkey
                                            r"works .* run the profile again"):
         profiler.profile_tasks([signature], cache, CUDA)
     assert ProfileCache(cpu_name(), [tmp_path]).get(signature.key).oom   # saved, skipped next
+
+
+def test_a_block_that_could_not_run_is_shown_with_why():
+    """The CLI's progress and the app's Profile screen say which block failed and why."""
+    import io
+
+    from rich.console import Console
+
+    from flextui.cli.profile import _ProgressDisplay
+    from flextui.cost.estimate import ProfileClock
+    from flextui.session.live_profile import LiveProfile
+    signature = conv1()
+    event = profiler.ProfileEvent(1, 2, signature, profiler.ProfileEntry(None, None, oom=True),
+                                  False, "AcceleratorError: CUDA error: [bad] launch")
+    out = io.StringIO()
+    with _ProgressDisplay(Console(file=out, width=200), ProfileClock([1.0, 1.0]),
+                          quiet=False) as shown:
+        shown.update(event)
+    assert "conv2d 4x6x28x28: could not run, recorded without times: AcceleratorError: CUDA " \
+        "error: [bad] launch" in out.getvalue()
+    live = LiveProfile(model("lenet", batch_size=4), 1)
+    live._clock = ProfileClock([1.0, 1.0])
+    live._take(event)
+    assert live.view().notices == ("conv2d 4×6×28×28 could not run: AcceleratorError: CUDA "
+                                   "error: [bad] launch",)
