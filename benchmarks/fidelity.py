@@ -98,7 +98,8 @@ def calibrate(profiles: str) -> None:
         print(f"gloo loopback: calibrated already in {profiles}")
         return
     t = time.monotonic()
-    save_calibration(measure_comm(["cpu"] * RANKS, repeats=COMM_REPEATS), profiles)
+    for calibration in measure_comm(["cpu"] * RANKS, repeats=COMM_REPEATS):
+        save_calibration(calibration, profiles)
     print(f"gloo loopback: calibrated in {time.monotonic() - t:.0f} s")
 
 

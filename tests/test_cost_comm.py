@@ -7,8 +7,10 @@ import time
 
 import msgpack
 import pytest
+import torch
 import torch.multiprocessing as mp
 
+from fake_cuda import FakeCuda
 from flextui.cost import AnalyticCostModel, comm, cost_model_from_identity
 from flextui.cost.calibrated import CalibratedCommModel
 from flextui.cost.calibration import (
@@ -20,12 +22,15 @@ from flextui.cost.calibration import (
     read_calibrations,
     save_calibration,
 )
+from flextui.cost.clocks import CudaClock
 from flextui.cost.ring import ring_allreduce_s
 from flextui.errors import FlextuiError
+from flextui.machine import detect_local
 from flextui.machine.detect import cpu_ranks
 from flextui.sim import DeltaSimulator, Simulator, TaskKind
 from flextui.strategy import builtin_strategy, random_config
 from helpers import cluster, model
+from nvtopo_samples import SAMPLES, fake_gpus
 
 TABLE = ((1000, 1.0), (2000, 3.0), (4000, 4.0))
 
@@ -213,7 +218,7 @@ def _check_measured(cal, world_size, sizes):
 def test_real_gloo_measurement_with_two_cpu_ranks():
     steps = []
     start = time.perf_counter()
-    cal = comm.measure_comm(["cpu", "cpu"], [4096, 65536, 2**24], repeats=5,
+    [cal] = comm.measure_comm(["cpu", "cpu"], [4096, 65536, 2**24], repeats=5,
                             progress=lambda done, total, what: steps.append((done, total)))
     elapsed = time.perf_counter() - start
     _check_measured(cal, 2, [4096, 65536, 2**24])
@@ -224,8 +229,76 @@ def test_real_gloo_measurement_with_two_cpu_ranks():
 @GLOO
 @pytest.mark.slow
 def test_real_gloo_measurement_with_three_cpu_ranks():
-    cal = comm.measure_comm(["cpu"] * 3, [4096, 2**24], repeats=3)
+    [cal] = comm.measure_comm(["cpu"] * 3, [4096, 2**24], repeats=3)
     _check_measured(cal, 3, [4096, 2**24])
+
+
+def test_gpu_samples_time_many_calls_between_events_on_the_current_stream(monkeypatch):
+    """A NCCL sample is the calls back to back between two CUDA events, after a barrier:
+    what the GPU spent on them, not the host's time around them."""
+    cuda = FakeCuda(monkeypatch, {"send": 0.004, "recv": 0.006})
+    took = comm.sample_time(lambda: cuda.log.extend(["send", "recv"]), warmup=1, repeats=3,
+                            barrier=lambda: cuda.log.append("barrier"),
+                            clock=CudaClock(torch.device("cuda", 0)), calls=comm.iterations(4096),
+                            burst=lambda: pytest.fail("no burst of computing on a GPU"))
+    assert took == pytest.approx(0.01e-3)       # a round trip's 0.01 ms, per call
+    assert cuda.samples() == [["send", "recv"] * comm.MAX_ITERATIONS] * 4
+    assert cuda.log.count("barrier") == 4 and "synchronize" not in cuda.log
+
+
+def test_large_messages_take_fewer_calls_per_sample():
+    assert comm.iterations(4096) == comm.MAX_ITERATIONS
+    assert comm.iterations(32 * 2**20) == 8
+    assert comm.iterations(256 * 2**20) == comm.iterations(2**30) == 1
+
+
+def sample(name):
+    return next(s for s in SAMPLES if s.name.startswith(name))
+
+
+def test_pairs_are_grouped_by_the_link_kind_of_their_route(monkeypatch):
+    dgx1 = sample("DGX-1 (V100)")
+    fake_gpus(monkeypatch, dgx1.gpu, 8, dgx1.text)
+    nvlink, pcie = comm.link_groups(detect_local(), list(range(8)))
+    assert (nvlink.kind, nvlink.hops, pcie.kind, pcie.hops) == ("nvlink", 1, "pcie", 2)
+    assert len(nvlink.pairs) == 16 and len(pcie.pairs) == 12   # 4 NVLink peers each
+    assert (0, 3) in nvlink.pairs and (0, 5) in pcie.pairs
+    assert nvlink.ranks == (0, 1, 2, 3)         # a quad joined pairwise by NVLink
+    assert pcie.ranks == (0, 5)
+    a100 = sample("DGX A100")
+    fake_gpus(monkeypatch, a100.gpu, 8, a100.text)
+    [switch] = comm.link_groups(detect_local(), list(range(8)))
+    assert (switch.kind, switch.hops, len(switch.pairs), switch.ranks) == \
+        ("nvswitch", 2, 28, tuple(range(8)))
+    [loopback] = comm.link_groups(cpu_ranks(3), [0, 1, 2])
+    assert (loopback.kind, loopback.hops, loopback.ranks) == ("loopback", 2, (0, 1, 2))
+
+
+def test_each_link_kind_gets_a_calibration_of_its_own(monkeypatch):
+    """On a hybrid mesh NVLink pairs and PCIe pairs are calibrated apart, and a
+    calibrated model charges each route its own kind's time."""
+    dgx1 = sample("DGX-1 (V100)")
+    fake_gpus(monkeypatch, dgx1.gpu, 8, dgx1.text)
+    machine = detect_local()
+    groups = comm.link_groups(machine, list(range(8)))
+    plan = comm._Plan(tuple(f"cuda:{i}" for i in range(8)), (4096, 2**20), 3, 1, "nccl", 1,
+                      60.0, tuple(groups))
+    speed = {"nvlink": (1e-5, 1e-4), "pcie": (1e-4, 1e-3)}
+    p2p = {pair: dict(zip(plan.sizes, speed[g.kind])) for g in groups for pair in g.pairs}
+    allreduce = {g.kind: {s: [2 * t, 3 * t] for s, t in zip(plan.sizes, speed[g.kind])}
+                 for g in groups}
+    nvlink, pcie = comm.calibrations(plan, p2p, allreduce, device="V100-SXM2-32GB")
+    assert (nvlink.link_kind, nvlink.hops, nvlink.world_size) == ("nvlink", 1, 4)
+    assert nvlink.p2p == ((4096, 1e-5), (2**20, 1e-4))
+    assert [n for n, _ in nvlink.allreduce] == [4096, 2**20]
+    assert [t for _, t in nvlink.allreduce] == pytest.approx([3e-5, 3e-4])   # the slowest rank
+    assert (pcie.link_kind, pcie.hops, pcie.world_size) == ("pcie", 2, 2)
+    assert pcie.p2p == ((4096, 1e-4), (2**20, 1e-3))
+    model = CalibratedCommModel(AnalyticCostModel(), [nvlink, pcie])
+    assert sum(model.transfer_s(4096, link) for link in machine.route(0, 3)) == \
+        pytest.approx(1e-5)
+    assert sum(model.transfer_s(4096, link) for link in machine.route(0, 5)) == \
+        pytest.approx(1e-4)
 
 
 # -- the calibrated cost model ---------------------------------------------------------

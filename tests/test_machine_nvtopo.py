@@ -1,11 +1,15 @@
 """NVLink between the local GPUs, from `nvidia-smi topo -m`: parsing, and the links the
-detected cluster gets (an NVSwitch, a direct mesh, PCIe only, or unknown)."""
+detected cluster gets (an NVSwitch, a direct mesh, PCIe only, or unknown), at the
+bandwidth of the GPUs' NVLink generation; `flextui clusters --detect` fed the matrices
+of real machines (``nvtopo_samples``) through a stand-in for torch's CUDA and nvidia-smi."""
 
+import json
 import subprocess
 from types import SimpleNamespace
 
 import pytest
 
+from flextui.cli import main
 from flextui.machine import Device, DeviceSpec, detect
 from flextui.machine.cluster import Cluster
 from flextui.machine.nvtopo import (
@@ -15,6 +19,7 @@ from flextui.machine.nvtopo import (
     parse_topology,
     visible_rows,
 )
+from nvtopo_samples import SAMPLES, fake_gpus
 
 SPEC = DeviceSpec("A100-SXM4-80GB", 80 * 2**30, {"float32": 19.5e12}, 2.0e12)
 
@@ -56,18 +61,18 @@ def cluster(n, lanes):
 def test_an_nvswitch_box_is_one_switch_at_its_lanes_bandwidth():
     lanes = nvlink_lanes(parse_topology(DGX))
     assert lanes == {(i, j): 12 for i in range(4) for j in range(i + 1, 4)}
-    assert is_switched(lanes, 4)
+    assert is_switched(lanes, 4, 12)
     c = cluster(4, lanes)
     route = c.route(0, 3)
     assert [link.kind for link in route] == ["nvswitch", "nvswitch"]
     assert route[0].bandwidth == 300e9
-    assert "NVSwitch at 300 GB/s" in c.description
+    assert "NVSwitch at 300 GB/s per GPU" in c.description
 
 
 def test_a_direct_mesh_gets_a_link_per_joined_pair_and_pcie_for_the_rest():
     lanes = nvlink_lanes(parse_topology(MESH))
     assert lanes == {(0, 1): 2, (0, 2): 1, (1, 3): 1, (2, 3): 2}
-    assert not is_switched(lanes, 4)
+    assert not is_switched(lanes, 4, 12)
     c = cluster(4, lanes)
     assert [link.kind for link in c.route(0, 1)] == ["nvlink"]
     assert c.route(0, 1)[0].bandwidth == 50e9
@@ -117,3 +122,42 @@ def test_detected_gpu_cluster_uses_the_topology(monkeypatch):
     c = detect._gpu_cluster(SimpleNamespace(cuda=cuda))
     assert c.num_devices == 4 and "NVSwitch" in c.description
     assert {link.kind for link in c.route(1, 2)} == {"nvswitch"}
+
+
+def test_a_fully_connected_mesh_is_not_taken_for_an_nvswitch():
+    """Every pair NV4 on four A100s (12 links each) is a direct mesh: 3 x 4 lanes fit in
+    a GPU's 12 links; every pair NV12 cannot be anything but a switch."""
+    mesh = {(i, j): 4 for i in range(4) for j in range(i + 1, 4)}
+    assert not is_switched(mesh, 4, 12)
+    assert is_switched(dict.fromkeys(mesh, 12), 4, 12)
+    assert is_switched({(0, 1): 12, (0, 2): 12, (1, 2): 12}, 3, 12)   # 3 GPUs of a DGX
+    c = cluster(4, mesh)
+    assert [link.kind for link in c.route(0, 3)] == ["nvlink"]
+    assert c.route(0, 3)[0].bandwidth == 100e9
+    assert "300 GB/s per GPU" in c.description
+
+
+@pytest.mark.parametrize("sample", SAMPLES, ids=[s.name for s in SAMPLES])
+def test_clusters_detect_gives_each_gpu_its_nvlink_bandwidth(monkeypatch, capsys, sample):
+    fake_gpus(monkeypatch, sample.gpu, sample.count, sample.text)
+    assert main(["clusters", "--detect", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)["cluster"]
+    assert summary["devices"] == sample.count
+    nvlink = {name: sent - detect.PCIE_BANDWIDTH
+              for name, sent in summary["injection_bandwidth"].items()}
+    if sample.switched:
+        assert set(summary["links"]) == {"pcie", "nvswitch"}
+        assert set(nvlink.values()) == {sample.per_gpu}
+        assert f"NVSwitch at {sample.per_gpu / 1e9:g} GB/s per GPU" in summary["description"]
+    else:
+        assert "nvswitch" not in summary["links"]
+        assert set(nvlink.values()) == {sample.per_gpu}
+    assert "estimated=True" not in summary["description"]
+
+
+def test_an_unknown_gpus_nvlink_is_assumed_and_says_so(monkeypatch, capsys):
+    fake_gpus(monkeypatch, "Mystery GPU 9000", 8, SAMPLES[0].text)
+    assert main(["clusters", "--detect", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)["cluster"]
+    assert summary["links"]["nvswitch"]["bandwidth"] == 12 * 25e9
+    assert "NVLink of Mystery-GPU-9000 is not known" in summary["description"]

@@ -3,6 +3,8 @@ from Setup fills the cache and compares with the analytic model, a second run co
 the cache, and a search with profiled times uses them (or says why it cannot)."""
 
 import io
+import threading
+import time
 
 import pytest
 import torch
@@ -10,13 +12,14 @@ from rich.console import Console
 
 from flextui.cost.profiled import ProfiledCostModel
 from flextui.search import read_search_log
+from flextui.session.jobs import BackgroundJob
 from flextui.session.live_profile import LiveProfile
 from flextui.tui.app import FlextuiApp
 from flextui.tui.screens.dialogs import ErrorDialog
 from flextui.tui.screens.profile import ProfileScreen
 from flextui.tui.screens.search import SearchScreen
 from flextui.tui.screens.setup import SetupScreen
-from helpers import wait_for
+from helpers import model, wait_for
 
 CPU_PAIR = """
 name = "cpu-pair"
@@ -114,3 +117,70 @@ async def test_profiled_times_for_a_kind_never_profiled_is_a_dialog(tmp_path):
         await wait_for(pilot, lambda: isinstance(app.screen, ErrorDialog))
         assert "flextui profile" in str(app.screen.query_one("#error-message").render())
         assert not app.searches
+
+
+class Ending(BackgroundJob):
+    """A job that ends only when told to: a profile still finishing its task in flight."""
+
+    def __init__(self):
+        super().__init__()
+        self.release = threading.Event()
+
+    def _work(self):
+        self.release.wait(30)
+        self._state = "stopped"
+
+    def _failed(self, message):
+        self._state = "failed"
+
+
+def test_a_profile_waits_for_an_earlier_one_to_end_before_it_measures(monkeypatch, tmp_path):
+    """Off the UI thread: its own thread waits, and shows it is waiting."""
+    from flextui.cost import profile
+    earlier = Ending()
+    earlier.start()
+    prepared = threading.Event()
+    real = profile.prepare_profile
+
+    def prepare(*args, **kwargs):
+        assert earlier.join(0), "measuring began while the earlier profile ran"
+        prepared.set()
+        return real(*args, **kwargs)
+    monkeypatch.setattr(profile, "prepare_profile", prepare)
+    live = LiveProfile(model("lenet", batch_size=4), 1, device="cpu", warmup=0, repeats=1,
+                       after=[earlier])
+    live.start()
+    deadline = time.monotonic() + 10
+    while live.view().state != "waiting" and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert live.view().state == "waiting" and not prepared.is_set()
+    earlier.release.set()
+    assert live.join(60) and prepared.is_set() and live.view().state == "finished"
+
+
+def test_a_waiting_profile_stops_when_asked():
+    earlier = Ending()
+    earlier.start()
+    live = LiveProfile(model("lenet", batch_size=4), 1, device="cpu", after=[earlier])
+    live.start()
+    live.stop()
+    assert live.join(10) and live.view().state == "stopped"
+    earlier.release.set()
+    assert earlier.join(10)
+
+
+async def test_a_profile_started_while_a_left_one_ends_waits_for_it(tmp_path):
+    app = FlextuiApp(model="lenet", cluster="p100-4x4", log_dir=tmp_path)
+    async with app.run_test(size=(100, 30)) as pilot:
+        await fill(pilot, {"batch-size": "4", "nodes": "1"})
+        ending = Ending()          # the run of a Profile screen left a moment ago
+        ending.start()
+        app.profiles.append(ending)
+        await pilot.press("p")
+        await wait_for(pilot, lambda: isinstance(app.screen, ProfileScreen))
+        live = app.screen.live
+        await wait_for(pilot, lambda: "waiting" in stats_text(app))
+        assert live.view().done == 0 and not live.done
+        ending.release.set()
+        await wait_for(pilot, lambda: live.done, timeout=120)
+        assert live.view().state == "finished"

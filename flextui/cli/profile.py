@@ -8,6 +8,7 @@ import threading
 import time
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 from rich.table import Table
 
@@ -179,16 +180,15 @@ def _show(args, console: Console) -> None:
 
 
 def _show_comparison(args, console: Console, directory, device_name: str, entries) -> None:
-    import torch
-
     from flextui.cost.cache import ProfileCache
     from flextui.cost.compare import compare_with_analytic, reference_device
-    from flextui.cost.signatures import Measurement, task_signatures
+    from flextui.cost.mathmode import measurement_now
+    from flextui.cost.signatures import task_signatures
     graph = load_graph(args)
     cache = ProfileCache(device_name, [directory])
     signatures = []
     for dtype, training in sorted({(k.dtype, k.training) for k, _ in entries}):
-        measurement = Measurement(dtype, training, device_name, torch.__version__)
+        measurement = measurement_now(dtype, training, device_name)
         signatures += task_signatures(graph, measurement, num_devices=args.max_devices)
     rows = compare_with_analytic(signatures, cache, reference_device(device_name))
     console.print(_comparison_table(rows))
@@ -234,24 +234,27 @@ def _comm(args, console: Console) -> None:
     def progress(done: int, total: int, what: str) -> None:
         if not args.json:
             console.print(f"{done}/{total}  {what}", highlight=False)
-    calibration = measure_comm(devices, repeats=args.repeats, progress=progress)
-    path = save_calibration(calibration, user_profile_dir(args.profiles))
+    calibrations = measure_comm(devices, repeats=args.repeats, progress=progress)
+    directory = user_profile_dir(args.profiles)
+    paths = [save_calibration(calibration, directory) for calibration in calibrations]
     if args.json:
-        emit_json({**calibration.to_dict(), "file": str(path)})
+        emit_json([{**c.to_dict(), "file": str(path)} for c, path in zip(calibrations, paths)])
         return
-    table = Table(title=f"{calibration.backend} over {calibration.link_kind}, "
-                  f"{calibration.world_size} ranks on {calibration.device}")
-    for col in ("bytes", "point-to-point", "all-reduce"):
-        table.add_column(col, justify="right")
-    for (size, p2p), (_, allreduce) in zip(calibration.p2p, calibration.allreduce):
-        table.add_row(f"{size:,}", _ms(p2p), _ms(allreduce))
-    console.print(table)
-    for name, rows in (("point-to-point", calibration.p2p), ("all-reduce", calibration.allreduce)):
-        latency, bandwidth = fit_latency_bandwidth(rows)
-        console.print(f"{name}: latency {latency * 1e6:,.1f} us, bandwidth "
-                      f"{bandwidth / 1e9:,.2f} GB/s (fit)", highlight=False)
-    console.print(f"saved to {path}; simulate and search use it with --cost profiled",
-                  highlight=False)
+    for calibration in calibrations:
+        table = Table(title=f"{calibration.backend} over {calibration.link_kind}, "
+                      f"{calibration.world_size} ranks on {calibration.device}")
+        for col in ("bytes", "point-to-point", "all-reduce"):
+            table.add_column(col, justify="right")
+        for (size, p2p), (_, allreduce) in zip(calibration.p2p, calibration.allreduce):
+            table.add_row(f"{size:,}", _ms(p2p), _ms(allreduce))
+        console.print(table)
+        for name, rows in (("point-to-point", calibration.p2p),
+                           ("all-reduce", calibration.allreduce)):
+            latency, bandwidth = fit_latency_bandwidth(rows)
+            console.print(f"{calibration.link_kind} {name}: latency {latency * 1e6:,.1f} us, "
+                          f"bandwidth {bandwidth / 1e9:,.2f} GB/s (fit)", highlight=False)
+    console.print(f"saved to {', '.join(sorted(set(map(str, paths))))}; simulate and search use "
+                  "it with --cost profiled", highlight=False)
 
 
 def _comparison_table(rows) -> Table:
@@ -313,6 +316,11 @@ class _ProgressDisplay:
         self.clock.task_done(event.done - 1, now - self.started)
         self.hits += event.cached
         self.oom += event.entry.oom
+        if event.failure and not self.quiet:
+            block = "x".join(map(str, event.signature.block))
+            self.console.print(f"[yellow]{event.signature.op.type} {block}: could not run, "
+                               f"recorded without times: {escape(event.failure)}[/]",
+                               highlight=False)
         left = f"{duration(self.clock.remaining_s)} left" if event.done < self.total else ""
         note = f"{self.hits:,} cached · {event.signature.op.type} · {left}".rstrip(" ·")
         if self.bar is not None:

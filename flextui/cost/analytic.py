@@ -1,11 +1,13 @@
 """A roofline cost model computed from the device spec, so everything works with no GPU.
 
 A task takes max(FLOPs / (peak x compute efficiency), bytes / (bandwidth x memory
-efficiency)) plus a kernel launch overhead; backward uses the op type's backward FLOPs
-and twice the forward bytes (it reads the forward's inputs and the output gradient
-and writes input and weight gradients). Graph inputs cost nothing (data loading is
-not modelled). A transfer over a link takes latency + bytes / bandwidth (paper
-assumption A2).
+efficiency)) plus a kernel launch overhead; the peak is that of the op's dtype, and for
+float32 ops torch runs on TF32 tensor cores by default (convolutions: ``cost.mathmode``)
+the device's ``tfloat32`` peak where it gives one, as profiles measured on it find;
+backward uses the op type's backward FLOPs and twice the forward bytes (it reads the
+forward's inputs and the output gradient and writes input and weight gradients). Graph
+inputs cost nothing (data loading is not modelled). A transfer over a link takes latency
++ bytes / bandwidth (paper assumption A2).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import re
 import weakref
 from dataclasses import dataclass, field
 
+from flextui.cost.mathmode import DEFAULT_FP32_MATH, uses_tf32
 from flextui.cost.model import OpCost
 from flextui.errors import FlextuiError
 from flextui.graph import Op
@@ -24,6 +27,15 @@ _NUMBER = r"([0-9.eE+-]+)"
 _IDENTITY = re.compile(re.escape(IDENTITY_PREFIX) + r"\(compute_efficiency=" + _NUMBER
                        + r",memory_efficiency=" + _NUMBER
                        + r",launch_overhead_s=" + _NUMBER + r"\)")
+
+
+def peak_name(op: Op) -> str:
+    """Which of a device's peaks ``op`` computes at: its dtype's, or ``tfloat32`` for a
+    float32 op that runs on TF32 tensor cores in torch's default math mode."""
+    dtype = str(op.outputs[0].dtype)
+    if dtype == "float32" and uses_tf32(op.type, DEFAULT_FP32_MATH):
+        return "tfloat32"
+    return dtype
 
 
 @dataclass
@@ -87,7 +99,7 @@ class AnalyticCostModel:
         region = tuple((0, s) for s in block_shape)
         fwd_flops, bwd_flops = op.flops(region)
         nbytes = op.block_bytes(region)
-        peak = device.spec.flops_for(op.outputs[0].dtype) * self.compute_efficiency
+        peak = device.spec.flops_for(peak_name(op)) * self.compute_efficiency
         bandwidth = device.spec.mem_bandwidth * self.memory_efficiency
         forward = max(fwd_flops / peak, nbytes / bandwidth) + self.launch_overhead_s
         backward = max(bwd_flops / peak, 2 * nbytes / bandwidth) + self.launch_overhead_s

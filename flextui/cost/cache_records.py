@@ -126,6 +126,7 @@ class ProfileKey:
     training: bool
     device_name: str
     torch_version: str
+    math: str = ""   # float32 math on a GPU (``cost.mathmode``); encoded only when set
 
     def __post_init__(self) -> None:
         FIELDS.string(self.op_type, "op_type")
@@ -136,10 +137,12 @@ class ProfileKey:
         FIELDS.boolean(self.training, "training")
         FIELDS.string(self.device_name, "device_name")
         FIELDS.string(self.torch_version, "torch_version")
+        if self.math:
+            FIELDS.string(self.math, "math")
 
     @classmethod
     def for_task(cls, op: Op, region: Region, dtype: str, training: bool, device_name: str,
-                 torch_version: str) -> ProfileKey:
+                 torch_version: str, math: str = "") -> ProfileKey:
         """The key of computing block ``region`` of ``op``'s space. An op's attributes and
         shapes are well-formed already, so the attributes are canonicalised once per op
         and the shapes taken as they are (a search's tasks make thousands of keys)."""
@@ -148,12 +151,12 @@ class ProfileKey:
         if dtype not in FLOAT_DTYPES or not isinstance(training, bool) or not device_name \
                 or not torch_version:
             return cls(op.type, canonical_attrs(op.attrs), (), (), (), dtype, training,
-                       device_name, torch_version)  # the checks say what is wrong
+                       device_name, torch_version, math)  # the checks say what is wrong
         key = object.__new__(cls)
         values = (op.type, _op_attrs(op), tuple(shape(r) for r in op.input_regions(region)),
                   tuple(shape(op.param_region(i, region)) for i in range(len(op.params))),
                   tuple(shape(r) for r in op.output_regions(region)),
-                  dtype, training, device_name, torch_version)
+                  dtype, training, device_name, torch_version, math)
         for name, value in zip(_FIELD_NAMES, values):
             object.__setattr__(key, name, value)
         return key
@@ -163,13 +166,15 @@ class ProfileKey:
         return device_kind_slug(self.device_name)
 
     def to_map(self) -> dict[str, Any]:
-        """The key as plain data, fields in declaration order (its canonical encoding)."""
+        """The key as plain data, fields in declaration order (its canonical encoding);
+        ``math`` only when set, so keys without it encode as before it existed."""
         return {"op_type": self.op_type, "attrs": _attrs_map(self.attrs),
                 "input_shapes": [list(s) for s in self.input_shapes],
                 "param_shapes": [list(s) for s in self.param_shapes],
                 "output_shapes": [list(s) for s in self.output_shapes],
                 "dtype": self.dtype, "training": self.training,
-                "device_name": self.device_name, "torch_version": self.torch_version}
+                "device_name": self.device_name, "torch_version": self.torch_version,
+                **({"math": self.math} if self.math else {})}
 
     @cached_property
     def encoded(self) -> bytes:
@@ -190,7 +195,8 @@ class ProfileKey:
 
     @classmethod
     def from_map(cls, data: Any) -> ProfileKey:
-        FIELDS.exact_keys(data, _FIELD_NAMES, "key")
+        math_given = isinstance(data, dict) and "math" in data
+        FIELDS.exact_keys(data, _FIELD_NAMES if math_given else _FIELD_NAMES[:-1], "key")
         FIELDS.mapping(data["attrs"], "attrs")
         return cls(**data)
 
@@ -199,7 +205,8 @@ class ProfileKey:
 class ProfileEntry:
     """Measured times of one key, in seconds: medians over ``repeats`` timed runs and
     their spread (e.g. the interquartile range). ``backward_s`` is None for inference;
-    an ``oom`` entry records that the block ran out of memory and has no times."""
+    an ``oom`` entry records that the block could not run on the device (out of memory,
+    or another error of the device on it: ``cost.profile``) and has no times."""
 
     forward_s: float | None
     backward_s: float | None

@@ -26,8 +26,9 @@ from flextui.cost.calibration import (
     read_calibrations,
 )
 from flextui.cost.cpu_threads import threads_of
+from flextui.cost.mathmode import measurement_now
 from flextui.cost.model import CostModel
-from flextui.cost.signatures import DTYPE_NAMES, Measurement
+from flextui.cost.signatures import DTYPE_NAMES
 from flextui.errors import FlextuiError
 from flextui.graph import OpGraph
 from flextui.machine import Cluster
@@ -99,7 +100,7 @@ def choose_cost_model(graph: OpGraph, cluster: Cluster, cost: CostKind | str = C
         for name in files:
             if same_device_kind(kind, name) and _right_threads(kind, name):
                 cache = ProfileCache(name, dirs)
-                measurement = Measurement(DTYPE_NAMES[dtype], training, name, torch.__version__)
+                measurement = measurement_now(DTYPE_NAMES[dtype], training, name)
                 model = ProfiledCostModel.from_cache(graph, cluster.num_devices, cache,
                                                      measurement, AnalyticCostModel())
                 if not model.times:

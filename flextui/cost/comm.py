@@ -3,11 +3,19 @@
 ``measure_comm`` starts one process per device (``torch.multiprocessing``, spawn) joined
 by ``torch.distributed`` over a free localhost port — gloo for CPU ranks, NCCL for CUDA
 devices — and times, for each message size, between every pair of ranks and then an
-all-reduce over all ranks. Every run starts after a barrier, after ``warmup`` untimed
-ones.
+all-reduce per link kind. Pairs are grouped by the kind of link their route crosses in
+the detected cluster (NVLink, NVSwitch, PCIe; on a DGX-1's hybrid mesh or a PCIe server
+with NVLink-bridged pairs, more than one), and each kind gets a calibration of its own:
+its pairs' median, and an all-reduce over the largest group of ranks joined pairwise by
+that kind alone (``link_groups``). Every sample starts after a barrier, after
+``warmup`` untimed ones.
 
-Between GPUs (NCCL) a pair's figure is a ping-pong (one-way time = round trip / 2), the
-median of ``repeats`` runs, bracketed by ``torch.cuda.synchronize``. Between CPU
+Between GPUs (NCCL) a pair's figure is a ping-pong (one-way time = round trip / 2), and
+a sample is ``iterations(size)`` round trips (or all-reduces) back to back between two
+CUDA events on the current stream, which NCCL's stream joins around every call
+(``cost.clocks``): the communication's own time, not the host's Python calls and
+synchronizes around it, which would add tens of microseconds to small messages and to
+the fitted latency. Figures are the median of ``repeats`` samples. Between CPU
 processes (gloo) communication is timed as a rank of ``flextui launch`` meets it: each
 run follows a burst of computing (``BURST_S`` on the rank's thread), a pair's figure is
 an exchange (each rank sends the size to the other and receives it, posted together,
@@ -40,8 +48,9 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from flextui.cost.calibration import CommCalibration
+from flextui.cost.clocks import CudaClock
 from flextui.errors import FlextuiError
-from flextui.machine import detect_local
+from flextui.machine import Cluster, detect_local
 from flextui.machine.detect import cpu_ranks
 from flextui.machine.gpus import device_kind_name
 
@@ -49,6 +58,15 @@ MIN_BYTES = 4 * 2**10
 #: seconds a CPU rank computes before each timed run (see the module docstring)
 BURST_S = 1e-3
 DEFAULT_MAX_BYTES = {"cpu": 4 * 2**20, "cuda": 256 * 2**20}
+#: GPU calls back to back in one timed sample: up to this many, fewer for large messages
+#: (a sample moves at most ``SAMPLE_BYTES``), at least one
+MAX_ITERATIONS = 20
+SAMPLE_BYTES = 256 * 2**20
+
+
+def iterations(size: int) -> int:
+    """GPU calls per timed sample for messages of ``size`` bytes."""
+    return max(1, min(MAX_ITERATIONS, SAMPLE_BYTES // size))
 
 #: ``progress(done, total, what)``, called in the calling process after each step
 Progress = Callable[[int, int, str], None]
@@ -65,6 +83,41 @@ def default_sizes(device_type: str, max_bytes: int | None = None) -> list[int]:
 
 
 @dataclass(frozen=True)
+class LinkGroup:
+    """The rank pairs whose route crosses links of one kind only, ``hops`` of them, and
+    the ranks an all-reduce over that kind runs on (every pair of them of that kind)."""
+
+    kind: str
+    hops: int
+    pairs: tuple[tuple[int, int], ...]
+    ranks: tuple[int, ...]
+
+
+def link_groups(cluster: Cluster, devices: Sequence[int]) -> list[LinkGroup]:
+    """The pairs of ranks (rank k on cluster device ``devices[k]``) grouped by the link
+    kind of their routes, in order of first appearance; a route mixing kinds is left
+    out. A kind's all-reduce ranks start with its first pair and take each further rank
+    joined to all of them by that kind."""
+    found: dict[str, tuple[int, list[tuple[int, int]]]] = {}
+    n = len(devices)
+    for i in range(n):
+        for j in range(i + 1, n):
+            route = cluster.route(devices[i], devices[j])
+            kinds = {link.kind for link in route}
+            if len(kinds) == 1:
+                found.setdefault(kinds.pop(), (len(route), []))[1].append((i, j))
+    groups = []
+    for kind, (hops, pairs) in found.items():
+        joined = set(pairs)
+        ranks = list(pairs[0])
+        for k in range(n):
+            if k not in ranks and all((min(k, r), max(k, r)) in joined for r in ranks):
+                ranks.append(k)
+        groups.append(LinkGroup(kind, hops, tuple(pairs), tuple(sorted(ranks))))
+    return groups
+
+
+@dataclass(frozen=True)
 class _Plan:
     """What every rank runs (sent to the spawned processes)."""
 
@@ -75,20 +128,21 @@ class _Plan:
     backend: str
     port: int
     timeout_s: float
+    groups: tuple[LinkGroup, ...] = ()
 
     @property
     def pairs(self) -> list[tuple[int, int]]:
-        n = len(self.devices)
-        return [(i, j) for i in range(n) for j in range(i + 1, n)]
+        return [pair for group in self.groups for pair in group.pairs]
 
 
 def measure_comm(devices: Sequence[str], sizes: Sequence[int] | None = None, repeats: int = 10,
                  backend: str | None = None, *, warmup: int = 3,
-                 progress: Progress | None = None, timeout_s: float = 300.0) -> CommCalibration:
+                 progress: Progress | None = None,
+                 timeout_s: float = 300.0) -> list[CommCalibration]:
     """Time send/recv and all-reduce among ``devices`` (``["cpu", "cpu"]``,
     ``["cuda:0", "cuda:1"]``...) for each of ``sizes`` bytes (default: ``default_sizes``)
-    and return the calibration. ``backend`` defaults to NCCL on CUDA, gloo on CPU; the
-    whole run must end within ``timeout_s`` seconds."""
+    and return a calibration per link kind between them. ``backend`` defaults to NCCL
+    on CUDA, gloo on CPU; the whole run must end within ``timeout_s`` seconds."""
     device_type, indices = _check_devices(devices)
     backend = backend or ("nccl" if device_type == "cuda" else "gloo")
     if not (dist.is_available() and dist.is_backend_available(backend)):
@@ -102,8 +156,11 @@ def measure_comm(devices: Sequence[str], sizes: Sequence[int] | None = None, rep
         raise FlextuiError(f"repeats must be >= 1 and warmup >= 0, found {repeats}, {warmup}")
     if not timeout_s > 0:
         raise FlextuiError(f"the calibration timeout must be positive, found {timeout_s!r}")
-    plan = _Plan(tuple(devices), tuple(sizes), repeats, warmup, backend, _free_port(), timeout_s)
-    link_kind, hops = _measured_link(device_type, indices)
+    # CPU ranks: those of local-cpu-N (rank, loopback switch, rank); GPUs: the detected machine
+    cluster = cpu_ranks(len(devices)) if device_type == "cpu" else detect_local()
+    groups = link_groups(cluster, indices or list(range(len(devices))))
+    plan = _Plan(tuple(devices), tuple(sizes), repeats, warmup, backend, _free_port(),
+                 timeout_s, tuple(groups))
     context = mp.get_context("spawn")
     results = context.Queue()
     procs = [context.Process(target=_rank_main, args=(rank, plan, results), daemon=True)
@@ -116,12 +173,24 @@ def measure_comm(devices: Sequence[str], sizes: Sequence[int] | None = None, rep
         _stop(procs)
     kind = ("cpu" if device_type == "cpu"
             else device_kind_name(torch.cuda.get_device_name(indices[0])))
-    return CommCalibration(
-        device=kind, backend=backend, link_kind=link_kind, hops=hops, world_size=len(devices),
-        torch_version=torch.__version__.split("+")[0],
-        measured_at=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        p2p=tuple((s, statistics.median(p2p[s])) for s in sizes),
-        allreduce=tuple((s, max(allreduce[s])) for s in sizes))
+    return calibrations(plan, p2p, allreduce, device=kind)
+
+
+def calibrations(plan: _Plan, p2p: dict[tuple[int, int], dict[int, float]],
+                 allreduce: dict[str, dict[int, list[float]]], *,
+                 device: str) -> list[CommCalibration]:
+    """A calibration per link kind of ``plan``: the median over its pairs of their one-way
+    times (``p2p[pair][size]``), and its all-reduce (``allreduce[kind][size]``: each
+    rank's time; the slowest counts)."""
+    measured_at = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return [CommCalibration(
+        device=device, backend=plan.backend, link_kind=group.kind, hops=group.hops,
+        world_size=len(group.ranks), torch_version=torch.__version__.split("+")[0],
+        measured_at=measured_at,
+        p2p=tuple((s, statistics.median(p2p[pair][s] for pair in group.pairs))
+                  for s in plan.sizes),
+        allreduce=tuple((s, max(allreduce[group.kind][s])) for s in plan.sizes))
+        for group in plan.groups]
 
 
 def _check_devices(devices: Sequence[str]) -> tuple[str, list[int]]:
@@ -148,14 +217,6 @@ def _check_devices(devices: Sequence[str]) -> tuple[str, list[int]]:
     return "cuda", indices
 
 
-def _measured_link(device_type: str, indices: list[int]) -> tuple[str, int]:
-    """(link kind, hops) of the route the measurement crosses in the detected cluster,
-    or for CPU ranks in ``local-cpu-N`` (rank, loopback switch, rank: two links)."""
-    cluster = cpu_ranks(2) if device_type == "cpu" else detect_local()
-    route = cluster.route(*(indices[:2] if indices else (0, 1)))
-    return route[0].kind, len(route)
-
-
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -166,13 +227,14 @@ def _free_port() -> int:
 
 
 def _gather(procs: list[Any], results: Any, plan: _Plan, progress: Progress | None,
-            deadline: float) -> tuple[dict[int, list[float]], dict[int, list[float]]]:
-    """Read the ranks' messages until every rank is done: (per size, the one-way time of
-    each pair), (per size, the all-reduce time of each rank). Raises FlextuiError on a
-    rank's error or death, or at ``deadline``."""
-    p2p: dict[int, list[float]] = {}
-    allreduce: dict[int, list[float]] = {}
-    total = len(plan.sizes) * (len(plan.pairs) + 1)
+            deadline: float) -> tuple[dict[tuple[int, int], dict[int, float]],
+                                      dict[str, dict[int, list[float]]]]:
+    """Read the ranks' messages until every rank is done: (per pair and size, its
+    one-way time), (per link kind and size, the all-reduce time of each rank). Raises
+    FlextuiError on a rank's error or death, or at ``deadline``."""
+    p2p: dict[tuple[int, int], dict[int, float]] = {}
+    allreduce: dict[str, dict[int, list[float]]] = {}
+    total = len(plan.sizes) * (len(plan.pairs) + len(plan.groups))
     step = 0
     done: set[int] = set()
     while len(done) < len(procs):
@@ -189,9 +251,11 @@ def _gather(procs: list[Any], results: Any, plan: _Plan, progress: Progress | No
             continue
         tag, *body = message
         if tag == "p2p":
-            p2p.setdefault(body[0], []).append(body[1])
+            pair, size, seconds = body
+            p2p.setdefault(tuple(pair), {})[size] = seconds
         elif tag == "allreduce":
-            allreduce.setdefault(body[0], []).append(body[1])
+            kind, size, seconds = body
+            allreduce.setdefault(kind, {}).setdefault(size, []).append(seconds)
         elif tag == "progress":
             step += 1
             if progress is not None:
@@ -268,14 +332,14 @@ def _measure(rank: int, plan: _Plan, results: Any) -> None:
     dist.init_process_group(plan.backend, init_method=f"tcp://127.0.0.1:{plan.port}",
                             rank=rank, world_size=len(plan.devices),
                             timeout=_dt.timedelta(seconds=plan.timeout_s))
-
-    def sync() -> None:
-        if cuda:
-            torch.cuda.synchronize(device)
+    # every rank creates every group, in one order (a collective call)
+    subgroups = [None if len(g.ranks) == len(plan.devices) else dist.new_group(list(g.ranks))
+                 for g in plan.groups]
 
     def barrier() -> None:
         if plan.backend == "nccl":
             dist.barrier(device_ids=[device.index])
+            torch.cuda.synchronize(device)
         else:
             dist.barrier()
 
@@ -287,21 +351,11 @@ def _measure(rank: int, plan: _Plan, results: Any) -> None:
         while time.perf_counter() < end:
             torch.mm(work, work)
 
-    def timed(run: Callable[[], object]) -> float:
-        """Seconds of ``run`` over the repeats, after the warm-up runs: on GPUs the
-        median; on the CPU the mean, each run after a burst of computing."""
-        times = []
-        for i in range(plan.warmup + plan.repeats):
-            barrier()
-            sync()
-            if not cuda:
-                burst()
-            start = time.perf_counter()
-            run()
-            sync()
-            if i >= plan.warmup:
-                times.append(time.perf_counter() - start)
-        return statistics.median(times) if cuda else statistics.fmean(times)
+    clock = CudaClock(device) if cuda else None
+
+    def timed(run: Callable[[], object], size: int) -> float:
+        return sample_time(run, warmup=plan.warmup, repeats=plan.repeats, barrier=barrier,
+                           clock=clock, calls=iterations(size), burst=burst)
 
     def exchange(x: torch.Tensor, peer: int, into: torch.Tensor) -> None:
         for work in dist.batch_isend_irecv([dist.P2POp(dist.isend, x, peer),
@@ -321,23 +375,52 @@ def _measure(rank: int, plan: _Plan, results: Any) -> None:
             x, y = buffer[:size // 4], other[:size // 4]
             # timed() calls each lambda before the loop moves on
             if rank == a and cuda:
-                results.put(("p2p", size,
-                             timed(lambda: (dist.send(x, b), dist.recv(x, b))) / 2))  # noqa: B023
+                results.put(("p2p", (a, b), size,
+                             timed(lambda: (dist.send(x, b), dist.recv(x, b)), size) / 2))  # noqa: B023
             elif rank == b and cuda:
-                timed(lambda: (dist.recv(x, a), dist.send(x, a)))  # noqa: B023
+                timed(lambda: (dist.recv(x, a), dist.send(x, a)), size)  # noqa: B023
             elif rank in (a, b):
-                took = timed(lambda: exchange(x, b if rank == a else a, y))  # noqa: B023
+                took = timed(lambda: exchange(x, b if rank == a else a, y), size)  # noqa: B023
                 if rank == a:
-                    results.put(("p2p", size, took))
+                    results.put(("p2p", (a, b), size, took))
             else:
-                timed(lambda: None)  # keeps step with the barriers
+                timed(lambda: None, size)  # keeps step with the barriers
             if rank == 0:
                 results.put(("progress", f"send/recv {a}<->{b}: {size} bytes"))
-    for size in plan.sizes:
-        x = buffer[:size // 4]
-        results.put(("allreduce", size, timed(lambda: dist.all_reduce(x))))  # noqa: B023
-        if rank == 0:
-            results.put(("progress", f"all-reduce over {len(plan.devices)}: {size} bytes"))
+    for group, subgroup in zip(plan.groups, subgroups):
+        for size in plan.sizes:
+            x = buffer[:size // 4]
+            if rank in group.ranks:
+                took = timed(lambda: dist.all_reduce(x, group=subgroup), size)  # noqa: B023
+                results.put(("allreduce", group.kind, size, took))
+            else:
+                timed(lambda: None, size)
+            if rank == 0:
+                results.put(("progress", f"all-reduce over {group.kind}, "
+                                         f"{len(group.ranks)} ranks: {size} bytes"))
     barrier()
     dist.destroy_process_group()
     results.put(("done", rank))
+
+
+def sample_time(run: Callable[[], object], *, warmup: int, repeats: int,
+                barrier: Callable[[], None], clock: CudaClock | None, calls: int,
+                burst: Callable[[], None]) -> float:
+    """Seconds of one ``run`` over ``repeats`` samples after ``warmup`` untimed ones, each
+    sample after a ``barrier``. On GPUs (``clock``) a sample is ``calls`` runs back to
+    back between CUDA events, and the figure the median of the samples; on the CPU a
+    sample is one run after a ``burst`` of computing, on the monotonic clock, and the
+    figure their mean (see the module docstring)."""
+    times = []
+    for i in range(warmup + repeats):
+        barrier()
+        if clock is not None:
+            took = clock.time(run, calls)
+        else:
+            burst()
+            start = time.perf_counter()
+            run()
+            took = time.perf_counter() - start
+        if i >= warmup:
+            times.append(took)
+    return statistics.median(times) if clock is not None else statistics.fmean(times)

@@ -1,7 +1,8 @@
 """How long profiling takes, said before it starts and kept up to date while it runs.
 
-Before: every task still to measure costs its timed and warm-up runs at the analytic
-model's times on the local device, plus a fixed set-up (operands built, kernels looked
+Before: every task still to measure costs its warm-up runs, one run to size its samples
+and its timed samples (``runs_per_sample`` runs each) at the analytic model's times on
+the local device, plus a fixed set-up (operands built, kernels looked
 up, the first runs' allocations). While it runs: the analytic time of the tasks left,
 scaled by how the measured tasks' wall time compared with their analytic time so far.
 Tasks differ by orders of magnitude (a 299x299 convolution and a reshape), so this
@@ -11,6 +12,7 @@ remaining time swing by hours.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from flextui.cost.analytic import AnalyticCostModel
@@ -23,21 +25,35 @@ from flextui.machine import Device
 TASK_SETUP_S = 0.05
 #: a profile estimated to take longer than this is announced with how to shorten it
 LONG_PROFILE_S = 600.0
+#: a timed sample spans at least this long: small blocks run back to back between one
+#: pair of events (``cost.profile``), at most ``MAX_RUNS`` times
+SAMPLE_S = 1e-3
+MAX_RUNS = 100
+
+
+def runs_per_sample(one_run_s: float) -> int:
+    """Runs back to back in a sample, so it spans ``SAMPLE_S`` (1 to ``MAX_RUNS``)."""
+    return max(1, min(MAX_RUNS, math.ceil(SAMPLE_S / max(one_run_s, 1e-9))))
+
+
+def measuring_s(run_s: float, *, warmup: int, repeats: int) -> float:
+    """Seconds to measure a pass that takes ``run_s`` a run: warm-up, sizing, samples."""
+    return (warmup + 1 + repeats * runs_per_sample(run_s)) * run_s
 
 
 def task_estimates(signatures: Sequence[TaskSignature], cache: ProfileCache, device: Device,
                    *, warmup: int, repeats: int, training: bool) -> list[float]:
     """Seconds each task will take to measure (0 for the ones the cache has)."""
     analytic = AnalyticCostModel()
-    runs = warmup + repeats
     estimates = []
     for signature in signatures:
         if cache.get(signature.key) is not None:
             estimates.append(0.0)
             continue
         cost = analytic.op_cost(signature.op, signature.block, device)
-        per_run = cost.forward_s + (cost.backward_s if training else 0.0)
-        estimates.append(runs * per_run + TASK_SETUP_S)
+        passes = (cost.forward_s, cost.backward_s) if training else (cost.forward_s,)
+        estimates.append(sum(measuring_s(s, warmup=warmup, repeats=repeats) for s in passes)
+                         + TASK_SETUP_S)
     return estimates
 
 

@@ -122,6 +122,8 @@ class ProfiledCostModel:
                 "training": m.training, "torch": m.torch_version, "times": packed.decode()}
         if self.updates:
             body["updates"] = [list(row) for row in self.updates]
+        if m.math:
+            body["math"] = m.math
         return IDENTITY_PREFIX + json.dumps(body, sort_keys=True, separators=(",", ":"))
 
     @classmethod
@@ -161,10 +163,12 @@ def parse_identity(identity: str
             if entry.forward_s is None or entry.backward_s is None:
                 raise ValueError("a task has no forward or backward time")
             times[ProfileKey.from_map(k).encoded] = (entry.forward_s, entry.backward_s)
+        math = body.get("math", "")   # float32 on a GPU only (``cost.mathmode``)
         measurement = Measurement(FIELDS.choice(body["dtype"], "dtype", FLOAT_DTYPES),
                                   FIELDS.boolean(body["training"], "training"),
                                   FIELDS.string(body["device"], "device"),
-                                  FIELDS.string(body["torch"], "torch"))
+                                  FIELDS.string(body["torch"], "torch"),
+                                  FIELDS.string(math, "math") if math else "")
         return (measurement, times, FIELDS.string(body["base"], "base", limit=None),
                 _updates(body.get("updates", [])))
     except (ValueError, KeyError, TypeError, zlib.error, msgpack.UnpackException) as exc:

@@ -36,16 +36,18 @@ DTYPE_NAMES = {"fp32": DType.FLOAT32, "bf16": DType.BFLOAT16, "fp16": DType.FLOA
 
 @dataclass(frozen=True)
 class Measurement:
-    """What the timed task is measured as: dtype, mode and the device it runs on."""
+    """What the timed task is measured as: dtype, mode, the device it runs on, and the
+    float32 math mode on a GPU (``cost.mathmode``; "" otherwise)."""
 
     dtype: str
     training: bool
     device_name: str
     torch_version: str
+    math: str = ""
 
     def key(self, op: Op, block: tuple[int, ...]) -> ProfileKey:
         return ProfileKey.for_task(op, origin_block(block), self.dtype, self.training,
-                                   self.device_name, self.torch_version)
+                                   self.device_name, self.torch_version, self.math)
 
 
 def origin_block(shape: tuple[int, ...]) -> Region:

@@ -36,6 +36,11 @@ def _positive(x: object) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
 
 
+#: what a device's peak FLOP/s may be given for: the float dtypes, and ``tfloat32``,
+#: float32 on TF32 tensor cores (Ampere and later; ``cost.mathmode`` says which ops use it)
+PEAK_NAMES: tuple[str, ...] = (*(d.value for d in FLOAT_DTYPES), "tfloat32")
+
+
 @dataclass(frozen=True)
 class DeviceSpec:
     """A kind of compute device: its memory, peak FLOP/s per dtype and memory bandwidth."""
@@ -59,9 +64,9 @@ class DeviceSpec:
             raise ClusterError(f"device kind {self.kind!r}: peak_flops must give at least "
                                f"float32, found {self.peak_flops!r:.60}")
         for dtype, rate in self.peak_flops.items():
-            if dtype not in FLOAT_DTYPES:
+            if dtype not in PEAK_NAMES:
                 raise ClusterError(f"device kind {self.kind!r}: peak_flops has unknown dtype "
-                                   f"{dtype!r:.60}; use {', '.join(FLOAT_DTYPES)}")
+                                   f"{dtype!r:.60}; use {', '.join(PEAK_NAMES)}")
             if not _positive(rate):
                 raise ClusterError(f"device kind {self.kind!r}: peak_flops.{dtype} must be "
                                    f"positive, found {rate!r:.60}")
@@ -69,8 +74,7 @@ class DeviceSpec:
             raise ClusterError(f"device kind {self.kind!r}: mem_bandwidth must be positive, "
                                f"found {self.mem_bandwidth!r:.60}")
         # Own copy (never alias the caller's dict), floats, canonical dtype order.
-        flops = {d.value: float(self.peak_flops[d]) for d in FLOAT_DTYPES
-                 if d in self.peak_flops}
+        flops = {str(d): float(self.peak_flops[d]) for d in PEAK_NAMES if d in self.peak_flops}
         object.__setattr__(self, "peak_flops", flops)
         object.__setattr__(self, "mem_bandwidth", float(self.mem_bandwidth))
 
@@ -79,8 +83,8 @@ class DeviceSpec:
                      self.mem_bandwidth))
 
     def flops_for(self, dtype: str) -> float:
-        """Peak FLOP/s for ``dtype`` (``"float16"``, ``torch.bfloat16``...); float32's if
-        unknown."""
+        """Peak FLOP/s for ``dtype`` (``"float16"``, ``torch.bfloat16``, ``"tfloat32"``...);
+        float32's if unknown."""
         name = str(dtype).removeprefix("torch.")
         return self.peak_flops.get(name, self.peak_flops["float32"])
 

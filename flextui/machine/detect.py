@@ -24,13 +24,7 @@ from typing import Any
 
 from flextui.machine.cluster import Cluster, Device, DeviceSpec, Link
 from flextui.machine.gpus import CPU_KINDS, device_kind_name, lookup_gpu
-from flextui.machine.nvtopo import (
-    NVLINK_LANE_BANDWIDTH,
-    NVLINK_LATENCY,
-    Lanes,
-    detect_nvlink,
-    is_switched,
-)
+from flextui.machine.nvtopo import NVLINK_LATENCY, Lanes, detect_nvlink, is_switched, lane_figures
 
 __all__ = ["CPU_CLOCK_HZ", "CPU_FLOP_PER_CYCLE", "CPU_KINDS", "cpu_ranks", "describe_local",
            "detect_local", "rank_threads", "usable_cpus"]
@@ -177,7 +171,8 @@ def gpu_links(devices: list[Device], lanes: Lanes | None) -> tuple[list[Link], l
     """The links and switches joining one node's GPUs, and a phrase saying how they were
     found: every GPU on a PCIe switch, plus NVLink where ``lanes`` (from
     ``nvidia-smi topo -m``; None if it could not be read) joins GPUs — through one
-    NVSwitch when every pair is joined alike, else pair by pair."""
+    NVSwitch (``nvtopo.is_switched``), else pair by pair — at the lane bandwidth of the
+    GPUs' NVLink generation (``machine.gpus``)."""
     links: list[Link] = []
     if len(devices) < 2:
         return links, [], ""
@@ -196,17 +191,31 @@ def gpu_links(devices: list[Device], lanes: Lanes | None) -> tuple[list[Link], l
                                  "TOML file for NVLink boxes)")
     if not lanes:
         return links, switches, f"links: {pcie} (no NVLink, per nvidia-smi topo -m)"
-    if is_switched(lanes, len(devices)):
+    figures = [lane_figures(lookup_gpu(d.spec.kind)) for d in devices]
+    lane_bw = [bandwidth for bandwidth, _, _ in figures]
+    unknown = sorted({d.spec.kind for d, (_, _, known) in zip(devices, figures) if not known})
+    assumed = (f"; the NVLink of {', '.join(unknown)} is not known: {min(lane_bw) / 1e9:g} "
+               "GB/s per lane assumed, estimated=True" if unknown else "")
+    if is_switched(lanes, len(devices), min(f[1] for f in figures)):
         switches.append("n0.nvswitch")
-        per_gpu = next(iter(lanes.values())) * NVLINK_LANE_BANDWIDTH
-        for d in devices:
-            join(d.name, "n0.nvswitch", "nvswitch", per_gpu, NVLINK_LATENCY)
-        return links, switches, (f"links: an NVSwitch at {per_gpu / 1e9:.0f} GB/s per GPU and "
-                                 f"direction, and {pcie} (nvidia-smi topo -m)")
+        count = next(iter(lanes.values()))
+        for d, bandwidth in zip(devices, lane_bw):
+            join(d.name, "n0.nvswitch", "nvswitch", count * bandwidth, NVLINK_LATENCY)
+        per_gpu = count * min(lane_bw)
+        return links, switches, (f"links: an NVSwitch at {per_gpu / 1e9:g} GB/s per GPU and "
+                                 f"direction ({count} NVLinks of {min(lane_bw) / 1e9:g} GB/s), "
+                                 f"and {pcie} (nvidia-smi topo -m){assumed}")
+    per_gpu_bw = [0.0] * len(devices)
     for (i, j), n in sorted(lanes.items()):
-        join(devices[i].name, devices[j].name, "nvlink", n * NVLINK_LANE_BANDWIDTH, NVLINK_LATENCY)
-    return links, switches, (f"links: NVLink between {len(lanes)} GPU pairs at 25 GB/s per "
-                             f"lane and direction, and {pcie} (nvidia-smi topo -m)")
+        bandwidth = n * min(lane_bw[i], lane_bw[j])
+        per_gpu_bw[i] += bandwidth
+        per_gpu_bw[j] += bandwidth
+        join(devices[i].name, devices[j].name, "nvlink", bandwidth, NVLINK_LATENCY)
+    most = max(per_gpu_bw)
+    return links, switches, (f"links: NVLink between {len(lanes)} GPU pairs at "
+                             f"{min(lane_bw) / 1e9:g} GB/s per lane and direction (up to "
+                             f"{most / 1e9:g} GB/s per GPU), and {pcie} (nvidia-smi topo -m)"
+                             f"{assumed}")
 
 
 def detect_local() -> Cluster:

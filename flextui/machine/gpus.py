@@ -3,7 +3,14 @@
 Figures are NVIDIA datasheet numbers per GPU: FP32 is the non-tensor (CUDA core) peak;
 FP16/BF16 are *dense* tensor-core peaks (no 2:4 sparsity); memory bandwidth is the HBM/
 GDDR peak. GPUs without tensor cores list their plain FP16 rate (or none: the K80 has
-no fast FP16, so float16 falls back to the float32 figure).
+no fast FP16, so float16 falls back to the float32 figure). ``tfloat32`` is the dense
+TF32 tensor-core peak (Ampere and later), what float32 convolutions reach under torch's
+default math mode (``cost.mathmode``).
+
+NVLink: ``nvlink_links`` is how many links a GPU has and ``nvlink_bandwidth`` what one
+link moves per direction, by generation: NVLink 1 (P100) 20 GB/s, NVLink 2-4 (V100,
+A100, H100/H200) 25 GB/s, NVLink 5 (B200) 50 GB/s. PCIe cards list their NVLink bridge's
+links (A100 and H100 PCIe: 12).
 
 An unknown GPU gets :data:`UNKNOWN_GPU`, a deliberately conservative guess, and
 ``known=False`` so the caller can say so.
@@ -32,6 +39,9 @@ class GpuFigures:
     float16: float | None
     bfloat16: float | None
     mem_bandwidth: float  # bytes/s
+    tfloat32: float | None = None          # FLOP/s, dense TF32 tensor cores
+    nvlink_links: int = 0                  # NVLink links per GPU (0: none)
+    nvlink_bandwidth: float | None = None  # bytes/s per link and direction
     known: bool = True
 
     def peak_flops(self) -> dict[str, float]:
@@ -40,6 +50,8 @@ class GpuFigures:
             flops["float16"] = self.float16
         if self.bfloat16:
             flops["bfloat16"] = self.bfloat16
+        if self.tfloat32:
+            flops["tfloat32"] = self.tfloat32
         return flops
 
 
@@ -49,26 +61,32 @@ def _g(key: str) -> str:
 
 
 # Most specific first: the first pattern found in the name wins.
+NV1, NV2, NV4, NV5 = 20 * GB, 25 * GB, 25 * GB, 50 * GB   # per link and direction, by generation
+
 KNOWN_GPUS: tuple[GpuFigures, ...] = (
-    GpuFigures(_g("GH200"), "GH200 (96 GB HBM3)", 67 * T, 989 * T, 989 * T, 4000 * GB),
-    GpuFigures(_g("B200"), "B200 (HGX)", 75 * T, 2250 * T, 2250 * T, 8000 * GB),
-    GpuFigures(_g("H200"), "H200 SXM", 67 * T, 989 * T, 989 * T, 4800 * GB),
-    GpuFigures(_g("H100") + r".*(PCIe|PCIE)", "H100 PCIe", 51 * T, 756 * T, 756 * T, 2000 * GB),
-    GpuFigures(_g("H100") + r".*NVL", "H100 NVL", 60 * T, 835 * T, 835 * T, 3900 * GB),
-    GpuFigures(_g("H100"), "H100 SXM", 67 * T, 989 * T, 989 * T, 3350 * GB),
+    GpuFigures(_g("GH200"), "GH200 (96 GB HBM3)", 67 * T, 989 * T, 989 * T, 4000 * GB,
+               494.5 * T, 18, NV4),
+    GpuFigures(_g("B200"), "B200 (HGX)", 75 * T, 2250 * T, 2250 * T, 8000 * GB, 1125 * T, 18, NV5),
+    GpuFigures(_g("H200"), "H200 SXM", 67 * T, 989 * T, 989 * T, 4800 * GB, 494.5 * T, 18, NV4),
+    GpuFigures(_g("H100") + r".*(PCIe|PCIE)", "H100 PCIe", 51 * T, 756 * T, 756 * T, 2000 * GB,
+               378 * T, 12, NV4),
+    GpuFigures(_g("H100") + r".*NVL", "H100 NVL", 60 * T, 835 * T, 835 * T, 3900 * GB,
+               417.5 * T, 12, NV4),
+    GpuFigures(_g("H100"), "H100 SXM", 67 * T, 989 * T, 989 * T, 3350 * GB, 494.5 * T, 18, NV4),
     GpuFigures(_g("A100") + r".*80GB.*(PCIe|PCIE)", "A100 80GB PCIe", 19.5 * T, 312 * T, 312 * T,
-               1935 * GB),
-    GpuFigures(_g("A100") + r".*80GB", "A100 SXM4 80GB", 19.5 * T, 312 * T, 312 * T, 2039 * GB),
-    GpuFigures(_g("A100"), "A100 40GB", 19.5 * T, 312 * T, 312 * T, 1555 * GB),
-    GpuFigures(_g("L40S"), "L40S", 91.6 * T, 362 * T, 362 * T, 864 * GB),
-    GpuFigures(_g("L40"), "L40", 90.5 * T, 181 * T, 181 * T, 864 * GB),
-    GpuFigures(_g("L4"), "L4", 30.3 * T, 121 * T, 121 * T, 300 * GB),
-    GpuFigures(_g("A10"), "A10", 31.2 * T, 125 * T, 125 * T, 600 * GB),
+               1935 * GB, 156 * T, 12, NV2),
+    GpuFigures(_g("A100") + r".*80GB", "A100 SXM4 80GB", 19.5 * T, 312 * T, 312 * T, 2039 * GB,
+               156 * T, 12, NV2),
+    GpuFigures(_g("A100"), "A100 40GB", 19.5 * T, 312 * T, 312 * T, 1555 * GB, 156 * T, 12, NV2),
+    GpuFigures(_g("L40S"), "L40S", 91.6 * T, 362 * T, 362 * T, 864 * GB, 183 * T),
+    GpuFigures(_g("L40"), "L40", 90.5 * T, 181 * T, 181 * T, 864 * GB, 90.5 * T),
+    GpuFigures(_g("L4"), "L4", 30.3 * T, 121 * T, 121 * T, 300 * GB, 60 * T),
+    GpuFigures(_g("A10"), "A10", 31.2 * T, 125 * T, 125 * T, 600 * GB, 62.5 * T),
     GpuFigures(_g("T4"), "T4", 8.1 * T, 65 * T, None, 320 * GB),
     GpuFigures(_g("V100") + r".*(PCIe|PCIE)", "V100 PCIe", 14 * T, 112 * T, None, 900 * GB),
-    GpuFigures(_g("V100"), "V100 SXM2", 15.7 * T, 125 * T, None, 900 * GB),
+    GpuFigures(_g("V100"), "V100 SXM2", 15.7 * T, 125 * T, None, 900 * GB, None, 6, NV2),
     GpuFigures(_g("P100") + r".*(PCIe|PCIE)", "P100 PCIe 16GB", 9.3 * T, 18.7 * T, None, 732 * GB),
-    GpuFigures(_g("P100"), "P100 SXM2", 10.6 * T, 21.2 * T, None, 732 * GB),
+    GpuFigures(_g("P100"), "P100 SXM2", 10.6 * T, 21.2 * T, None, 732 * GB, None, 4, NV1),
     # One GK210 die of a K80 board (what CUDA shows as a device), at boost clock.
     GpuFigures(_g("K80"), "K80 (one GK210 die, boost)", 4.37 * T, None, None, 240 * GB),
 )
@@ -76,6 +94,9 @@ KNOWN_GPUS: tuple[GpuFigures, ...] = (
 # A conservative guess for a GPU not in the table (a mid-range card of recent years).
 UNKNOWN_GPU = GpuFigures("", "unknown GPU (conservative estimate)", 10 * T, 20 * T, None,
                          300 * GB, known=False)
+#: the most NVLink links any GPU above has: a GPU with more lanes than that to its peers
+#: reaches them through NVSwitches (``machine.nvtopo``)
+MOST_NVLINK_LINKS = max(g.nvlink_links for g in KNOWN_GPUS)
 
 
 def lookup_gpu(name: str) -> GpuFigures:

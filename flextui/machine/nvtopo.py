@@ -2,11 +2,17 @@
 NVLink from PCIe).
 
 The matrix gives, for each pair of GPUs, ``NV<n>`` when they are joined by ``n`` NVLink
-lanes, or a PCIe/system path (``PIX``, ``PXB``, ``PHB``, ``NODE``, ``SYS``). Every NVLink
-generation since the V100's moves about 25 GB/s per lane and direction. When every pair
-shows the same lane count (an NVSwitch box: DGX A100 ``NV12``, DGX H100 ``NV18``) the GPUs
-are modelled on one switch, each with its lanes' bandwidth to it; otherwise each joined
-pair gets a link of its own (a direct mesh such as the DGX-1's). Rows follow PCI bus
+links ("lanes" here), or a PCIe/system path (``PIX``, ``PXB``, ``PHB``, ``NODE``,
+``SYS``). What a lane moves depends on the NVLink generation, known from the GPU model
+(``machine.gpus``: 20 GB/s per direction on a P100, 25 on V100 to H200, 50 on a B200).
+
+On an NVSwitch box every pair shows the GPU's whole link count (DGX A100 ``NV12``, DGX
+H100 and HGX B200 ``NV18``): each GPU reaches the switches over all its links, so the GPUs
+are modelled on one switch at that bandwidth. A fully connected direct mesh shows one
+count everywhere too (a 4-GPU HGX A100 ``NV4``, H100 ``NV6``), but there the count is per
+pair: a GPU's lanes to its peers add up to at most the links it has. ``is_switched``
+tells the two apart by that sum; a mesh, and any mixed matrix (the DGX-1's hybrid cube
+mesh), gets a link per joined pair. Rows follow PCI bus
 order, as CUDA numbers devices when they are all of one model; with
 ``CUDA_VISIBLE_DEVICES`` set the visible rows are picked by index (UUIDs are not matched:
 detection then falls back to PCIe only).
@@ -18,7 +24,10 @@ import os
 import re
 import subprocess
 
-NVLINK_LANE_BANDWIDTH = 25e9   # bytes/s per lane and direction (NVLink 2, 3 and 4)
+from flextui.machine.gpus import MOST_NVLINK_LINKS, GpuFigures
+
+#: bytes/s per lane and direction assumed for a GPU not in ``machine.gpus`` (NVLink 2-4)
+ASSUMED_LANE_BANDWIDTH = 25e9
 NVLINK_LATENCY = 1e-6
 
 Lanes = dict[tuple[int, int], int]   # (i, j), i < j -> NVLink lanes between GPU i and j
@@ -60,10 +69,22 @@ def nvlink_lanes(matrix: list[list[str]], visible: list[int] | None = None) -> L
     return lanes
 
 
-def is_switched(lanes: Lanes, count: int) -> bool:
-    """Every pair joined, by the same number of lanes: GPUs on an NVSwitch."""
+def is_switched(lanes: Lanes, count: int, links_per_gpu: int) -> bool:
+    """GPUs on an NVSwitch: every pair joined by the same number of lanes, more in all
+    per GPU than the ``links_per_gpu`` it has (which a direct mesh cannot show)."""
     pairs = count * (count - 1) // 2
-    return count > 2 and len(lanes) == pairs and len(set(lanes.values())) == 1
+    if count <= 2 or len(lanes) != pairs or len(set(lanes.values())) != 1:
+        return False
+    return next(iter(lanes.values())) * (count - 1) > links_per_gpu
+
+
+def lane_figures(figures: GpuFigures) -> tuple[float, int, bool]:
+    """(bytes/s per lane and direction, links per GPU, known) for a GPU model; for one
+    whose NVLink is not in the table: the assumed lane bandwidth and the most links any
+    known GPU has, and known False."""
+    if figures.nvlink_bandwidth and figures.nvlink_links:
+        return figures.nvlink_bandwidth, figures.nvlink_links, True
+    return ASSUMED_LANE_BANDWIDTH, MOST_NVLINK_LINKS, False
 
 
 def visible_rows(count: int) -> list[int] | None:

@@ -20,7 +20,8 @@ relays a transfer between two others.
     [device_kinds.P100]               # one table per device kind used
     memory = "16GiB"
     peak_flops = { float32 = "10.6 TFLOPS", float16 = "21.2 TFLOPS" }  # float32 required;
-                                      # also bfloat16; a single value means float32 only
+                                      # also bfloat16, and tfloat32 (float32 on TF32
+                                      # tensor cores); a single value means float32 only
     mem_bandwidth = "732 GB/s"
 
     # ---- EITHER a regular layout ----
@@ -85,9 +86,8 @@ from pathlib import Path
 
 from flextui.errors import ClusterError
 from flextui.fields import describe
-from flextui.graph.tensor import FLOAT_DTYPES
 from flextui.limits import TEXT_CHARS, nesting_problem, parsing
-from flextui.machine.cluster import Cluster, DeviceSpec
+from flextui.machine.cluster import PEAK_NAMES, Cluster, DeviceSpec
 from flextui.machine.explicit import build_explicit
 from flextui.machine.fields import Fields
 from flextui.machine.layout import Layout
@@ -177,7 +177,7 @@ def _device_kinds(f: Fields, value: object) -> dict[str, DeviceSpec]:
         flops_value = f.required(spec, "peak_flops", field,
                                  'peak_flops = { float32 = "10.6 TFLOPS" }')
         if isinstance(flops_value, dict):
-            f.check_keys(flops_value, FLOAT_DTYPES, f"{field}.peak_flops")
+            f.check_keys(flops_value, PEAK_NAMES, f"{field}.peak_flops")
             if "float32" not in flops_value:
                 f.fail(f"{field}.peak_flops.float32",
                        'missing; peak_flops needs at least float32, e.g. '

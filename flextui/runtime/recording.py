@@ -20,11 +20,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from flextui.cost.cache import ProfileCache, ProfileEntry, ProfileKey
 from flextui.cost.cache_dirs import user_profile_dir
-from flextui.cost.signatures import Measurement
+from flextui.cost.mathmode import measurement_now
 from flextui.errors import FlextuiError
 from flextui.graph import OpGraph
 
@@ -112,7 +110,7 @@ def record_profile(graph: OpGraph, records: Iterable[dict[str, Any]],
     written = []
     for device, times in merged_times(graph, records).items():
         cache = ProfileCache(device, [directory])
-        measurement = Measurement(dtype, True, device, torch.__version__)
+        measurement = measurement_now(dtype, True, device)
         for (op_index, shape), (forward, backward, runs) in times.items():
             key: ProfileKey = measurement.key(graph.ops[op_index], shape)
             before = cache.get(key)

@@ -37,10 +37,11 @@ class BackgroundJob:
         self._stop.set()
 
     def join(self, timeout: float | None = None) -> bool:
-        """Wait for the work to end; True if it has."""
+        """Wait for the work to end; True if it has, its thread with it (so what the
+        work held, a GPU's memory say, has been let go)."""
         if self._thread is not None:
             self._thread.join(timeout)
-        return self.done
+        return self.done and (self._thread is None or not self._thread.is_alive())
 
     @property
     def done(self) -> bool:

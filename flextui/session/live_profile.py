@@ -1,12 +1,17 @@
 """Profiling in the background for a display: ``LiveProfile`` runs ``profile_tasks`` on
 its own thread, counts what it does under a lock, and answers ``view()`` with the
 latest figures, so the caller (the app, a few times a second) never waits on a kernel.
-Stopping ends after the task in flight; what was measured is saved.
+Stopping ends after the task in flight; what was measured is saved. A profile started
+while earlier ones are still ending (``after``: their screen was left, which only asks
+them to stop) waits on its own thread for them to end before it measures, so two runs
+never share a device: their kernels would slow each other, and the allocator's peak
+memory statistics are the process's, not a run's.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from flextui.cost.compare import OpTypeComparison
@@ -14,10 +19,15 @@ from flextui.cost.estimate import ProfileClock
 from flextui.graph import OpGraph
 from flextui.session.jobs import BackgroundJob
 
+#: how often a profile waiting for an earlier one checks whether it was asked to stop
+WAIT_POLL_S = 0.1
+#: notices shown at most (the device's, the cache's, then blocks that could not run)
+MAX_NOTICES = 6
+
 
 @dataclass(frozen=True)
 class ProfileView:
-    state: str                  # starting, running, finished, stopped or failed
+    state: str                  # starting, waiting, running, finished, stopped or failed
     device: str
     done: int
     total: int
@@ -41,9 +51,11 @@ class LiveProfile(BackgroundJob):
 
     def __init__(self, graph: OpGraph, num_devices: int, *, device: str | None = None,
                  dtype: str = "fp32", training: bool = True, profiles: str | None = None,
-                 warmup: int = 2, repeats: int = 10) -> None:
+                 warmup: int = 2, repeats: int = 10,
+                 after: Sequence[BackgroundJob] = ()) -> None:
         super().__init__()
         self.graph, self.num_devices = graph, num_devices
+        self._after = tuple(after)
         self._settings = (device, dtype, training, profiles, warmup, repeats)
         self._device = ""
         self._message: str | None = None
@@ -73,6 +85,14 @@ class LiveProfile(BackgroundJob):
     # -- the profiling thread -----------------------------------------------------------
 
     def _work(self) -> None:
+        for earlier in self._after:
+            if not earlier.done:
+                with self._lock:
+                    self._state = "waiting"
+            while not earlier.join(timeout=WAIT_POLL_S):
+                if self._stop.is_set():
+                    self._end("stopped")
+                    return
         from flextui.cost.profile import prepare_profile  # imported here: it imports torch
         device, dtype, training, profiles, warmup, repeats = self._settings
         run = prepare_profile(self.graph, self.num_devices, device=device, dtype=dtype,
@@ -96,6 +116,8 @@ class LiveProfile(BackgroundJob):
             self._oom += event.entry.oom
             block = "×".join(map(str, event.signature.block))
             self._current = f"{event.signature.op.type} {block}"
+            if event.failure and len(self._notices) < MAX_NOTICES:
+                self._notices += (f"{self._current} could not run: {event.failure}",)
 
     def _failed(self, message: str) -> None:
         self._end("failed", message)   # what was measured before is saved

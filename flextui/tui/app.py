@@ -113,7 +113,9 @@ class FlextuiApp(App):
         self.call_from_thread(self.start_search, message, choice.model)
 
     def on_setup_screen_start_profile(self, message: SetupScreen.StartProfile) -> None:
-        live = LiveProfile(message.graph, message.cluster.num_devices)
+        # a profile whose screen was left may still be ending: the new one waits for it
+        earlier = [p for p in self.profiles if not p.done]
+        live = LiveProfile(message.graph, message.cluster.num_devices, after=earlier)
         live.start()
         self.profiles.append(live)
         self.push_screen(ProfileScreen(live, f"{message.model_label} for "

@@ -10,8 +10,9 @@ from textual.widgets import Static
 
 from flextui.session.search_watch import SearchView
 
-STATE_STYLES = {"starting": "yellow", "running": "bold green", "paused": "bold yellow",
-                "finished": "bold cyan", "stopped": "bold cyan", "failed": "bold red"}
+STATE_STYLES = {"starting": "yellow", "waiting": "yellow", "running": "bold green",
+                "paused": "bold yellow", "finished": "bold cyan", "stopped": "bold cyan",
+                "failed": "bold red"}
 
 
 def _ms(seconds: float | None) -> str:
