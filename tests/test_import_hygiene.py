@@ -7,6 +7,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -43,3 +45,25 @@ def test_core_imports_without_textual():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert int(out.stdout) >= 20  # every core module was imported
+
+
+HEAVY = {"numpy", "networkx", "torch", "textual"}
+
+
+@pytest.mark.parametrize(("argv", "shows"), [
+    (["--help"], "replay a saved search"),          # every command listed, with its help
+    (["models"], "transformer"),                      # every library model described
+    (["models", "--json"], '"name": "inception_v3"'),
+])
+def test_light_commands_start_without_heavy_imports(argv, shows):
+    """`flextui --help` and `flextui models` start fast because they import none of
+    numpy, networkx, torch or Textual (issue 20: they took 0.5-2 s with them); the
+    imports Python reports (-X importtime) say what a real start-up loaded."""
+    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "flextui", *argv],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert shows in out.stdout
+    imported = {line.rpartition("|")[2].strip() for line in out.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "flextui.cli" in imported
+    assert {name.partition(".")[0] for name in imported} & HEAVY == set()
