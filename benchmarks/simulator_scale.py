@@ -10,6 +10,9 @@ mean time of a delta simulation of a random one-op proposal (propose, then rejec
 every proposal starts from the measured strategy), and memory: each case runs in a
 fresh child process, whose peak resident set (ru_maxrss) is the case's own; "before"
 is that peak once flextui is imported and the model, cluster and strategy are built.
+(25 heads split at most 5 ways, so the expert strategy's attention runs on 5 GPUs of a
+node where its dense layers run on 8, and moves data between them; --heads 32 splits 8
+ways.)
 
     python benchmarks/simulator_scale.py [--layers 48 96] [--devices 64 256 1024]
         [--strategies data-parallel expert] [--proposals 20]
@@ -26,6 +29,7 @@ import resource
 import statistics
 import time
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 
 CLUSTER = "h100-cluster"
@@ -119,11 +123,15 @@ def main() -> None:
           f"{'us/task':>9}{'delta (ms)':>12}{'before (MiB)':>14}{'peak (MiB)':>12}")
     spawn = multiprocessing.get_context("spawn")
     for case in cases:
-        with ProcessPoolExecutor(1, mp_context=spawn) as child:
-            f = child.submit(measure, case, model, args.proposals, args.seed).result()
-        print(f"{case.layers:>6} {case.strategy:<14}{case.devices:>6}{f.tasks:>11,}"
-              f"{f.full_s:>10.2f}{f.full_s / f.tasks * 1e6:>9.2f}{f.delta_s * 1e3:>12.2f}"
-              f"{f.before_mib:>14,.0f}{f.peak_mib:>12,.0f}", flush=True)
+        row = f"{case.layers:>6} {case.strategy:<14}{case.devices:>6}"
+        try:
+            with ProcessPoolExecutor(1, mp_context=spawn) as child:
+                f = child.submit(measure, case, model, args.proposals, args.seed).result()
+        except BrokenProcessPool:   # the next case may still fit
+            print(f"{row}  the child process died (out of memory?)", flush=True)
+            continue
+        print(f"{row}{f.tasks:>11,}{f.full_s:>10.2f}{f.full_s / f.tasks * 1e6:>9.2f}"
+              f"{f.delta_s * 1e3:>12.2f}{f.before_mib:>14,.0f}{f.peak_mib:>12,.0f}", flush=True)
 
 
 if __name__ == "__main__":
