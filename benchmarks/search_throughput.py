@@ -53,6 +53,10 @@ class BestTime:
             if event.best < self.best:
                 self.best, self.at = event.best, event.elapsed
 
+    def found_at(self, initial_cost: float) -> float:
+        """0 when no step beat the initial strategy."""
+        return self.at if self.best < initial_cost else 0.0
+
 
 def paper(model: str, devices: int) -> str:
     if devices not in TABLE5:
@@ -88,7 +92,7 @@ def main() -> None:
                 wall = time.perf_counter() - start
             print(f"{model:<14}{devices:>5}{result.iterations:>11,}"
                   f"{result.iterations / result.elapsed:>9.1f}{wall:>10.1f}"
-                  f"{wall - args.budget:>+10.1f}{best.at:>13.1f}"
+                  f"{wall - args.budget:>+10.1f}{best.found_at(result.initial_cost):>13.1f}"
                   f"{result.initial_cost / result.best_cost:>8.2f}x{paper(model, devices)}",
                   flush=True)
 
