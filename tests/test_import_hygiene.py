@@ -50,6 +50,18 @@ def test_core_imports_without_textual():
 HEAVY = {"numpy", "networkx", "torch", "textual"}
 
 
+def started(*argv: str) -> tuple[str, set[str]]:
+    """``flextui ARGV``'s output, and the top-level packages its process imported (as
+    Python reports them with -X importtime: what a real start-up loaded)."""
+    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "flextui", *argv],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    imported = {line.rpartition("|")[2].strip() for line in out.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "flextui.cli" in imported
+    return out.stdout, {name.partition(".")[0] for name in imported}
+
+
 @pytest.mark.parametrize(("argv", "shows"), [
     (["--help"], "replay a saved search"),          # every command listed, with its help
     (["models"], "transformer"),                      # every library model described
@@ -57,13 +69,14 @@ HEAVY = {"numpy", "networkx", "torch", "textual"}
 ])
 def test_light_commands_start_without_heavy_imports(argv, shows):
     """`flextui --help` and `flextui models` start fast because they import none of
-    numpy, networkx, torch or Textual (issue 20: they took 0.5-2 s with them); the
-    imports Python reports (-X importtime) say what a real start-up loaded."""
-    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "flextui", *argv],
-                         capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    assert shows in out.stdout
-    imported = {line.rpartition("|")[2].strip() for line in out.stderr.splitlines()
-                if line.startswith("import time:")}
-    assert "flextui.cli" in imported
-    assert {name.partition(".")[0] for name in imported} & HEAVY == set()
+    numpy, networkx, torch or Textual (issue 20: they took 0.5-2 s with them)."""
+    stdout, imported = started(*argv)
+    assert shows in stdout
+    assert imported & HEAVY == set()
+
+
+def test_a_simulation_with_analytic_costs_starts_without_torch():
+    """torch (over a second to import) is for profiling and the runtime only."""
+    stdout, imported = started("simulate", "-m", "lenet", "-c", "p100-4x4")
+    assert "iteration" in stdout
+    assert "torch" not in imported and "textual" not in imported
