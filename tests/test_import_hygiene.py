@@ -80,3 +80,13 @@ def test_a_simulation_with_analytic_costs_starts_without_torch():
     stdout, imported = started("simulate", "-m", "lenet", "-c", "p100-4x4")
     assert "iteration" in stdout
     assert "torch" not in imported and "textual" not in imported
+
+
+def test_the_app_imports_without_torch():
+    """The app's module tree leaves torch (over a second to import) to what needs it:
+    detecting GPUs, profiling and launching, all after the first frame."""
+    code = "import sys, flextui.tui.app; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
