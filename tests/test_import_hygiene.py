@@ -7,6 +7,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -43,3 +45,48 @@ def test_core_imports_without_textual():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert int(out.stdout) >= 20  # every core module was imported
+
+
+HEAVY = {"numpy", "networkx", "torch", "textual"}
+
+
+def started(*argv: str) -> tuple[str, set[str]]:
+    """``flextui ARGV``'s output, and the top-level packages its process imported (as
+    Python reports them with -X importtime: what a real start-up loaded)."""
+    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "flextui", *argv],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    imported = {line.rpartition("|")[2].strip() for line in out.stderr.splitlines()
+                if line.startswith("import time:")}
+    assert "flextui.cli" in imported
+    return out.stdout, {name.partition(".")[0] for name in imported}
+
+
+@pytest.mark.parametrize(("argv", "shows"), [
+    (["--help"], "replay a saved search"),          # every command listed, with its help
+    (["models"], "transformer"),                      # every library model described
+    (["models", "--json"], '"name": "inception_v3"'),
+])
+def test_light_commands_start_without_heavy_imports(argv, shows):
+    """`flextui --help` and `flextui models` start fast because they import none of
+    numpy, networkx, torch or Textual (issue 20: they took 0.5-2 s with them)."""
+    stdout, imported = started(*argv)
+    assert shows in stdout
+    assert imported & HEAVY == set()
+
+
+def test_a_simulation_with_analytic_costs_starts_without_torch():
+    """torch (over a second to import) is for profiling and the runtime only."""
+    stdout, imported = started("simulate", "-m", "lenet", "-c", "p100-4x4")
+    assert "iteration" in stdout
+    assert "torch" not in imported and "textual" not in imported
+
+
+def test_the_app_imports_without_torch():
+    """The app's module tree leaves torch (over a second to import) to what needs it:
+    detecting GPUs, profiling and launching, all after the first frame."""
+    code = "import sys, flextui.tui.app; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"

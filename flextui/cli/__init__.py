@@ -6,79 +6,77 @@ README). Errors the user can cause print one message and exit with status 2.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
-from collections.abc import Callable, Sequence
-
-from rich.console import Console
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from flextui import __version__
-from flextui.cli import launch, profile, replay, runs, search
-from flextui.cli.common import cluster_arg, cost_args, interactive, memory_arg, model_args
-from flextui.cli.show import cmd_clusters, cmd_models, cmd_show
-from flextui.cli.simulate import cmd_simulate
+from flextui.cli.common import interactive
 from flextui.errors import FlextuiError
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 INTERRUPTED = 130  # the exit status of a command stopped by Ctrl-C (128 + SIGINT)
 
 
-def build_parser() -> argparse.ArgumentParser:
+@dataclass(frozen=True)
+class Command:
+    """A subcommand: its one-line help, and ``module:function``, the function that adds
+    its arguments and handler to its parser. Only the command being run is imported, so
+    ``flextui --help`` and the light commands start without the simulator's and the
+    runtime's imports (numpy, networkx, torch)."""
+
+    help: str
+    arguments: str
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        module, _, function = self.arguments.partition(":")
+        getattr(importlib.import_module(module), function)(parser)
+
+
+COMMANDS: dict[str, Command] = {
+    "models": Command("list the built-in models and their options",
+                      "flextui.cli.show:models_arguments"),
+    "clusters": Command("list the built-in clusters, or describe this machine",
+                        "flextui.cli.show:clusters_arguments"),
+    "show": Command("show a model's ops and parallel dims, or validate a strategy",
+                    "flextui.cli.show:show_arguments"),
+    "simulate": Command("simulate one iteration of a strategy",
+                        "flextui.cli.simulate:add_arguments"),
+    "search": Command("search for a fast strategy (MCMC over the simulator)",
+                      "flextui.cli.search:add_arguments"),
+    "replay": Command("replay a saved search (.ffsearch)", "flextui.cli.replay:add_arguments"),
+    "profile": Command("measure a model's operator tasks on this machine's GPU (or CPU)",
+                       "flextui.cli.profile:add_arguments"),
+    "launch": Command("train a strategy for real with torchrun and measure it",
+                      "flextui.cli.launch:add_arguments"),
+    "runs": Command("read the run logs (.ffrun) flextui launch keeps",
+                    "flextui.cli.runs:add_arguments"),
+}
+
+
+def build_parser(configured: Collection[str] = tuple(COMMANDS)) -> argparse.ArgumentParser:
+    """The command line; the subcommands not in ``configured`` are listed with their
+    help (for ``flextui --help``) but get no arguments."""
     parser = argparse.ArgumentParser(
         prog="flextui",
         description="Find fast parallelization strategies for deep networks on GPU clusters.")
     parser.add_argument("--version", action="version", version=f"flextui {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-
-    p = sub.add_parser("models", help="list the built-in models and their options")
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    p.set_defaults(handler=cmd_models)
-
-    p = sub.add_parser("clusters", help="list the built-in clusters, or describe this machine")
-    p.add_argument("--detect", action="store_true", help="describe the local machine (GPUs or CPU)")
-    p.add_argument("--cpu-ranks", type=int, metavar="N",
-                   help="with --detect: describe N CPU processes of this machine (the cluster "
-                   "local-cpu-N a CPU launch runs on) and the measured figures --cost profiled "
-                   "would use for it")
-    p.add_argument("--profiles", metavar="DIR", help="with --cpu-ranks: the profile directory "
-                   "(default $FLEXTUI_PROFILES, else the user's cache directory)")
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    p.set_defaults(handler=cmd_clusters)
-
-    p = sub.add_parser("show", help="show a model's ops and parallel dims, or validate a strategy",
-                       description="Without --strategy: the model's ops, output shapes, parallel "
-                       "dims (S/A/P) and FLOPs. With --strategy: validate it against the model "
-                       "and cluster and print each op's degrees and devices.")
-    model_args(p)
-    p.add_argument("--strategy", "-s", metavar="FILE|NAME",
-                   help="a strategy .json file, or data-parallel, model-parallel, expert, random")
-    cluster_arg(p)
-    p.add_argument("--export", metavar="FILE", help="write the strategy to FILE as JSON")
-    p.add_argument("--limit", type=int, default=40, help="rows to print (0: all; default 40)")
-    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    p.set_defaults(handler=cmd_show)
-
-    p = sub.add_parser("simulate", help="simulate one iteration of a strategy",
-                       description="Simulate one training (or inference) iteration of a model "
-                       "under a strategy on a cluster (analytic or profiled task times): iteration "
-                       "time, throughput, per-device utilisation and memory, communication, "
-                       "and the ops that take the longest.")
-    model_args(p)
-    p.add_argument("--strategy", "-s", default="data-parallel", metavar="FILE|NAME",
-                   help="a strategy .json file, or data-parallel (default), model-parallel, "
-                   "expert, random")
-    cluster_arg(p)
-    p.add_argument("--inference", action="store_true", help="forward pass only")
-    memory_arg(p)
-    cost_args(p)
-    p.add_argument("--trace", metavar="FILE", help="write the timeline as Chrome trace JSON")
-    p.add_argument("--top", type=int, default=10, help="how many top ops to list")
-    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
-    p.set_defaults(handler=cmd_simulate)
-    search.add_parser(sub)
-    replay.add_parser(sub)
-    profile.add_parser(sub)
-    launch.add_parser(sub)
-    runs.add_parser(sub)
+    for name, spec in COMMANDS.items():
+        p = sub.add_parser(name, help=spec.help)
+        if name in configured:
+            spec.add_arguments(p)
     return parser
+
+
+def command_named(argv: Sequence[str]) -> list[str]:
+    """The subcommand ``argv`` names, if any: its first word that is not an option (the
+    top-level options, --help and --version, take no value)."""
+    return [arg for arg in argv if not arg.startswith("-")][:1]
 
 
 def open_app(args: argparse.Namespace, console: Console) -> int:
@@ -87,7 +85,8 @@ def open_app(args: argparse.Namespace, console: Console) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(command_named(argv))
     args = parser.parse_args(argv)
     handler: Callable | None = getattr(args, "handler", None)
     if handler is None:
@@ -95,6 +94,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.print_help()
             return 0
         handler = open_app
+    from rich.console import Console
     try:
         return handler(args, Console()) or 0
     except FlextuiError as exc:

@@ -1,4 +1,7 @@
-"""Helpers the subcommands share: loading what the user named, printing JSON and sizes."""
+"""Helpers the subcommands share: loading what the user named, printing JSON and sizes.
+
+The core is imported inside the functions that use it, so a command that needs none
+of it (``flextui --help``, ``flextui models``) starts without numpy, networkx or torch."""
 
 from __future__ import annotations
 
@@ -10,11 +13,8 @@ import sys
 import threading
 from typing import Any
 
-from flextui.cost.choose import CostKind
-from flextui.cost.signatures import DTYPE_NAMES
 from flextui.defaults import DEFAULT_CLUSTER, DEFAULT_MODEL
 from flextui.errors import FlextuiError
-from flextui.sim.memory import MemoryPolicy
 
 
 def model_options(args: argparse.Namespace) -> dict[str, str]:
@@ -121,12 +121,14 @@ def stop_on_signals(stop: threading.Event):
 
 def memory_arg(p: argparse.ArgumentParser) -> None:
     """--memory: what a strategy over a device's memory costs."""
+    from flextui.sim.memory import MemoryPolicy
     p.add_argument("--memory", choices=tuple(MemoryPolicy), default=MemoryPolicy.PENALIZE,
                    help="over a device's memory: +1 ms per MB over (default), reject, or ignore")
 
 
 def cost_args(p: argparse.ArgumentParser) -> None:
     """--cost, --profiles, --dtype: which task times a simulation uses."""
+    from flextui.cost.choose import CostKind
     p.add_argument("--cost", choices=tuple(CostKind), default=CostKind.ANALYTIC,
                    help="task times: the analytic (roofline) model (default), or times measured "
                    "by `flextui profile` for the cluster's device kind, analytic where missing")
@@ -137,6 +139,7 @@ def cost_args(p: argparse.ArgumentParser) -> None:
 
 def dtype_arg(p: argparse.ArgumentParser, help: str) -> None:
     """--dtype: the dtype a profile is measured in, by its short name."""
+    from flextui.cost.signatures import DTYPE_NAMES
     p.add_argument("--dtype", choices=tuple(DTYPE_NAMES), default="fp32", help=help)
 
 

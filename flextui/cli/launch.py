@@ -41,14 +41,12 @@ PROGRESS_S = 1.0
 EXIT_FAILED = 1
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser(
-        "launch", help="train a strategy for real with torchrun and measure it",
-        description="Train a model under a strategy with torchrun, one rank per device "
-        "(gloo between CPU processes without a GPU, NCCL between GPUs), and print per "
-        "device the measured samples/s, step time, compute and communication share and "
-        "memory, against the simulated iteration and busy times. Every rank reports on its "
-        "stdout; everything is kept in a run log (.ffrun).")
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = ("Train a model under a strategy with torchrun, one rank per device (gloo "
+                     "between CPU processes without a GPU, NCCL between GPUs), and print per "
+                     "device the measured samples/s, step time, compute and communication share "
+                     "and memory, against the simulated iteration and busy times. Every rank "
+                     "reports on its stdout; everything is kept in a run log (.ffrun).")
     model_args(p)
     p.add_argument("--strategy", "-s", default="data-parallel", metavar="FILE|NAME",
                    help="a strategy .json file (made for this model, batch and options), or "

@@ -18,14 +18,13 @@ from flextui.errors import FlextuiError
 PROGRESS_S = 1.0  # how often the plain (piped) progress prints a line
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser(
-        "profile", help="measure a model's operator tasks on this machine's GPU (or CPU)",
-        description="Time every distinct task (op block) a search of the model over up to "
-        "--max-devices devices may visit, with the torch kernels the runtime runs, on a local "
-        "device, and cache the results (msgpack, one file per device kind) for --cost profiled. "
-        "Tasks already cached are skipped. Also: --show a cache, --merge two caches, --comm to "
-        "calibrate communication between the local devices.")
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = ("Time every distinct task (op block) a search of the model over up to "
+                     "--max-devices devices may visit, with the torch kernels the runtime runs, "
+                     "on a local device, and cache the results (msgpack, one file per device "
+                     "kind) for --cost profiled. Tasks already cached are skipped. Also: --show "
+                     "a cache, --merge two caches, --comm to calibrate communication between "
+                     "the local devices.")
     model_args(p)
     p.add_argument("--device", help="cuda:N or cpu (default: cuda:0, else the CPU)")
     p.add_argument("--max-devices", type=int, default=16, metavar="N",

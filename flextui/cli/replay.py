@@ -14,11 +14,10 @@ from flextui.graph.dims import DimKind
 from flextui.strategy.summary import device_list
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser("replay", help="replay a saved search (.ffsearch)",
-                       description="Summarise a search log: best cost over time, acceptance "
-                       "rate, speedup over data parallelism and the best strategy; export the "
-                       "best strategy (or the one at any step) and its simulated timeline.")
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = ("Summarise a search log: best cost over time, acceptance "
+                     "rate, speedup over data parallelism and the best strategy; export the "
+                     "best strategy (or the one at any step) and its simulated timeline.")
     p.add_argument("log", metavar="FILE.ffsearch")
     p.add_argument("--headless", action="store_true",
                    help="print the summary instead of playing the search back in the app "

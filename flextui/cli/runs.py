@@ -10,8 +10,7 @@ from rich.console import Console
 from flextui.cli.common import emit_json
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser("runs", help="read the run logs (.ffrun) flextui launch keeps")
+def add_arguments(p: argparse.ArgumentParser) -> None:
     runs = p.add_subparsers(dest="runs_command", metavar="COMMAND", required=True)
     show = runs.add_parser("show", help="measured against simulated, per device and overall",
                            description="Print what a launch measured against what the "

@@ -37,12 +37,11 @@ from flextui.search.options import BETA_SCALE, DEFAULT_BUDGET
 PROGRESS_S = 1.0  # how often the plain (piped) progress prints a line
 
 
-def add_parser(sub) -> None:
-    p = sub.add_parser("search", help="search for a fast strategy (MCMC over the simulator)",
-                       description="Metropolis-Hastings search over the SOAP space, guided by "
-                       "the delta simulator (FlexFlow section 6). Logs every step to a "
-                       ".ffsearch file (replay it with `flextui replay`), exports the best "
-                       "strategy as JSON. Ctrl-C stops cleanly and keeps both.")
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = ("Metropolis-Hastings search over the SOAP space, guided by "
+                     "the delta simulator (FlexFlow section 6). Logs every step to a "
+                     ".ffsearch file (replay it with `flextui replay`), exports the best "
+                     "strategy as JSON. Ctrl-C stops cleanly and keeps both.")
     model_args(p, default=None)
     cluster_arg(p, default=None)
     p.add_argument("--budget", default=None,

@@ -8,9 +8,39 @@ import argparse
 from rich.console import Console
 from rich.table import Table
 
-from flextui.cli.common import emit_json, load_graph, load_strategy, si
+from flextui.cli.common import cluster_arg, emit_json, load_graph, load_strategy, model_args, si
 from flextui.errors import FlextuiError
-from flextui.strategy.summary import device_list
+
+
+def models_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(handler=cmd_models)
+
+
+def clusters_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--detect", action="store_true", help="describe the local machine (GPUs or CPU)")
+    p.add_argument("--cpu-ranks", type=int, metavar="N",
+                   help="with --detect: describe N CPU processes of this machine (the cluster "
+                   "local-cpu-N a CPU launch runs on) and the measured figures --cost profiled "
+                   "would use for it")
+    p.add_argument("--profiles", metavar="DIR", help="with --cpu-ranks: the profile directory "
+                   "(default $FLEXTUI_PROFILES, else the user's cache directory)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(handler=cmd_clusters)
+
+
+def show_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = ("Without --strategy: the model's ops, output shapes, parallel dims (S/A/P) "
+                     "and FLOPs. With --strategy: validate it against the model and cluster and "
+                     "print each op's degrees and devices.")
+    model_args(p)
+    p.add_argument("--strategy", "-s", metavar="FILE|NAME",
+                   help="a strategy .json file, or data-parallel, model-parallel, expert, random")
+    cluster_arg(p)
+    p.add_argument("--export", metavar="FILE", help="write the strategy to FILE as JSON")
+    p.add_argument("--limit", type=int, default=40, help="rows to print (0: all; default 40)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.set_defaults(handler=cmd_show)
 
 
 def cmd_models(args: argparse.Namespace, console: Console) -> None:
@@ -137,7 +167,7 @@ _KIND_MARK = {"sample": "S", "attribute": "A", "parameter": "P", None: "-"}
 def _show_strategy(graph, args: argparse.Namespace, console: Console) -> None:
     from flextui.machine import load_named_cluster
     from flextui.strategy import save_strategy
-    from flextui.strategy.summary import strategy_rows, strategy_summary
+    from flextui.strategy.summary import device_list, strategy_rows, strategy_summary
     cluster = load_named_cluster(args.cluster)
     strategy = load_strategy(args.strategy, graph, cluster)
     if args.export:

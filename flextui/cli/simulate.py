@@ -7,7 +7,35 @@ import argparse
 from rich.console import Console
 from rich.table import Table
 
-from flextui.cli.common import emit_json, load_cost_model, load_graph, load_strategy
+from flextui.cli.common import (
+    cluster_arg,
+    cost_args,
+    emit_json,
+    load_cost_model,
+    load_graph,
+    load_strategy,
+    memory_arg,
+    model_args,
+)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.description = ("Simulate one training (or inference) iteration of a model under a "
+                     "strategy on a cluster (analytic or profiled task times): iteration time, "
+                     "throughput, per-device utilisation and memory, communication, and the ops "
+                     "that take the longest.")
+    model_args(p)
+    p.add_argument("--strategy", "-s", default="data-parallel", metavar="FILE|NAME",
+                   help="a strategy .json file, or data-parallel (default), model-parallel, "
+                   "expert, random")
+    cluster_arg(p)
+    p.add_argument("--inference", action="store_true", help="forward pass only")
+    memory_arg(p)
+    cost_args(p)
+    p.add_argument("--trace", metavar="FILE", help="write the timeline as Chrome trace JSON")
+    p.add_argument("--top", type=int, default=10, help="how many top ops to list")
+    p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    p.set_defaults(handler=cmd_simulate)
 
 
 def cmd_simulate(args: argparse.Namespace, console: Console) -> None:

@@ -19,14 +19,15 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from flextui.cost.cache import ProfileCache, ProfileEntry, ProfileKey
 from flextui.cost.signatures import Measurement
 from flextui.graph import OpGraph
-from flextui.graph.kernels import torch_dtype
 from flextui.graph.tensor import dtype_bytes
+
+if TYPE_CHECKING:   # torch only where updates are timed: simulations start without it
+    import torch
 
 UPDATE_OP = "sgd-momentum-update"
 MIN_BYTES = 4 * 2**10
@@ -67,6 +68,7 @@ def profile_updates(sizes: Sequence[int], measurement: Measurement, cache: Profi
                     device: torch.device, *, warmup: int = 2, repeats: int = 10,
                     stop: Callable[[], bool] | None = None) -> int:
     """Time the updates of ``sizes`` the cache lacks into it (saved); how many were."""
+    from flextui.graph.kernels import torch_dtype
     measured = 0
     for nbytes in sizes:
         if stop is not None and stop():
@@ -83,6 +85,7 @@ def profile_updates(sizes: Sequence[int], measurement: Measurement, cache: Profi
 def time_update(nbytes: int, dtype: torch.dtype, device: torch.device, *, warmup: int = 2,
                 repeats: int = 10) -> ProfileEntry:
     """Median seconds of one SGD-with-momentum update of an ``nbytes`` shard."""
+    import torch
     numel = nbytes // torch.empty((), dtype=dtype).element_size()
     generator = torch.Generator(device=device).manual_seed(0)
     weight, grad = (torch.randn(numel, dtype=dtype, device=device, generator=generator)
@@ -112,6 +115,7 @@ def _evict_bytes(device: torch.device) -> int:
     """Bytes to write to push a shard out of ``device``'s caches: twice its last-level
     cache (the GPU's L2, or the largest CPU cache Linux lists), 64 MiB if unknown."""
     if device.type == "cuda":
+        import torch
         found = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0))
     else:
         found = max((_cache_size(path) for path in

@@ -6,13 +6,14 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any
 
 from flextui.errors import GraphError
 from flextui.graph.op import Op
 from flextui.graph.tensor import Parameter, Tensor
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 
 @dataclass(eq=False)
@@ -77,6 +78,8 @@ class OpGraph:
 
     def to_networkx(self) -> nx.DiGraph:
         """The op-level DAG (nodes are op names, edges carry the tensor)."""
+        import networkx as nx  # only here: start-up (flextui --help) imports the graph package
+
         g: nx.DiGraph[str] = nx.DiGraph()
         for op in self.ops:
             g.add_node(op.name, type=op.type)

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from flextui.runtime.metrics import decode
-from flextui.runtime.worker import LAUNCHER_PID
+from flextui.runtime.spec import LAUNCHER_PID
 
 GRACE_S = 5.0
 TAIL_LINES = 20

@@ -18,6 +18,9 @@ from flextui.graph import OpGraph, graph_from_dict
 from flextui.strategy import ParallelConfig, Strategy
 
 LAUNCH = DocumentFormat("flextui-launch", 1, "launch plan")
+#: The environment variable that gives every rank its launcher's PID (a rank whose
+#: launcher is gone ends itself; see ``worker``).
+LAUNCHER_PID = "FLEXTUI_LAUNCHER_PID"
 
 
 class Backend(StrEnum):

@@ -34,10 +34,9 @@ from flextui.runtime.engine import Optimizer, RankProgram, within
 from flextui.runtime.metrics import MAX_LINE, Reporter, encode
 from flextui.runtime.plan import compile_plan
 from flextui.runtime.reference import train_whole
-from flextui.runtime.spec import Backend, LaunchSpec
+from flextui.runtime.spec import LAUNCHER_PID, Backend, LaunchSpec
 from flextui.runtime.tasktimes import TaskTimes
 
-LAUNCHER_PID = "FLEXTUI_LAUNCHER_PID"
 RANK_FAULT = "FLEXTUI_RANK_FAULT"
 WATCH_S = 0.5
 
