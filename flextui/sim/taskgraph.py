@@ -30,15 +30,16 @@ uses it.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from flextui.cost.model import CostModel, sgd_update_s as update_s
 from flextui.cost.ring import ring_allreduce_s
 from flextui.errors import ClusterError
-from flextui.graph import Op, OpGraph, Region, intersect, region_volume
+from flextui.graph import Op, OpGraph, region_volume
 from flextui.graph.tensor import dtype_bytes
 from flextui.machine import Cluster, Link
+from flextui.sim.overlaps import block_overlaps
 from flextui.sim.replicas import ReplicaGroup, replica_plan
 from flextui.sim.taskstore import new_store
 from flextui.strategy import ParallelConfig, Strategy
@@ -54,32 +55,6 @@ class TaskKind(enum.IntEnum):
 
 #: entries a plan memo keeps before it starts over (bounds memory on long searches)
 PLAN_MEMO_LIMIT = 200_000
-
-
-def overlap_regions(producer: Op, consumer: Op, pconf: ParallelConfig, cconf: ParallelConfig,
-                    ) -> Iterator[tuple[int, int, int, Region]]:
-    """(input slot, consumer task, producer task, region of the tensor) for every overlap
-    of a block ``consumer`` reads (under ``cconf``) with a block ``producer`` writes
-    (under ``pconf``), in slot, consumer-task, producer-task order: what the simulator
-    times as a transfer and the runtime moves."""
-    out_regions = [producer.output_regions(r) for r in pconf.regions(producer)]
-    in_regions = [consumer.input_regions(r) for r in cconf.regions(consumer)]
-    for slot, tensor in enumerate(consumer.inputs):
-        if tensor.producer is not producer:
-            continue
-        for k, needs in enumerate(in_regions):
-            for m, outs in enumerate(out_regions):
-                overlap = intersect(needs[slot], outs[tensor.index])
-                if overlap is not None:
-                    yield slot, k, m, overlap
-
-
-def block_overlaps(producer: Op, consumer: Op, pconf: ParallelConfig, cconf: ParallelConfig,
-                   ) -> tuple[tuple[int, int, int, int], ...]:
-    """(input slot, consumer task, producer task, bytes) of every ``overlap_regions``."""
-    widths = [dtype_bytes(t.dtype) for t in consumer.inputs]
-    return tuple((slot, k, m, region_volume(overlap) * widths[slot])
-                 for slot, k, m, overlap in overlap_regions(producer, consumer, pconf, cconf))
 
 
 class TaskGraph:
