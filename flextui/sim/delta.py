@@ -5,7 +5,8 @@ and keep or undo it.
 ``propose`` swaps the op's tasks in the task graph (its own tasks, the transfers on its
 edges, the syncs and updates of its parameters) and re-simulates from ``t0``, the
 earliest time any removed or added task is ready: everything ready before ``t0`` is
-provably unchanged (see ``schedule.reschedule``). ``propose_many`` does the same for
+provably unchanged, and after it only tasks whose predecessors or resource queues
+changed are re-timed (see ``schedule.reschedule``). ``propose_many`` does the same for
 several ops at once (``TaskGraph.replace_ops``: each edge and shared parameter rebuilt
 once), with one re-simulation. The resulting times are identical to
 a full simulation of the new strategy, which a property test checks task by task.
@@ -81,7 +82,7 @@ class DeltaSimulator:
             known = [times.end[p] for p in preds if p not in added]
             if known or not preds:
                 t0 = min(t0, max(known, default=0.0))
-        self.makespan = reschedule(tg, times, t0, added)
+        self.makespan = reschedule(tg, times, t0, change.added, change.removed)
         self._pending = (change, saved)
         return self.cost
 
