@@ -54,6 +54,21 @@ def test_same_seed_same_run_different_seed_different_run():
     assert run(1) != run(2)
 
 
+def test_early_rejection_makes_the_same_moves_and_decisions():
+    def run(early):
+        chain = lenet_chain(seed=4, early_reject=early)
+        return [chain.step() for _ in range(300)]
+    on, off = run(True), run(False)
+    assert [(e.changes, e.accepted, e.current, e.best) for e in on] == \
+        [(e.changes, e.accepted, e.current, e.best) for e in off]
+    assert any(e.early for e in on) and not any(e.early for e in off)
+    for e, f in zip(on, off):
+        if e.early:   # rejected on a lower bound of the cost the full simulation gives
+            assert not e.accepted and e.proposed <= f.proposed
+        else:
+            assert e.proposed == f.proposed
+
+
 def test_iteration_budget_and_result():
     result = search(iterations=250, converge=False, seed=5)
     assert result.reason == "iterations" and result.iterations == 250
@@ -137,6 +152,7 @@ def test_log_records_the_run(tmp_path):
     assert log.final is not None and log.final.best_cost == result.best_cost
     assert log.final.best == result.best and not log.truncated
     assert len(log.steps) == 200 and log.header.graph.fingerprint == graph.fingerprint
+    assert any(s.early and not s.accepted for s in log.steps)   # marked, read back
     assert log.best_strategy() == (result.best, result.best_cost)
     last = log.last_checkpoint(0)
     assert last.iteration == 200

@@ -205,3 +205,15 @@ def test_times_grow_and_copy():
     times.grow(5)
     times.end[1] = 4.0
     assert len(times.ready) == 5 and saved.end[1] == 3.0 and list(times.start) == [0.0] * 5
+
+
+@pytest.mark.parametrize("store_type", STORES)
+def test_a_run_past_its_limit_stops_on_a_lower_bound_of_the_makespan(store_type):
+    rng = random.Random(8)
+    store = store_type(4)
+    random_graph(store, rng, 80, itertools.count())
+    makespan = store.reschedule(*columns(len(store)), -1.0, [], [])
+    for limit in (0.0, makespan / 3, makespan / 2):
+        bound = store.reschedule(*columns(len(store)), -1.0, [], [], limit)
+        assert limit < bound <= makespan
+    assert store.reschedule(*columns(len(store)), -1.0, [], [], makespan) == makespan

@@ -525,14 +525,15 @@ freshen(Loop *L, int32_t u)
     return 0;
 }
 
-/* reschedule(ready, start, end, order, t0, changed, removed) -> makespan */
+/* reschedule(ready, start, end, order, t0, changed, removed[, limit]) -> makespan, or
+ * the first end time past limit (the run stops there) */
 static PyObject *
 Store_reschedule(Store *s, PyObject *args)
 {
     PyObject *ready_o, *start_o, *end_o, *order_o, *changed, *removed;
-    double t0;
-    if (!PyArg_ParseTuple(args, "OOOOdO!O!", &ready_o, &start_o, &end_o, &order_o, &t0,
-                          &PyList_Type, &changed, &PyList_Type, &removed))
+    double t0, limit = Py_HUGE_VAL;
+    if (!PyArg_ParseTuple(args, "OOOOdO!O!|d", &ready_o, &start_o, &end_o, &order_o, &t0,
+                          &PyList_Type, &changed, &PyList_Type, &removed, &limit))
         return NULL;
     Py_ssize_t n = s->n, nr = s->num_resources, m = 0, count = 0, i;
     Py_buffer vr = {0}, vs = {0}, ve = {0}, vo = {0};
@@ -636,6 +637,10 @@ Store_reschedule(Store *s, PyObject *args)
         for (int32_t j = 0; j < task->nres; j++)
             if (free_at[res[j]] > st) st = free_at[res[j]];
         double e = st + task->duration;
+        if (e > limit) {   /* the makespan is past limit: stop, leaving times half done */
+            result = PyFloat_FromDouble(e);
+            goto done;
+        }
         for (int32_t j = 0; j < task->nres; j++)
             free_at[res[j]] = e;
         int moved = (state[t] & FRESH) || e != end[t];
@@ -707,7 +712,7 @@ static PyMethodDef Store_methods[] = {
     {"duration_of", (PyCFunction)Store_duration, METH_O, "duration_of(t) -> seconds"},
     {"live_ids", (PyCFunction)Store_live_ids, METH_NOARGS, "live task ids, ascending"},
     {"reschedule", (PyCFunction)Store_reschedule, METH_VARARGS,
-     "reschedule(ready, start, end, order, t0, changed, removed) -> makespan"},
+     "reschedule(ready, start, end, order, t0, changed, removed[, limit]) -> makespan"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -15,6 +15,7 @@ a full simulation of the new strategy, which a property test checks task by task
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from flextui.cost.model import CostModel
@@ -44,6 +45,7 @@ class DeltaSimulator:
         self.times: Times = schedule(self.tg)
         self.memory = MemoryTracker(self.tg)
         self.strategy = strategy
+        self.cut_short = False   # the last proposal's simulation stopped at its limit
         self.makespan = max((self.times.end[t] for t in self.tg.live_ids()), default=0.0)
         self._pending = None
         return self.cost
@@ -53,14 +55,17 @@ class DeltaSimulator:
         """Makespan plus the memory penalty of the current (or proposed) strategy."""
         return self.makespan + memory_penalty_s(self.memory.usage(), self.simulator.memory)
 
-    def propose(self, op: Op | str, config: ParallelConfig) -> float:
+    def propose(self, op: Op | str, config: ParallelConfig, limit: float = math.inf) -> float:
         """Simulate the current strategy with ``op``'s config replaced; return its cost.
         Call ``accept`` or ``reject`` before the next proposal."""
-        return self.propose_many([(op, config)])
+        return self.propose_many([(op, config)], limit)
 
-    def propose_many(self, changes: Sequence[tuple[Op | str, ParallelConfig]]) -> float:
+    def propose_many(self, changes: Sequence[tuple[Op | str, ParallelConfig]],
+                     limit: float = math.inf) -> float:
         """Simulate the current strategy with every listed op's config replaced (in
-        order; a later entry for the same op wins); return its cost."""
+        order; a later entry for the same op wins); return its cost. Once the makespan
+        provably exceeds ``limit`` (s) the simulation stops: ``cut_short`` is then true,
+        the cost returned is only a lower bound, and the proposal can only be rejected."""
         if self._pending is not None:
             raise RuntimeError("accept() or reject() the previous proposal first")
         if not changes:
@@ -82,11 +87,14 @@ class DeltaSimulator:
             known = [times.end[p] for p in preds if p not in added]
             if known or not preds:
                 t0 = min(t0, max(known, default=0.0))
-        self.makespan = reschedule(tg, times, t0, change.added, change.removed)
+        self.makespan = reschedule(tg, times, t0, change.added, change.removed, limit)
+        self.cut_short = self.makespan > limit
         self._pending = (change, saved)
         return self.cost
 
     def accept(self) -> None:
+        if self.cut_short:
+            raise RuntimeError("a proposal whose simulation was cut short cannot be accepted")
         change, _ = self._take()
         self.tg.commit(change)
         self.strategy = self.strategy.replace_all(
@@ -96,7 +104,7 @@ class DeltaSimulator:
         change, (times, makespan) = self._take()
         self._account(change, -1)
         self.tg.rollback(change)
-        self.times, self.makespan = times, makespan
+        self.times, self.makespan, self.cut_short = times, makespan, False
 
     def timeline(self) -> Timeline:
         """The full Timeline of the current (or proposed) strategy."""

@@ -19,6 +19,7 @@ pure-Python reference.
 
 from __future__ import annotations
 
+import math
 from array import array
 from dataclasses import dataclass
 
@@ -58,12 +59,13 @@ def schedule(tg: TaskGraph) -> Times:
     return times
 
 
-def reschedule(tg: TaskGraph, times: Times, t0: float, changed: list[int], removed: list[int]
-               ) -> float:
+def reschedule(tg: TaskGraph, times: Times, t0: float, changed: list[int], removed: list[int],
+               limit: float = math.inf) -> float:
     """Re-simulate after adding the tasks ``changed`` and removing ``removed``, all
     ready no earlier than ``t0``: the tasks ready before ``t0`` keep their times, the
     others are re-timed where a predecessor or a task ahead of them on a resource
-    changed (see ``taskstore``); return the makespan."""
+    changed (see ``taskstore``); return the makespan. A result past ``limit`` is only a
+    lower bound on it: the run stopped there, leaving ``times`` half written."""
     times.grow(len(tg))
     return tg.store.reschedule(times.ready, times.start, times.end, times.order, t0, changed,
-                               removed)
+                               removed, limit)

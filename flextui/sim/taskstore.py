@@ -24,12 +24,15 @@ new ready time) or a task ahead of it on one of its resources changed (its start
 recomputed as it is passed): the loop walks the last order and merges in the queue,
 so a task whose predecessors kept their times keeps its place in the order without a
 queue operation, and dead tasks are never visited but for the ones just removed.
-The order of this run is written back, live tasks only.
+The order of this run is written back, live tasks only. With a ``limit``, the run
+stops at the first end time past it and returns that time, a lower bound on the
+makespan (the columns are then half written: the caller restores them).
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 import os
 from array import array
 from typing import Any, Protocol
@@ -64,7 +67,8 @@ class TaskStore(Protocol):
     def duration_of(self, t: int) -> float: ...
     def live_ids(self) -> list[int]: ...
     def reschedule(self, times_ready: array, times_start: array, times_end: array,
-                   order: array, t0: float, changed: list[int], removed: list[int]) -> float: ...
+                   order: array, t0: float, changed: list[int], removed: list[int],
+                   limit: float = ...) -> float: ...
 
 
 def backend() -> str:
@@ -176,7 +180,8 @@ class PyTaskStore:
         return [t for t, alive in enumerate(self._alive) if alive]
 
     def reschedule(self, times_ready: array, times_start: array, times_end: array,
-                   order: array, t0: float, changed: list[int], removed: list[int]) -> float:
+                   order: array, t0: float, changed: list[int], removed: list[int],
+                   limit: float = math.inf) -> float:
         ready, start, end = times_ready, times_start, times_end
         preds, succs, resources, duration, key, alive = (self._preds, self._succs, self.resources,
                                                          self.duration, self.key, self._alive)
@@ -253,6 +258,8 @@ class PyTaskStore:
                 if free[res] > s:
                     s = free[res]
             e = s + duration[t]
+            if e > limit:
+                return e
             for res in resources[t]:
                 free[res] = e
             moved = fresh[t] or e != end[t]
