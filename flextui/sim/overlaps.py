@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from flextui.graph import Op, Region, intersect, region_volume
 from flextui.graph.tensor import dtype_bytes
@@ -30,17 +30,26 @@ class BlockIndex:
 
     def __init__(self, blocks: Sequence[Region]) -> None:
         self.blocks = blocks
-        rank = len(blocks[0]) if blocks else 0
-        live = [m for m, b in enumerate(blocks) if all(lo < hi for lo, hi in b)]
-        self.ranges = [sorted({blocks[m][d] for m in live}) for d in range(rank)]
+        columns = list(zip(*blocks))   # per dim, every block's range
+        empty = {m for column in columns for m, (lo, hi) in enumerate(column) if lo >= hi}
+        self.ranges = [sorted(set(column) if not empty else
+                              {rng for m, rng in enumerate(column) if m not in empty})
+                       for column in columns]
         self.grid = all(a[1] <= b[0] for r in self.ranges for a, b in itertools.pairwise(r))
         self.starts = [[lo for lo, _ in r] for r in self.ranges]
         self.stops = [[hi for _, hi in r] for r in self.ranges]
-        position = [{rng: i for i, rng in enumerate(r)} for r in self.ranges]
         self.cells: dict[tuple[int, ...], list[int]] = {}
-        for m in live:
-            cell = tuple(position[d][blocks[m][d]] for d in range(rank))
-            self.cells.setdefault(cell, []).append(m)
+        if not self.grid:
+            return
+        positions = [{rng: i for i, rng in enumerate(r)} for r in self.ranges]
+        cells: Iterable[tuple[int, ...]] = zip(*(
+            [position[rng] if rng in position else -1 for rng in column]
+            for column, position in zip(columns, positions)))
+        if not columns:   # blocks of a scalar: one cell holds them all
+            cells = [()] * len(blocks)
+        for m, cell in enumerate(cells):
+            if m not in empty:
+                self.cells.setdefault(cell, []).append(m)
 
     def overlaps(self, region: Region) -> list[tuple[int, Region]]:
         """(task, overlap) for every block that meets ``region``, by task."""
@@ -61,8 +70,8 @@ class BlockIndex:
             tasks = sorted(m for cell in itertools.product(*spans)
                            for m in self.cells.get(cell, ()))
         blocks = self.blocks
-        return [(m, tuple((max(a0, b0), min(a1, b1))
-                          for (a0, a1), (b0, b1) in zip(region, blocks[m])))
+        return [(m, region if region == blocks[m] else   # often: the very block
+                 tuple((max(a0, b0), min(a1, b1)) for (a0, a1), (b0, b1) in zip(region, blocks[m])))
                 for m in tasks]
 
 

@@ -94,6 +94,7 @@ class TaskGraph:
         self._param_region_memo: dict[tuple, tuple] = {}
         self._edge_plan_memo: dict[tuple, tuple] = {}
         self._replica_plan_memo: dict[tuple, list] = {}
+        self._ring_memo: dict[tuple[int, ...], tuple[int, ...]] = {}
         for op in graph.ops:
             for i, p in enumerate(op.params):
                 self.param_users.setdefault(p.name, []).append((op, i))
@@ -249,13 +250,7 @@ class TaskGraph:
             if len(group.devices) == 1:
                 ready_on.setdefault(group.devices[0], []).extend(group.tasks)
                 continue
-            ring = list(zip(group.devices, group.devices[1:] + group.devices[:1]))
-            links = sorted({self.link_resource[link.id] for a, b in ring
-                            for link in self._route(a, b, lambda: f"the gradients of "
-                                                    f"parameter {name!r} are all-reduced")})
-            if self.cluster.host_driven_comm:
-                links = sorted(group.devices) + links
-            sync = self._new(TaskKind.SYNC, -1, g, tuple(links),
+            sync = self._new(TaskKind.SYNC, -1, g, self._ring_resources(name, group.devices),
                              self.allreduce_s(nbytes, group.devices, self.cluster),
                              (2, order, g), nbytes)
             for t in group.tasks:
@@ -270,6 +265,23 @@ class TaskGraph:
             for t in dict.fromkeys(ready_on[d]):
                 self._link(t, update)
             tasks.append(update)
+
+    def _ring_resources(self, name: str, devices: tuple[int, ...]) -> tuple[int, ...]:
+        """What an all-reduce over ``devices`` holds: the links of its ring (and, on a
+        cluster whose devices drive their communication, the devices); memoised, as
+        every parameter of a data-parallel op rings the same devices."""
+        held = self._ring_memo.get(devices)
+        if held is None:
+            if len(self._ring_memo) >= PLAN_MEMO_LIMIT:
+                self._ring_memo.clear()
+            ring = list(zip(devices, devices[1:] + devices[:1]))
+            links = sorted({self.link_resource[link.id] for a, b in ring
+                            for link in self._route(a, b, lambda: f"the gradients of "
+                                                    f"parameter {name!r} are all-reduced")})
+            if self.cluster.host_driven_comm:
+                links = sorted(devices) + links
+            held = self._ring_memo[devices] = tuple(links)
+        return held
 
     def _replica_plan(self, name: str, users: list[tuple[Op, int]],
                       configs: tuple[ParallelConfig, ...]) -> list:
