@@ -217,3 +217,11 @@ def test_a_run_past_its_limit_stops_on_a_lower_bound_of_the_makespan(store_type)
         bound = store.reschedule(*columns(len(store)), -1.0, [], [], limit)
         assert limit < bound <= makespan
     assert store.reschedule(*columns(len(store)), -1.0, [], [], makespan) == makespan
+
+
+@pytest.mark.parametrize("store_type", STORES)
+def test_a_run_past_its_deadline_raises(store_type):
+    store = store_type(4)
+    random_graph(store, random.Random(9), 20, itertools.count())
+    with pytest.raises(TimeoutError, match="deadline"):
+        store.reschedule(*columns(len(store)), -1.0, [], [], float("inf"), 0.0)

@@ -109,8 +109,10 @@ class Chain:
     def set_elapsed(self, elapsed: float) -> None:
         self._elapsed_before, self._clock = elapsed, time.perf_counter()
 
-    def step(self) -> StepEvent:
-        """Propose, simulate, accept or reject; return what happened."""
+    def step(self, deadline: float = math.inf) -> StepEvent:
+        """Propose, simulate, accept or reject; return what happened. Past ``deadline``
+        (``time.monotonic()`` seconds) the proposal is abandoned with a TimeoutError,
+        leaving the chain as it was but for its random state."""
         rng = self.rng
         if not self.ops:
             raise RuntimeError("no op has more than one valid config on this cluster")
@@ -125,7 +127,7 @@ class Chain:
         if not changes:  # no change: the same strategy, the same cost
             proposed, memory, accepted = self.current_cost, self._peak_memory(), True
         else:
-            proposed = self.sim.propose_many(changes, self._limit(draw))
+            proposed = self.sim.propose_many(changes, self._limit(draw), deadline)
             memory = self._peak_memory()
             early = self.sim.cut_short
             if not early:

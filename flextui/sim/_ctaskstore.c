@@ -525,15 +525,31 @@ freshen(Loop *L, int32_t u)
     return 0;
 }
 
-/* reschedule(ready, start, end, order, t0, changed, removed[, limit]) -> makespan, or
- * the first end time past limit (the run stops there) */
+/* time.monotonic(), or -1.0 with an exception set */
+static double
+monotonic(void)
+{
+    PyObject *time = PyImport_ImportModule("time");
+    PyObject *now = time ? PyObject_CallMethod(time, "monotonic", NULL) : NULL;
+    double value = now ? PyFloat_AsDouble(now) : -1.0;
+    Py_XDECREF(now);
+    Py_XDECREF(time);
+    return value;
+}
+
+/* how many tasks the loop simulates between looks at the clock */
+#define CLOCK_EVERY 4096
+
+/* reschedule(ready, start, end, order, t0, changed, removed[, limit[, deadline]]) ->
+ * makespan, or the first end time past limit (the run stops there); TimeoutError once
+ * time.monotonic() passes deadline */
 static PyObject *
 Store_reschedule(Store *s, PyObject *args)
 {
     PyObject *ready_o, *start_o, *end_o, *order_o, *changed, *removed;
-    double t0, limit = Py_HUGE_VAL;
-    if (!PyArg_ParseTuple(args, "OOOOdO!O!|d", &ready_o, &start_o, &end_o, &order_o, &t0,
-                          &PyList_Type, &changed, &PyList_Type, &removed, &limit))
+    double t0, limit = Py_HUGE_VAL, deadline = Py_HUGE_VAL;
+    if (!PyArg_ParseTuple(args, "OOOOdO!O!|dd", &ready_o, &start_o, &end_o, &order_o, &t0,
+                          &PyList_Type, &changed, &PyList_Type, &removed, &limit, &deadline))
         return NULL;
     Py_ssize_t n = s->n, nr = s->num_resources, m = 0, count = 0, i;
     Py_buffer vr = {0}, vs = {0}, ve = {0}, vo = {0};
@@ -601,6 +617,15 @@ Store_reschedule(Store *s, PyObject *args)
     for (;;) {
         int32_t t = -1;
         double r = 0.0;
+        if (deadline < Py_HUGE_VAL && (count - kept) % CLOCK_EVERY == 0) {
+            double now = monotonic();
+            if (now < 0 && PyErr_Occurred())
+                goto done;
+            if (now > deadline) {
+                PyErr_SetString(PyExc_TimeoutError, "the simulation ran past its deadline");
+                goto done;
+            }
+        }
         while (sweep < m && (state[old[sweep]] != UNTOUCHED || !tasks[old[sweep]].alive))
             sweep++;
         if (sweep < m) {
@@ -712,7 +737,8 @@ static PyMethodDef Store_methods[] = {
     {"duration_of", (PyCFunction)Store_duration, METH_O, "duration_of(t) -> seconds"},
     {"live_ids", (PyCFunction)Store_live_ids, METH_NOARGS, "live task ids, ascending"},
     {"reschedule", (PyCFunction)Store_reschedule, METH_VARARGS,
-     "reschedule(ready, start, end, order, t0, changed, removed[, limit]) -> makespan"},
+     "reschedule(ready, start, end, order, t0, changed, removed[, limit[, deadline]]) -> "
+     "makespan"},
     {NULL, NULL, 0, NULL},
 };
 

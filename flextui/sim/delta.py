@@ -55,17 +55,20 @@ class DeltaSimulator:
         """Makespan plus the memory penalty of the current (or proposed) strategy."""
         return self.makespan + memory_penalty_s(self.memory.usage(), self.simulator.memory)
 
-    def propose(self, op: Op | str, config: ParallelConfig, limit: float = math.inf) -> float:
+    def propose(self, op: Op | str, config: ParallelConfig, limit: float = math.inf,
+                deadline: float = math.inf) -> float:
         """Simulate the current strategy with ``op``'s config replaced; return its cost.
         Call ``accept`` or ``reject`` before the next proposal."""
-        return self.propose_many([(op, config)], limit)
+        return self.propose_many([(op, config)], limit, deadline)
 
     def propose_many(self, changes: Sequence[tuple[Op | str, ParallelConfig]],
-                     limit: float = math.inf) -> float:
+                     limit: float = math.inf, deadline: float = math.inf) -> float:
         """Simulate the current strategy with every listed op's config replaced (in
         order; a later entry for the same op wins); return its cost. Once the makespan
         provably exceeds ``limit`` (s) the simulation stops: ``cut_short`` is then true,
-        the cost returned is only a lower bound, and the proposal can only be rejected."""
+        the cost returned is only a lower bound, and the proposal can only be rejected.
+        Once ``time.monotonic()`` passes ``deadline`` the proposal is abandoned: the
+        simulator is left as it was and TimeoutError raised (a search's time budget)."""
         if self._pending is not None:
             raise RuntimeError("accept() or reject() the previous proposal first")
         if not changes:
@@ -77,7 +80,7 @@ class DeltaSimulator:
             resolved.append((op, config))
         tg, times = self.tg, self.times
         saved = (times.copy(), self.makespan)
-        change = tg.replace_ops(resolved)
+        change = tg.replace_ops(resolved, deadline)
         self._account(change, +1)
         added = set(change.added)
         # the earliest ready time of a task the proposal took away or added
@@ -87,7 +90,14 @@ class DeltaSimulator:
             known = [times.end[p] for p in preds if p not in added]
             if known or not preds:
                 t0 = min(t0, max(known, default=0.0))
-        self.makespan = reschedule(tg, times, t0, change.added, change.removed, limit)
+        try:
+            self.makespan = reschedule(tg, times, t0, change.added, change.removed, limit,
+                                       deadline)
+        except TimeoutError:
+            self._account(change, -1)
+            tg.rollback(change)
+            self.times, self.makespan = saved
+            raise
         self.cut_short = self.makespan > limit
         self._pending = (change, saved)
         return self.cost

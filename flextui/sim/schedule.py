@@ -60,12 +60,13 @@ def schedule(tg: TaskGraph) -> Times:
 
 
 def reschedule(tg: TaskGraph, times: Times, t0: float, changed: list[int], removed: list[int],
-               limit: float = math.inf) -> float:
+               limit: float = math.inf, deadline: float = math.inf) -> float:
     """Re-simulate after adding the tasks ``changed`` and removing ``removed``, all
     ready no earlier than ``t0``: the tasks ready before ``t0`` keep their times, the
     others are re-timed where a predecessor or a task ahead of them on a resource
     changed (see ``taskstore``); return the makespan. A result past ``limit`` is only a
-    lower bound on it: the run stopped there, leaving ``times`` half written."""
+    lower bound on it: the run stopped there, leaving ``times`` half written, as a
+    TimeoutError does once ``time.monotonic()`` passes ``deadline``."""
     times.grow(len(tg))
     return tg.store.reschedule(times.ready, times.start, times.end, times.order, t0, changed,
-                               removed, limit)
+                               removed, limit, deadline)

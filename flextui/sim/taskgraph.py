@@ -30,6 +30,8 @@ uses it.
 from __future__ import annotations
 
 import enum
+import math
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -310,12 +312,15 @@ class TaskGraph:
 
     # -- changing ops ----------------------------------------------------------------
 
-    def replace_ops(self, changes: Sequence[tuple[Op, ParallelConfig]]) -> Change:
+    def replace_ops(self, changes: Sequence[tuple[Op, ParallelConfig]],
+                    deadline: float = math.inf) -> Change:
         """Give each listed op its new config (a later entry for the same op wins):
         detach the tasks the change invalidates (the ops' own, the transfers on their
         edges, the syncs and updates of their parameters) and build new ones, each
         edge and parameter once however many of its ops change. ``commit`` frees the
-        detached tasks; ``rollback`` restores them exactly."""
+        detached tasks; ``rollback`` restores them exactly. Once ``time.monotonic()``
+        passes ``deadline`` (looked at between edges and parameters) it undoes what it
+        did and raises TimeoutError."""
         new = {op.index: (op, config) for op, config in changes}
         ops = [op for op, _ in new.values()]
         edges = list(dict.fromkeys(
@@ -331,12 +336,19 @@ class TaskGraph:
             [t for ts in change.param_tasks.values() for t in ts]
         self.store.detach(change.removed)
         self._added = []
-        for op, config in new.values():
-            self._add_op_tasks(op, config)
-        for a, b in edges:
-            self._add_edge(self.graph.ops[a], self.graph.ops[b])
-        for name in params:
-            self._add_param_tasks(name)
+        try:
+            for op, config in new.values():
+                self._add_op_tasks(op, config)
+            for a, b in edges:
+                _on_time(deadline)
+                self._add_edge(self.graph.ops[a], self.graph.ops[b])
+            for name in params:
+                _on_time(deadline)
+                self._add_param_tasks(name)
+        except TimeoutError:
+            change.added, self._added = self._added, None
+            self.rollback(change)
+            raise
         change.added, self._added = self._added, None
         return change
 
@@ -352,6 +364,11 @@ class TaskGraph:
         self.edge_tasks.update(change.edges)
         self.param_tasks.update(change.param_tasks)
         self.param_shards.update(change.param_shards)
+
+
+def _on_time(deadline: float) -> None:
+    if deadline < math.inf and time.monotonic() > deadline:
+        raise TimeoutError("the task graph's edit ran past its deadline")
 
 
 @dataclass

@@ -26,7 +26,9 @@ so a task whose predecessors kept their times keeps its place in the order witho
 queue operation, and dead tasks are never visited but for the ones just removed.
 The order of this run is written back, live tasks only. With a ``limit``, the run
 stops at the first end time past it and returns that time, a lower bound on the
-makespan (the columns are then half written: the caller restores them).
+makespan; with a ``deadline`` (``time.monotonic()`` seconds) it raises TimeoutError
+once the clock passes it. Either way the columns are left half written: the caller
+restores them.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from __future__ import annotations
 import heapq
 import math
 import os
+import time
 from array import array
 from typing import Any, Protocol
 
@@ -41,6 +44,9 @@ try:
     from flextui.sim._ctaskstore import CTaskStore
 except ImportError:  # built without a C compiler: the pure-Python store serves
     CTaskStore = None  # type: ignore[assignment,misc]
+
+#: how many tasks the event loop simulates between looks at the clock
+CLOCK_EVERY = 4096
 
 #: what a task is to one run of the event loop (``reschedule``)
 UNTOUCHED, WAITING, QUEUED, DONE = range(4)
@@ -68,7 +74,7 @@ class TaskStore(Protocol):
     def live_ids(self) -> list[int]: ...
     def reschedule(self, times_ready: array, times_start: array, times_end: array,
                    order: array, t0: float, changed: list[int], removed: list[int],
-                   limit: float = ...) -> float: ...
+                   limit: float = ..., deadline: float = ...) -> float: ...
 
 
 def backend() -> str:
@@ -181,7 +187,7 @@ class PyTaskStore:
 
     def reschedule(self, times_ready: array, times_start: array, times_end: array,
                    order: array, t0: float, changed: list[int], removed: list[int],
-                   limit: float = math.inf) -> float:
+                   limit: float = math.inf, deadline: float = math.inf) -> float:
         ready, start, end = times_ready, times_start, times_end
         preds, succs, resources, duration, key, alive = (self._preds, self._succs, self.resources,
                                                          self.duration, self.key, self._alive)
@@ -238,6 +244,9 @@ class PyTaskStore:
             for u in succs[gone]:
                 freshen(u)
         while True:
+            if deadline < math.inf and (len(out) - kept) % CLOCK_EVERY == 0 \
+                    and time.monotonic() > deadline:
+                raise TimeoutError("the simulation ran past its deadline")
             while sweep < len(old) and (state[old[sweep]] != UNTOUCHED or not alive[old[sweep]]):
                 sweep += 1
             t = -1
