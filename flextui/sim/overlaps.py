@@ -39,6 +39,7 @@ class BlockIndex:
         self.starts = [[lo for lo, _ in r] for r in self.ranges]
         self.stops = [[hi for _, hi in r] for r in self.ranges]
         self.cells: dict[tuple[int, ...], list[int]] = {}
+        self.exact: dict[Region, list[tuple[int, Region]]] = {}
         if not self.grid:
             return
         positions = [{rng: i for i, rng in enumerate(r)} for r in self.ranges]
@@ -50,12 +51,19 @@ class BlockIndex:
         for m, cell in enumerate(cells):
             if m not in empty:
                 self.cells.setdefault(cell, []).append(m)
+        # a region that is one of the blocks meets that block's cell only (ranges in a
+        # dim are disjoint): found by one lookup, the common case of aligned configs
+        self.exact = {blocks[tasks[0]]: [(m, blocks[m]) for m in tasks]
+                      for tasks in self.cells.values()}
 
     def overlaps(self, region: Region) -> list[tuple[int, Region]]:
         """(task, overlap) for every block that meets ``region``, by task."""
         if not self.grid:
             found = ((m, intersect(region, b)) for m, b in enumerate(self.blocks))
             return [(m, overlap) for m, overlap in found if overlap is not None]
+        exact = self.exact.get(region)
+        if exact is not None:
+            return exact
         spans = []
         for (lo, hi), starts, stops in zip(region, self.starts, self.stops, strict=True):
             if lo >= hi:
