@@ -6,7 +6,9 @@ simulation of a random one-op proposal (propose, then accept or reject at random
 then, for the strategy those proposals led to, its task count and the mean time of a
 full simulation of it; and their ratio. (Random proposals grow the task graph: a
 random config moves more data than data parallelism does, so both are measured on the
-same strategy.)
+same strategy.) Last, the mean time of a step of a real MCMC chain (``Chain.step``:
+propagation and tied moves, early rejection, accept or reject), from data parallelism:
+the figure a search feels.
 
     python benchmarks/simulator_speed.py [--devices 4 8 16] [--models inception_v3 nmt]
 """
@@ -23,6 +25,8 @@ from importlib.resources import files
 from flextui.cost import AnalyticCostModel
 from flextui.graph.library import load_model
 from flextui.machine import parse_cluster
+from flextui.search import SearchOptions
+from flextui.search.mcmc import Chain
 from flextui.sim import DeltaSimulator, Simulator
 from flextui.strategy import builtin_strategy, random_config
 
@@ -58,7 +62,12 @@ def measure(model: str, devices: int, full_reps: int, proposals: int, seed: int 
         start = time.perf_counter()
         timeline = full.simulate(delta.strategy)
         timings.append(time.perf_counter() - start)
-    return len(timeline.tasks), statistics.mean(timings), statistics.mean(deltas)
+    chain = Chain(0, graph, cluster, cost_model, SearchOptions(seed=seed), strategy)
+    start = time.perf_counter()
+    for _ in range(proposals):
+        chain.step()
+    step_s = (time.perf_counter() - start) / proposals
+    return len(timeline.tasks), statistics.mean(timings), statistics.mean(deltas), step_s
 
 
 def main() -> None:
@@ -68,12 +77,14 @@ def main() -> None:
     parser.add_argument("--full-reps", type=int, default=3)
     parser.add_argument("--proposals", type=int, default=100)
     args = parser.parse_args()
-    print(f"{'model':<14}{'GPUs':>5}{'tasks':>9}{'full (ms)':>12}{'delta (ms)':>12}{'speedup':>9}")
+    print(f"{'model':<14}{'GPUs':>5}{'tasks':>9}{'full (ms)':>12}{'delta (ms)':>12}{'speedup':>9}"
+          f"{'chain step (ms)':>17}")
     for model in args.models:
         for devices in args.devices:
-            tasks, full_s, delta_s = measure(model, devices, args.full_reps, args.proposals)
+            tasks, full_s, delta_s, step_s = measure(model, devices, args.full_reps,
+                                                     args.proposals)
             print(f"{model:<14}{devices:>5}{tasks:>9}{full_s * 1e3:>12.1f}{delta_s * 1e3:>12.2f}"
-                  f"{full_s / delta_s:>8.1f}x", flush=True)
+                  f"{full_s / delta_s:>8.1f}x{step_s * 1e3:>17.2f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,9 @@ import pytest
 
 from flextui.cost import AnalyticCostModel
 from flextui.search import RestartEvent, SearchOptions, read_search_log, run_search
+from flextui.search.events import StepEvent
 from flextui.search.mcmc import Chain
+from flextui.search.runner import drive
 from flextui.sim import Simulator
 from flextui.strategy import builtin_strategy, data_parallel
 from helpers import four_gpus, model
@@ -52,6 +54,44 @@ def test_same_seed_same_run_different_seed_different_run():
         return [dataclasses.replace(chain.step(), elapsed=0) for _ in range(200)]
     assert run(1) == run(1)
     assert run(1) != run(2)
+
+
+def test_early_rejection_makes_the_same_moves_and_decisions():
+    def run(early):
+        chain = lenet_chain(seed=4, early_reject=early)
+        return [chain.step() for _ in range(300)]
+    on, off = run(True), run(False)
+    assert [(e.changes, e.accepted, e.current, e.best) for e in on] == \
+        [(e.changes, e.accepted, e.current, e.best) for e in off]
+    assert any(e.early for e in on) and not any(e.early for e in off)
+    for e, f in zip(on, off):
+        if e.early:   # rejected on a lower bound of the cost the full simulation gives
+            assert not e.accepted and e.proposed <= f.proposed
+        else:
+            assert e.proposed == f.proposed
+
+
+def test_a_step_past_the_time_budget_is_abandoned_and_the_chain_stops_on_time(monkeypatch):
+    chain = lenet_chain(seed=2)
+    for _ in range(5):
+        chain.step()
+    abandoned = 0
+    for _ in range(20):   # a step whose move changes nothing simulates nothing
+        strategy, iteration = chain.sim.strategy, chain.iteration
+        try:
+            chain.step(deadline=0.0)
+        except TimeoutError:
+            abandoned += 1
+            assert (chain.sim.strategy, chain.iteration) == (strategy, iteration)
+    assert abandoned
+    iteration = chain.iteration
+    # drive hands the chain the budget's end; a step still running then ends the chain
+    monkeypatch.setattr("flextui.search.runner._deadline", lambda chain, options: 0.0)
+    emitted = []
+    reason = drive(chain, SearchOptions(time_limit=1e6), lambda: False, emitted.extend)
+    steps = [item for item in emitted if isinstance(item, StepEvent)]
+    assert reason == "time" and chain.iteration == iteration + len(steps)
+    assert isinstance(emitted[-1], tuple)   # the final checkpoint; the abandoned step not
 
 
 def test_iteration_budget_and_result():
@@ -137,6 +177,7 @@ def test_log_records_the_run(tmp_path):
     assert log.final is not None and log.final.best_cost == result.best_cost
     assert log.final.best == result.best and not log.truncated
     assert len(log.steps) == 200 and log.header.graph.fingerprint == graph.fingerprint
+    assert any(s.early and not s.accepted for s in log.steps)   # marked, read back
     assert log.best_strategy() == (result.best, result.best_cost)
     last = log.last_checkpoint(0)
     assert last.iteration == 200

@@ -87,6 +87,28 @@ def test_reject_restores_the_previous_timeline_exactly():
     assert signature(delta.timeline()) == before and delta.cost == before_cost
 
 
+@pytest.mark.parametrize("where_late", ["graph edit", "event loop"])
+def test_a_proposal_past_its_deadline_is_abandoned_leaving_the_simulator_as_it_was(
+        where_late, monkeypatch):
+    graph, where = model("lenet"), cluster("p100-4x4")
+    delta = DeltaSimulator(graph, where, AnalyticCostModel())
+    before_cost = delta.reset(builtin_strategy("data-parallel", graph, where))
+    before, strategy = signature(delta.timeline()), delta.strategy
+    if where_late == "event loop":   # the edit keeps no clock: the loop runs late
+        monkeypatch.setattr("flextui.sim.taskgraph._on_time", lambda deadline: None)
+    rng = random.Random(4)
+    for op in graph.ops[1:]:
+        with pytest.raises(TimeoutError, match="deadline"):
+            delta.propose(op, random_config(op, where.num_devices, rng), deadline=0.0)
+        assert signature(delta.timeline()) == before and delta.cost == before_cost
+        assert delta.strategy == strategy
+    op = graph.ops[2]   # and it goes on as if nothing happened
+    delta.propose(op, random_config(op, where.num_devices, rng))
+    delta.accept()
+    full = Simulator(graph, where, AnalyticCostModel()).simulate(delta.strategy)
+    assert signature(delta.timeline()) == signature(full)
+
+
 def test_propose_needs_accept_or_reject():
     graph, where = model("lenet"), cluster("dgx-a100")
     delta = DeltaSimulator(graph, where, AnalyticCostModel())

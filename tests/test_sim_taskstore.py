@@ -1,8 +1,8 @@
 """The task stores: the C store gives exactly what the pure-Python reference gives (ids,
 edges and bit-identical times), on hand-made graphs and through delta simulation."""
 
+import itertools
 import random
-from array import array
 
 import pytest
 
@@ -19,7 +19,9 @@ STORES = [PyTaskStore, pytest.param(taskstore.CTaskStore, marks=needs_c)]
 
 
 def columns(n):
-    return array("d", bytes(8 * n)), array("d", bytes(8 * n)), array("d", bytes(8 * n))
+    """ready, start, end and order, as a first run needs them"""
+    times = Times.zeros(n)
+    return times.ready, times.start, times.end, times.order
 
 
 @pytest.mark.parametrize("store_type", STORES)
@@ -30,8 +32,8 @@ def test_fifo_on_a_shared_resource_with_ties_broken_by_key(store_type):
     c = store.add((0, 1), 0.5, (1,))        # holds both resources, after a and b
     store.link(a, c)
     store.link(b, c)
-    ready, start, end = columns(len(store))
-    assert store.reschedule(ready, start, end, -1.0, []) == 3.5
+    ready, start, end, order = columns(len(store))
+    assert store.reschedule(ready, start, end, order, -1.0, [], []) == 3.5
     assert (start[b], end[b], start[a], end[a]) == (0.0, 2.0, 2.0, 3.0)
     assert (ready[c], start[c], end[c]) == (3.0, 3.0, 3.5)
 
@@ -67,14 +69,14 @@ def test_bad_input_is_an_error_not_a_crash(store_type):
         for call in (lambda: store.link(a, bad), lambda: store.preds(bad),
                      lambda: store.remove(bad), lambda: store.detach([bad]),
                      lambda: store.alive(bad), lambda: store.duration_of(bad),
-                     lambda: store.reschedule(*columns(2), -1.0, [bad])):
+                     lambda: store.reschedule(*columns(2), -1.0, [bad], [])):
             with pytest.raises(IndexError, match="out of range"):
                 call()
     assert store.succs(a) == [] and store.live_ids() == [a, b]
     store.link(a, b)
     store.link(b, a)
     with pytest.raises(RuntimeError, match="cycle"):
-        store.reschedule(*columns(2), -1.0, [])
+        store.reschedule(*columns(2), -1.0, [], [])
 
 
 @needs_c
@@ -109,14 +111,67 @@ def test_c_store_matches_python_on_random_graphs():
                     s.link(p, t)
         got = []
         for s in stores:
-            ready, start, end = columns(n)
-            makespan = s.reschedule(ready, start, end, -1.0, [])
+            ready, start, end, order = columns(n)
+            makespan = s.reschedule(ready, start, end, order, -1.0, [], [])
             first = (list(ready), list(start), list(end))
             # re-simulating from any t0 reproduces the same times (nothing changed)
-            again = s.reschedule(ready, start, end, ready[rng.randrange(n)], [])
+            again = s.reschedule(ready, start, end, order, ready[rng.randrange(n)], [], [])
             assert again == makespan and (list(ready), list(start), list(end)) == first
             got.append((makespan, first))
         assert got[0] == got[1]
+
+
+def random_graph(store, rng, n, made):
+    """``n`` tasks on 4 resources, each after up to two live ones (an edge sometimes
+    twice); coarse durations
+    make ties in ready time, and keys grow with ``made`` (a counter) so that, as in a
+    task graph, a task's key is above its predecessors'. Returns their ids."""
+    ids = []
+    for _ in range(n):
+        res = tuple(rng.sample(range(4), rng.choice([1, 1, 1, 2])))
+        earlier = store.live_ids()
+        t = store.add(res, rng.choice([0.0, 0.5, 1.0, 1.5, 2.0]), (next(made),))
+        for p in rng.sample(earlier, min(len(earlier), rng.randrange(3))):
+            for _ in range(rng.choice([1, 1, 1, 2])):   # edges may repeat, as in task graphs
+                store.link(p, t)
+        ids.append(t)
+    return ids
+
+
+@pytest.mark.parametrize("store_type", STORES)
+def test_an_edit_re_timed_incrementally_equals_a_simulation_from_scratch(store_type):
+    """Remove some tasks and add others (as delta simulation does); re-timing only what
+    changed gives every task the times a run from scratch gives, and the order it
+    writes back serves the next edit."""
+    rng = random.Random(3)
+    for _ in range(40):
+        store, made = store_type(4), itertools.count()
+        random_graph(store, rng, rng.randrange(2, 120), made)
+        n = len(store)
+        times = Times.zeros(n)
+        store.reschedule(times.ready, times.start, times.end, times.order, -1.0, [], [])
+        for _ in range(4):
+            live = store.live_ids()
+            removed = rng.sample(live, rng.randrange(len(live) // 3 + 1))
+            store.detach(removed)
+            added = random_graph(store, rng, rng.randrange(4), made)
+            times.grow(len(store))
+            # as delta simulation does: no task the edit touches is ready before t0 (a
+            # lower bound on a touched task's ready time: its untouched predecessors')
+            touched = added + [u for t in removed for u in store.succs(t) if store.alive(u)]
+            t0 = min([times.ready[t] for t in removed] +
+                     [max((times.end[p] for p in store.preds(t) if p not in added),
+                          default=0.0) for t in touched], default=float("inf"))
+            got = store.reschedule(times.ready, times.start, times.end, times.order, t0,
+                                   added, removed)
+            store.release(removed)   # as accepting a proposal does, after re-timing
+            fresh = Times.zeros(len(store))
+            want = store.reschedule(fresh.ready, fresh.start, fresh.end, fresh.order, -1.0,
+                                    [], [])
+            assert got == want
+            for t in store.live_ids():
+                assert (times.ready[t], times.start[t], times.end[t]) == \
+                    (fresh.ready[t], fresh.start[t], fresh.end[t]), t
 
 
 @needs_c
@@ -150,3 +205,23 @@ def test_times_grow_and_copy():
     times.grow(5)
     times.end[1] = 4.0
     assert len(times.ready) == 5 and saved.end[1] == 3.0 and list(times.start) == [0.0] * 5
+
+
+@pytest.mark.parametrize("store_type", STORES)
+def test_a_run_past_its_limit_stops_on_a_lower_bound_of_the_makespan(store_type):
+    rng = random.Random(8)
+    store = store_type(4)
+    random_graph(store, rng, 80, itertools.count())
+    makespan = store.reschedule(*columns(len(store)), -1.0, [], [])
+    for limit in (0.0, makespan / 3, makespan / 2):
+        bound = store.reschedule(*columns(len(store)), -1.0, [], [], limit)
+        assert limit < bound <= makespan
+    assert store.reschedule(*columns(len(store)), -1.0, [], [], makespan) == makespan
+
+
+@pytest.mark.parametrize("store_type", STORES)
+def test_a_run_past_its_deadline_raises(store_type):
+    store = store_type(4)
+    random_graph(store, random.Random(9), 20, itertools.count())
+    with pytest.raises(TimeoutError, match="deadline"):
+        store.reschedule(*columns(len(store)), -1.0, [], [], float("inf"), 0.0)

@@ -136,3 +136,10 @@ def test_strategy_file_that_is_not_json(tmp_path):
         load_strategy(path, model("lenet"), cluster("p100-4x4"))
     with pytest.raises(StrategyError, match="does not exist"):
         load_strategy(tmp_path / "missing.json", model("lenet"), cluster("p100-4x4"))
+
+
+def test_regions_are_every_task_region_in_task_order():
+    rng = random.Random(2)
+    for op in model("inception_v3").ops:
+        config = random_config(op, 16, rng)
+        assert config.regions(op) == [config.task_region(op, k) for k in range(config.num_tasks)]

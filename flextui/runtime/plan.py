@@ -3,7 +3,7 @@ once from (graph, strategy, cluster) with the simulator's own code.
 
 Simulated device *i* is global rank *i*. Each op's tasks are its config's blocks
 (``ParallelConfig.regions``); each edge's *pieces* are the block intersections the
-simulator times as transfers (``sim.taskgraph.overlap_regions``); each parameter's
+simulator times as transfers (``sim.overlaps.overlap_regions``); each parameter's
 replica groups are the simulator's (``sim.replicas.replica_cells``), with the atoms
 the runtime all-reduces. The bytes a rank sends and receives in a step follow from the
 plan alone, and equal what the simulated Timeline puts on the device's links.
@@ -24,8 +24,8 @@ from flextui.errors import StrategyError
 from flextui.graph import Op, OpGraph, Region, region_volume
 from flextui.graph.kernels import kernel_for
 from flextui.graph.tensor import FLOAT_DTYPES, dtype_bytes
+from flextui.sim.overlaps import overlap_regions
 from flextui.sim.replicas import replica_cells
-from flextui.sim.taskgraph import overlap_regions
 from flextui.strategy import ParallelConfig, Strategy
 
 #: the most bytes of small replica groups one all-reduce sums together

@@ -35,7 +35,7 @@ class StepEvent:
     op: int             # index of the op the move picked
     config: ParallelConfig  # that op's config after the step (a new one, or its own
                             # when the move propagated it to neighbours)
-    proposed: float     # cost of the proposed strategy (s)
+    proposed: float     # cost of the proposed strategy (s); a lower bound if ``early``
     current: float      # cost of the chain's current strategy after this step (s)
     best: float         # cost of the chain's best strategy after this step (s)
     accepted: bool
@@ -43,6 +43,8 @@ class StepEvent:
     others: tuple[tuple[int, ParallelConfig], ...] = ()  # the other ops the move set,
                         # (op index, config): a propagation walk's neighbours in walk
                         # order, or a tied move's weight-sharing twins in graph order
+    early: bool = False  # rejected before its simulation finished: ``proposed`` is only
+                         # a lower bound on its cost (see ``mcmc``)
 
     @property
     def changes(self) -> tuple[tuple[int, ParallelConfig], ...]:

@@ -134,8 +134,10 @@ class SearchLogWriter:
         record = [TAG_STEP, int(event.chain), int(event.iteration), float(event.elapsed), op,
                   self._enc.config(op, event.config), float(event.proposed), current, best,
                   bool(event.accepted), int(event.memory)]
-        if event.others:
+        if event.others or event.early:
             record.append([[int(o), self._enc.config(o, c)] for o, c in event.others])
+        if event.early:
+            record.append(True)
         self._add(record)
 
     def restart(self, chain: int, iteration: int) -> None:
@@ -397,13 +399,15 @@ def _record(log: SearchLog, dec: Decoder, num_ops: int, hist: dict, rec: Any) ->
         raise BadRecord("a record must be a list starting with its type tag")
     tag = rec[0]
     if tag == TAG_STEP:
-        if len(rec) not in (11, 12):
-            raise BadRecord(f"a step record has 11 or 12 fields, found {len(rec)}")
+        if len(rec) not in (11, 12, 13):
+            raise BadRecord(f"a step record has 11 to 13 fields, found {len(rec)}")
+        if len(rec) == 13 and rec[12] is not True:
+            raise BadRecord("a step record's 13th field (early-rejected) must be true")
         _, chain, it, elapsed, op, cfg, proposed, current, best, accepted, memory = rec[:11]
         chain = as_int(chain, "step chain")
         op = _op_index(op, num_ops, "step op")
         others = []
-        for k, pair in enumerate(as_list(rec[11], "step others") if len(rec) == 12 else ()):
+        for k, pair in enumerate(as_list(rec[11], "step others") if len(rec) >= 12 else ()):
             o, c = as_list(pair, f"step others change {k}", 2)
             o = _op_index(o, num_ops, f"step others change {k} op")
             others.append((o, dec.config(o, c, f"step others change {k} config")))
@@ -415,7 +419,7 @@ def _record(log: SearchLog, dec: Decoder, num_ops: int, hist: dict, rec: Any) ->
         event = StepEvent(chain, as_int(it, "step iteration", 1),
                           as_float(elapsed, "step elapsed", True), op,
                           dec.config(op, cfg, "step config"), proposed, current, best, accepted,
-                          as_int(memory, "step memory"), tuple(others))
+                          as_int(memory, "step memory"), tuple(others), len(rec) == 13)
         log.steps.append(event)
         h = hist.setdefault(chain, [])
         _supersede(h, event.iteration, inclusive=True)

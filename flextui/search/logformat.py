@@ -20,7 +20,7 @@ Records (record 0 is always the header)::
     [0, {"version", "flextui", "created", "graph", "graph_hash", "cluster",
          "cluster_hash", "cost_model", "seed", "options"}]               header
     [1, chain, iteration, elapsed, op, config, proposed, current, best,
-        accepted, memory(, others)]                                      step
+        accepted, memory(, others(, true))]                              step
     [2, chain, iteration]                                                restart
     [3, chain, iteration, elapsed, current, current_cost, best, best_cost,
         [rng_version, [rng ints...], gauss], frontier]                   checkpoint
@@ -32,7 +32,9 @@ Records (record 0 is always the header)::
     frontier  = [[time_s, memory_bytes, strategy], ...]
 
 ``others`` (format v2), present only after a move that set more than one op (a
-propagation or tied move), lists the other ops it set as ``[[op, config], ...]``. In a
+propagation or tied move) or before the early-rejected mark, lists the other ops it set
+as ``[[op, config], ...]``. A final ``true`` (format v3) marks a step rejected before its
+simulation finished (``StepEvent.early``): its ``proposed`` cost is a lower bound. In a
 step record ``current`` is nil when it equals ``proposed`` and ``best`` is nil when it
 equals ``current`` (the common cases); a step takes about 50-70 bytes with its frame.
 
@@ -67,7 +69,8 @@ from flextui.search.events import StopReason
 from flextui.search.options import SearchOptions
 from flextui.strategy import ParallelConfig, Strategy
 
-FORMAT_VERSION = 2  # v2: step records may set other ops than the picked one
+FORMAT_VERSION = 3  # v2: step records may set other ops than the picked one; v3: a
+                    # step may be marked early-rejected
 #: the version rule (records are framed, not one document: the name is not stored)
 SEARCH_LOG = DocumentFormat("ffsearch", FORMAT_VERSION, "search log", checksum=False)
 MAGIC = b"FFSEARCH\n"

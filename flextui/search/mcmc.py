@@ -7,7 +7,10 @@ gives it a random valid config (``random_config``) or, with probability
 propagation move, ``propagate``). A random config goes, with probability
 ``options.tied``, to the op's weight-sharing twins as well (a tied move, ``tied``).
 It simulates the result incrementally and accepts it with probability
-min(1, exp(beta * (cost(S) - cost(S*)))), costs in ms.
+min(1, exp(beta * (cost(S) - cost(S*)))), costs in ms. The random number that decides
+is drawn before simulating, so the cost it would take to accept is known in advance:
+with ``options.early_reject`` the simulation stops once the makespan provably exceeds
+it (an *early-rejected* step, logged as such, whose cost is only that lower bound).
 Everything random comes from the chain's own ``random.Random``, drawn in a fixed
 order, so a chain is a deterministic function of its seed and inputs.
 """
@@ -106,8 +109,10 @@ class Chain:
     def set_elapsed(self, elapsed: float) -> None:
         self._elapsed_before, self._clock = elapsed, time.perf_counter()
 
-    def step(self) -> StepEvent:
-        """Propose, simulate, accept or reject; return what happened."""
+    def step(self, deadline: float = math.inf) -> StepEvent:
+        """Propose, simulate, accept or reject; return what happened. Past ``deadline``
+        (``time.monotonic()`` seconds) the proposal is abandoned with a TimeoutError,
+        leaving the chain as it was but for its random state."""
         rng = self.rng
         if not self.ops:
             raise RuntimeError("no op has more than one valid config on this cluster")
@@ -118,13 +123,16 @@ class Chain:
         if config != base[op.name]:
             changes.insert(0, (op.name, config))
         draw = rng.random()
+        early = False
         if not changes:  # no change: the same strategy, the same cost
             proposed, memory, accepted = self.current_cost, self._peak_memory(), True
         else:
-            proposed = self.sim.propose_many(changes)
+            proposed = self.sim.propose_many(changes, self._limit(draw), deadline)
             memory = self._peak_memory()
-            self.frontier.add(self.sim.makespan, memory, _Proposal(base, tuple(changes)))
-            accepted = self._accepts(proposed, draw)
+            early = self.sim.cut_short
+            if not early:
+                self.frontier.add(self.sim.makespan, memory, _Proposal(base, tuple(changes)))
+            accepted = not early and self._accepts(proposed, draw)
             self.sim.accept() if accepted else self.sim.reject()
         self.iteration += 1
         if accepted:
@@ -136,7 +144,7 @@ class Chain:
                 self.best, self.best_cost = self.sim.strategy, proposed
         return StepEvent(self.index, self.iteration, self.elapsed, op.index, config, proposed,
                          self.current_cost, self.best_cost, accepted, memory,
-                         tuple((o.index, c) for o, c in others))
+                         tuple((o.index, c) for o, c in others), early)
 
     def _propose(self, op: Op, base: Strategy, rng: random.Random
                  ) -> tuple[ParallelConfig, list[tuple[Op, ParallelConfig]]]:
@@ -156,6 +164,20 @@ class Chain:
         if not math.isfinite(self.current_cost):
             return math.isfinite(proposed)
         return draw < math.exp(-self.beta * (proposed - self.current_cost) * 1e3)
+
+    def _limit(self, draw: float) -> float:
+        """A makespan (s) past which ``_accepts`` rejects whatever the memory penalty:
+        cost ``c`` is accepted iff ``draw < exp(-beta * (c - current) * 1e3)``, i.e. iff
+        ``c < current - ln(draw) / (beta * 1e3)``; the limit sits a relative 1e-9 (and
+        1e-6 of the exponent) above that, so rounding in ``exp`` and ``log`` cannot make
+        it reject what ``_accepts`` would accept. Infinite (no early rejection) when it
+        is off or cannot apply."""
+        if (not self.options.early_reject or draw <= 0 or self.beta <= 0
+                or not math.isfinite(self.current_cost)):
+            return math.inf
+        scale = self.beta * 1e3
+        threshold = self.current_cost - math.log(draw) / scale
+        return threshold + 1e-9 * abs(threshold) + 1e-6 / scale
 
     def _peak_memory(self) -> int:
         return max(u.total for u in self.sim.memory.usage())

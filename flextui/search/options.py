@@ -59,6 +59,11 @@ class SearchOptions:
     with others (the steps of an unrolled RNN layer) goes to all of them at once (a
     tied move, ``flextui.search.tied``): their gradients are synchronised together, so
     only moving the whole layer changes what its sync costs. 0 turns tied moves off.
+
+    ``early_reject``: a step draws its acceptance threshold before it simulates, and
+    stops simulating a proposal once its makespan provably exceeds it (the proposal is
+    rejected, as it would have been; see ``mcmc``). A chain makes the same moves and
+    decisions either way; early-rejected proposals are not on the frontier.
     """
 
     iterations: int | None = None
@@ -75,6 +80,7 @@ class SearchOptions:
     training: bool = True
     memory: MemoryPolicy = MemoryPolicy.PENALIZE
     memory_budget: int | None = None
+    early_reject: bool = True
 
     def __post_init__(self) -> None:
         """Every field's type and range, checked by the rules the CLI and the Setup form
@@ -96,8 +102,8 @@ class SearchOptions:
         unknown = sorted(str(k)[:40] for k in set(data) - known)
         if unknown:
             raise FlextuiError(f"{where}: unknown search options {unknown}")
-        try:
-            return cls(**data)
+        try:   # logs from before early rejection ran without it
+            return cls(**{"early_reject": False, **data})
         except FieldError as e:
             raise FlextuiError(f"{where}: options.{e.field}: {e.problem}") from None
 
@@ -221,6 +227,7 @@ _CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "converge": lambda f, v: _FIELDS.boolean(v, f),
     "min_steps": lambda f, v: _FIELDS.integer(v, f, 0),
     "training": lambda f, v: _FIELDS.boolean(v, f),
+    "early_reject": lambda f, v: _FIELDS.boolean(v, f),
     "memory": _memory,
     "memory_budget": _optional(lambda f, v: _FIELDS.integer(v, f, MIN_MEMORY_BUDGET)),
 }

@@ -11,6 +11,7 @@ to recover its random state).
 from __future__ import annotations
 
 import hashlib
+import math
 import multiprocessing
 import os
 import queue
@@ -126,7 +127,8 @@ def drive(chain: Chain, options: SearchOptions, stopped: Callable[[], bool],
           ) -> StopReason:
     """Step ``chain`` until a stop rule fires; hand events on in batches. Returns why it
     stopped. The last item emitted is always the chain's final checkpoint. While
-    ``held()`` the chain waits, and the wait does not count towards its elapsed time."""
+    ``held()`` the chain waits, and the wait does not count towards its elapsed time.
+    A step still running when the time budget runs out is abandoned (not logged)."""
     pending: list = []
     last_emit = last_checkpoint = time.monotonic()
     by_time = options.iterations is None
@@ -145,20 +147,33 @@ def drive(chain: Chain, options: SearchOptions, stopped: Callable[[], bool],
         elif stopped():
             reason = StopReason.INTERRUPTED
         else:
-            pending.append(chain.step())
-            if chain.restart_due():
-                pending.append(chain.restart())
-            now = time.monotonic()
-            if now - last_checkpoint >= CHECKPOINT_S:
-                pending.append((chain.checkpoint(), chain.frontier_points()))
-                last_checkpoint = now
-            if now - last_emit >= BATCH_S:
-                emit(pending)
-                pending, last_emit = [], now
-            continue
+            try:
+                step = chain.step(_deadline(chain, options))
+            except TimeoutError:   # the budget ran out in the middle of a step
+                reason = StopReason.TIME
+            else:
+                pending.append(step)
+                if chain.restart_due():
+                    pending.append(chain.restart())
+                now = time.monotonic()
+                if now - last_checkpoint >= CHECKPOINT_S:
+                    pending.append((chain.checkpoint(), chain.frontier_points()))
+                    last_checkpoint = now
+                if now - last_emit >= BATCH_S:
+                    emit(pending)
+                    pending, last_emit = [], now
+                continue
         pending.append((chain.checkpoint(), chain.frontier_points()))
         emit(pending)
         return reason
+
+
+def _deadline(chain: Chain, options: SearchOptions) -> float:
+    """When (``time.monotonic()``) the chain's time budget runs out: a step still
+    running then is abandoned, so a search keeps its budget however long a step takes."""
+    if options.time_limit is None:
+        return math.inf
+    return time.monotonic() + options.time_limit - chain.elapsed
 
 
 def _wait_while_held(chain: Chain, held: Callable[[], bool], stopped: Callable[[], bool]) -> None:
@@ -195,12 +210,18 @@ class ChainStart:
     initial_cost: float = 0.0
     last_step: StepEvent | None = None
     where: str = ""
+    #: when (``time.monotonic()``) the search started: a new chain's clock starts there,
+    #: so the setup (initial simulations, a worker's start) counts towards its budget
+    search_started: float | None = None
 
     def chain(self, graph: OpGraph, cluster: Cluster, cost_model: CostModel,
               options: SearchOptions) -> Chain:
         if self.checkpoint is None:
             assert self.strategy is not None  # a chain starts from a strategy or a checkpoint
-            return Chain(self.index, graph, cluster, cost_model, options, self.strategy)
+            chain = Chain(self.index, graph, cluster, cost_model, options, self.strategy)
+            if self.search_started is not None:
+                chain.set_elapsed(time.monotonic() - self.search_started)
+            return chain
         chain = Chain.from_checkpoint(self.checkpoint, graph, cluster, cost_model, options,
                                       self.initial_cost)
         catch_up(chain, self.last_step, self.where)
@@ -346,6 +367,8 @@ def run_search(graph: OpGraph, cluster: Cluster, cost_model: CostModel,
     started = time.monotonic() - (resume.elapsed if resume is not None else 0.0)
     try:
         starts = chain_starts(options, graph, sim_cluster, cost_model, initial, resume)
+        for start in starts:
+            start.search_started = started
         if options.chains == 1 and not processes:
             reasons = [_run_here(starts[0], graph, sim_cluster, cost_model, options, stop,
                                  pause, collector)]

@@ -126,7 +126,8 @@ class SearchWatch:
             self.accepted += e.accepted
             self.elapsed = max(self.elapsed, e.elapsed)
             self.current_cost = e.current
-            self.frontier.add(e.proposed, e.memory)
+            if not e.early:   # an early-rejected step's cost is only a lower bound
+                self.frontier.add(e.proposed, e.memory)
             if e.accepted and e.chain in self.current:
                 self.current[e.chain] = self.current[e.chain].replace_all(
                     {self._names[i]: c for i, c in e.changes})

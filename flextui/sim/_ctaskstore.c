@@ -457,134 +457,268 @@ sift_up(const Key *keys, Item *heap, Py_ssize_t i)
     heap[i] = item;
 }
 
-static double *
-doubles(PyObject *obj, Py_buffer *view, Py_ssize_t n, const char *what)
+/* the writable buffer of an array(code) with a slot per task (items of size bytes) */
+static void *
+column(PyObject *obj, Py_buffer *view, Py_ssize_t n, const char *what, const char *code,
+       Py_ssize_t size)
 {
     if (PyObject_GetBuffer(obj, view, PyBUF_WRITABLE | PyBUF_FORMAT) < 0)
         return NULL;
-    if (view->itemsize != sizeof(double) || !view->format || strcmp(view->format, "d") != 0
-            || view->len < (Py_ssize_t)(n * sizeof(double))) {
-        PyErr_Format(PyExc_TypeError, "%s must be an array('d') with a slot per task", what);
+    if (view->itemsize != size || !view->format || strcmp(view->format, code) != 0
+            || view->len < n * size) {
+        PyErr_Format(PyExc_TypeError, "%s must be an array('%s') with a slot per task", what,
+                     code);
         PyBuffer_Release(view);
         view->obj = NULL;
         return NULL;
     }
-    return (double *)view->buf;
+    return view->buf;
 }
 
-/* reschedule(ready, start, end, t0, changed) -> makespan */
+/* what a task is to this run of the loop (the low two bits), and whether it is fresh */
+enum { UNTOUCHED = 0, WAITING = 1, QUEUED = 2, DONE = 3, STATE = 3, FRESH = 4 };
+
+typedef struct {
+    const Task *tasks;
+    const Key *keys;             /* for item_less */
+    double *ready, *end;
+    uint8_t *state;
+    int32_t *waiting;
+    Item *heap;
+    Py_ssize_t size;
+} Loop;
+
+/* u's times may change: it waits for its predecessors not yet simulated, its ready time
+ * so far from those that are; with none left, it is queued */
+static void
+defer(Loop *L, int32_t u)
+{
+    const Task *task = &L->tasks[u];
+    int32_t left = 0;
+    double r = 0.0;
+    for (int32_t j = 0; j < task->preds.n; j++) {
+        int32_t p = task->preds.v[j];
+        if ((L->state[p] & STATE) != DONE) left++;
+        else if (L->end[p] > r) r = L->end[p];
+    }
+    L->ready[u] = r;
+    L->state[u] = (uint8_t)((L->state[u] & FRESH) | (left ? WAITING : QUEUED));
+    L->waiting[u] = left;
+    if (!left) {
+        set_item(&L->heap[L->size], L->tasks, u, r);
+        sift_up(L->keys, L->heap, L->size++);
+    }
+}
+
+/* a fresh task: added, or one whose predecessors changed; it cannot have been kept */
+static int
+freshen(Loop *L, int32_t u)
+{
+    if ((L->state[u] & STATE) == DONE) {
+        PyErr_Format(PyExc_RuntimeError, "task %d changed but is ready before t0", (int)u);
+        return -1;
+    }
+    if (L->state[u] == UNTOUCHED && L->tasks[u].alive) {
+        L->state[u] = FRESH;
+        defer(L, u);
+    }
+    return 0;
+}
+
+/* time.monotonic(), or -1.0 with an exception set */
+static double
+monotonic(void)
+{
+    PyObject *time = PyImport_ImportModule("time");
+    PyObject *now = time ? PyObject_CallMethod(time, "monotonic", NULL) : NULL;
+    double value = now ? PyFloat_AsDouble(now) : -1.0;
+    Py_XDECREF(now);
+    Py_XDECREF(time);
+    return value;
+}
+
+/* how many tasks the loop simulates between looks at the clock */
+#define CLOCK_EVERY 4096
+
+/* reschedule(ready, start, end, order, t0, changed, removed[, limit[, deadline]]) ->
+ * makespan, or the first end time past limit (the run stops there); TimeoutError once
+ * time.monotonic() passes deadline */
 static PyObject *
 Store_reschedule(Store *s, PyObject *args)
 {
-    PyObject *ready_o, *start_o, *end_o, *changed;
-    double t0;
-    if (!PyArg_ParseTuple(args, "OOOdO!", &ready_o, &start_o, &end_o, &t0, &PyList_Type, &changed))
+    PyObject *ready_o, *start_o, *end_o, *order_o, *changed, *removed;
+    double t0, limit = Py_HUGE_VAL, deadline = Py_HUGE_VAL;
+    if (!PyArg_ParseTuple(args, "OOOOdO!O!|dd", &ready_o, &start_o, &end_o, &order_o, &t0,
+                          &PyList_Type, &changed, &PyList_Type, &removed, &limit, &deadline))
         return NULL;
-    Py_ssize_t n = s->n, nr = s->num_resources, count = 0, done = 0, size = 0, i;
-    Py_buffer vr = {0}, vs = {0}, ve = {0};
-    double *ready = doubles(ready_o, &vr, n, "ready");
-    double *start = ready ? doubles(start_o, &vs, n, "start") : NULL;
-    double *end = start ? doubles(end_o, &ve, n, "end") : NULL;
+    Py_ssize_t n = s->n, nr = s->num_resources, m = 0, count = 0, i;
+    Py_buffer vr = {0}, vs = {0}, ve = {0}, vo = {0};
+    double *ready = column(ready_o, &vr, n, "ready", "d", sizeof(double));
+    double *start = ready ? column(start_o, &vs, n, "start", "d", sizeof(double)) : NULL;
+    double *end = start ? column(end_o, &ve, n, "end", "d", sizeof(double)) : NULL;
+    int32_t *order = end ? column(order_o, &vo, n, "order", "i", sizeof(int32_t)) : NULL;
     double *free_at = calloc(nr ? nr : 1, sizeof(double));
-    uint8_t *redo = calloc(n ? n : 1, 1);
-    int32_t *order = malloc((n ? n : 1) * sizeof(int32_t));
+    uint8_t *state = calloc(n ? n : 1, 1);
+    int32_t *old = malloc((n ? n : 1) * sizeof(int32_t));
+    int32_t *out = malloc((n ? n : 1) * sizeof(int32_t));
     int32_t *waiting = malloc((n ? n : 1) * sizeof(int32_t));
     Item *heap = malloc((n ? n : 1) * sizeof(Item));
     PyObject *result = NULL;
     double makespan = 0.0;
     const Task *tasks = s->tasks;
-    const Key *full_keys = s->wide_keys ? s->keys : NULL;  /* for item_less */
-    if (!end)
+    Loop L = {tasks, s->wide_keys ? s->keys : NULL, ready, end, state, waiting, heap, 0};
+    if (!order)
         goto done;
-    if (!free_at || !redo || !order || !waiting || !heap) {
+    if (!free_at || !state || !old || !out || !waiting || !heap) {
         PyErr_NoMemory();
         goto done;
     }
-    for (i = 0; i < PyList_GET_SIZE(changed); i++) {
-        Py_ssize_t t = id_arg(s, PyList_GET_ITEM(changed, i));
-        if (t < 0) goto done;
-        redo[t] = 1;
+    /* check every id first: nothing is written unless all are valid */
+    for (i = 0; i < PyList_GET_SIZE(changed); i++)
+        if (id_arg(s, PyList_GET_ITEM(changed, i)) < 0) goto done;
+    for (i = 0; i < PyList_GET_SIZE(removed); i++)
+        if (id_arg(s, PyList_GET_ITEM(removed, i)) < 0) goto done;
+    while (m < n && order[m] >= 0) {
+        if (order[m] >= n) {
+            PyErr_Format(PyExc_IndexError, "task id %d in order out of range", (int)order[m]);
+            goto done;
+        }
+        old[m] = order[m];
+        m++;
     }
-    /* the tasks to re-simulate; the resources' state at t0 from the tasks kept */
-    for (Py_ssize_t t = 0; t < n; t++) {
+    /* the last run's tasks ready before t0 keep their times, and give the resources'
+     * state at t0 */
+    for (i = 0; i < m && ready[old[i]] < t0; i++) {
+        int32_t t = old[i];
         const Task *task = &tasks[t];
         if (!task->alive)
             continue;
-        if (redo[t] || ready[t] >= t0) {
-            redo[t] = 1;
-            order[count++] = (int32_t)t;
-            continue;
-        }
-        const int32_t *res = task->nres <= RES_INLINE ? task->res_inline : task->res_heap;
+        state[t] = DONE;
+        out[count++] = t;
+        const int32_t *res = res_of((Task *)task);
         for (int32_t j = 0; j < task->nres; j++)
             if (end[t] > free_at[res[j]]) free_at[res[j]] = end[t];
     }
-    /* ready times from the predecessors kept; the rest wait for theirs */
-    for (i = 0; i < count; i++) {
-        int32_t t = order[i];
-        const Task *task = &tasks[t];
-        int32_t left = 0;
-        double r = 0.0;
-        for (int32_t j = 0; j < task->preds.n; j++) {
-            int32_t p = task->preds.v[j];
-            if (redo[p]) left++;
-            else if (end[p] > r) r = end[p];
-        }
-        ready[t] = r;
-        waiting[t] = left;
-        if (!left)
-            set_item(&heap[size++], tasks, t, r);
+    Py_ssize_t sweep = i, kept = count;
+    if (m == 0) {   /* no last run: every task is fresh */
+        for (Py_ssize_t t = 0; t < n; t++)
+            if (tasks[t].alive && freshen(&L, (int32_t)t) < 0) goto done;
     }
-    for (i = size / 2 - 1; i >= 0; i--)
-        sift_down(full_keys, heap, size, i);
-    /* each task starts once it is ready and every resource it holds is free */
-    while (size) {
-        Item item = heap[0];
-        heap[0] = heap[--size];
-        if (size)
-            sift_down(full_keys, heap, size, 0);
-        int32_t t = item.task;
+    for (i = 0; i < PyList_GET_SIZE(changed); i++)
+        if (freshen(&L, (int32_t)PyLong_AsSsize_t(PyList_GET_ITEM(changed, i))) < 0) goto done;
+    for (i = 0; i < PyList_GET_SIZE(removed); i++) {
+        const Task *gone = &tasks[PyLong_AsSsize_t(PyList_GET_ITEM(removed, i))];
+        for (int32_t j = 0; j < gone->succs.n; j++)
+            if (freshen(&L, gone->succs.v[j]) < 0) goto done;
+    }
+    /* the rest of the last run's order, merged with the queue of tasks whose ready time
+     * changed: a task whose predecessors kept their end times keeps its ready time and
+     * its place in the order, and needs no queue */
+    for (;;) {
+        int32_t t = -1;
+        double r = 0.0;
+        if (deadline < Py_HUGE_VAL && (count - kept) % CLOCK_EVERY == 0) {
+            double now = monotonic();
+            if (now < 0 && PyErr_Occurred())
+                goto done;
+            if (now > deadline) {
+                PyErr_SetString(PyExc_TimeoutError, "the simulation ran past its deadline");
+                goto done;
+            }
+        }
+        while (sweep < m && (state[old[sweep]] != UNTOUCHED || !tasks[old[sweep]].alive))
+            sweep++;
+        if (sweep < m) {
+            int32_t c = old[sweep];
+            Item here;
+            set_item(&here, tasks, c, ready[c]);
+            if (!L.size || item_less(L.keys, &here, &heap[0])) {
+                sweep++;
+                const Task *task = &tasks[c];
+                int32_t j = 0;
+                while (j < task->preds.n && (state[task->preds.v[j]] & STATE) == DONE)
+                    j++;
+                if (j < task->preds.n) {   /* a predecessor was re-simulated later */
+                    defer(&L, c);
+                    continue;
+                }
+                t = c;
+                r = ready[c];
+            }
+        }
+        if (t < 0) {
+            if (!L.size)
+                break;
+            Item item = heap[0];
+            heap[0] = heap[--L.size];
+            if (L.size)
+                sift_down(L.keys, heap, L.size, 0);
+            t = item.task;
+            r = item.ready;
+        }
         const Task *task = &tasks[t];
-        const int32_t *res = task->nres <= RES_INLINE ? task->res_inline : task->res_heap;
-        double st = item.ready;
+        const int32_t *res = res_of((Task *)task);
+        double st = r;
         for (int32_t j = 0; j < task->nres; j++)
             if (free_at[res[j]] > st) st = free_at[res[j]];
         double e = st + task->duration;
+        if (e > limit) {   /* the makespan is past limit: stop, leaving times half done */
+            result = PyFloat_FromDouble(e);
+            goto done;
+        }
         for (int32_t j = 0; j < task->nres; j++)
             free_at[res[j]] = e;
+        int moved = (state[t] & FRESH) || e != end[t];
         start[t] = st;
         end[t] = e;
-        done++;
+        out[count++] = t;
+        /* t is done only after this loop: a successor deferred here waits for t too,
+         * once per edge (edges may repeat), and is released below like any other */
         for (int32_t j = 0; j < task->succs.n; j++) {
             int32_t u = task->succs.v[j];
-            if (!redo[u] || waiting[u] <= 0) {
+            if (state[u] == UNTOUCHED) {
+                if (!moved) continue;
+                defer(&L, u);
+            }
+            if ((state[u] & STATE) != WAITING) {
                 PyErr_Format(PyExc_RuntimeError, "task %d follows re-simulated task %d but "
                              "is not re-simulated itself", (int)u, (int)t);
                 goto done;
             }
             if (e > ready[u]) ready[u] = e;
             if (--waiting[u] == 0) {
-                set_item(&heap[size], tasks, u, ready[u]);
-                sift_up(full_keys, heap, size++);
+                state[u] = (uint8_t)((state[u] & FRESH) | QUEUED);
+                set_item(&heap[L.size], tasks, u, ready[u]);
+                sift_up(L.keys, heap, L.size++);
             }
         }
+        state[t] = DONE;
     }
-    if (done != count) {
-        PyErr_Format(PyExc_RuntimeError, "task graph has a cycle through %zd tasks", count - done);
-        goto done;
+    for (i = 0; i < n; i++) {
+        if ((state[i] & STATE) == WAITING) {
+            Py_ssize_t stuck = 0;
+            for (; i < n; i++) stuck += (state[i] & STATE) == WAITING;
+            PyErr_Format(PyExc_RuntimeError, "task graph has a cycle through %zd tasks", stuck);
+            goto done;
+        }
     }
     for (i = 0; i < nr; i++)
         if (free_at[i] > makespan) makespan = free_at[i];
-    for (i = 0; i < count; i++)
-        if (end[order[i]] > makespan) makespan = end[order[i]];
+    for (i = kept; i < count; i++)
+        if (end[out[i]] > makespan) makespan = end[out[i]];
+    memcpy(order, out, count * sizeof(int32_t));
+    if (count < n)
+        order[count] = -1;
     result = PyFloat_FromDouble(makespan);
 done:
+    if (vo.obj) PyBuffer_Release(&vo);
     if (ve.obj) PyBuffer_Release(&ve);
     if (vs.obj) PyBuffer_Release(&vs);
     if (vr.obj) PyBuffer_Release(&vr);
     free(free_at);
-    free(redo);
-    free(order);
+    free(state);
+    free(old);
+    free(out);
     free(waiting);
     free(heap);
     return result;
@@ -603,7 +737,8 @@ static PyMethodDef Store_methods[] = {
     {"duration_of", (PyCFunction)Store_duration, METH_O, "duration_of(t) -> seconds"},
     {"live_ids", (PyCFunction)Store_live_ids, METH_NOARGS, "live task ids, ascending"},
     {"reschedule", (PyCFunction)Store_reschedule, METH_VARARGS,
-     "reschedule(ready, start, end, t0, changed) -> makespan"},
+     "reschedule(ready, start, end, order, t0, changed, removed[, limit[, deadline]]) -> "
+     "makespan"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -5,7 +5,8 @@ and keep or undo it.
 ``propose`` swaps the op's tasks in the task graph (its own tasks, the transfers on its
 edges, the syncs and updates of its parameters) and re-simulates from ``t0``, the
 earliest time any removed or added task is ready: everything ready before ``t0`` is
-provably unchanged (see ``schedule.reschedule``). ``propose_many`` does the same for
+provably unchanged, and after it only tasks whose predecessors or resource queues
+changed are re-timed (see ``schedule.reschedule``). ``propose_many`` does the same for
 several ops at once (``TaskGraph.replace_ops``: each edge and shared parameter rebuilt
 once), with one re-simulation. The resulting times are identical to
 a full simulation of the new strategy, which a property test checks task by task.
@@ -14,6 +15,7 @@ a full simulation of the new strategy, which a property test checks task by task
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 from flextui.cost.model import CostModel
@@ -43,6 +45,7 @@ class DeltaSimulator:
         self.times: Times = schedule(self.tg)
         self.memory = MemoryTracker(self.tg)
         self.strategy = strategy
+        self.cut_short = False   # the last proposal's simulation stopped at its limit
         self.makespan = max((self.times.end[t] for t in self.tg.live_ids()), default=0.0)
         self._pending = None
         return self.cost
@@ -52,14 +55,20 @@ class DeltaSimulator:
         """Makespan plus the memory penalty of the current (or proposed) strategy."""
         return self.makespan + memory_penalty_s(self.memory.usage(), self.simulator.memory)
 
-    def propose(self, op: Op | str, config: ParallelConfig) -> float:
+    def propose(self, op: Op | str, config: ParallelConfig, limit: float = math.inf,
+                deadline: float = math.inf) -> float:
         """Simulate the current strategy with ``op``'s config replaced; return its cost.
         Call ``accept`` or ``reject`` before the next proposal."""
-        return self.propose_many([(op, config)])
+        return self.propose_many([(op, config)], limit, deadline)
 
-    def propose_many(self, changes: Sequence[tuple[Op | str, ParallelConfig]]) -> float:
+    def propose_many(self, changes: Sequence[tuple[Op | str, ParallelConfig]],
+                     limit: float = math.inf, deadline: float = math.inf) -> float:
         """Simulate the current strategy with every listed op's config replaced (in
-        order; a later entry for the same op wins); return its cost."""
+        order; a later entry for the same op wins); return its cost. Once the makespan
+        provably exceeds ``limit`` (s) the simulation stops: ``cut_short`` is then true,
+        the cost returned is only a lower bound, and the proposal can only be rejected.
+        Once ``time.monotonic()`` passes ``deadline`` the proposal is abandoned: the
+        simulator is left as it was and TimeoutError raised (a search's time budget)."""
         if self._pending is not None:
             raise RuntimeError("accept() or reject() the previous proposal first")
         if not changes:
@@ -71,7 +80,7 @@ class DeltaSimulator:
             resolved.append((op, config))
         tg, times = self.tg, self.times
         saved = (times.copy(), self.makespan)
-        change = tg.replace_ops(resolved)
+        change = tg.replace_ops(resolved, deadline)
         self._account(change, +1)
         added = set(change.added)
         # the earliest ready time of a task the proposal took away or added
@@ -81,11 +90,21 @@ class DeltaSimulator:
             known = [times.end[p] for p in preds if p not in added]
             if known or not preds:
                 t0 = min(t0, max(known, default=0.0))
-        self.makespan = reschedule(tg, times, t0, added)
+        try:
+            self.makespan = reschedule(tg, times, t0, change.added, change.removed, limit,
+                                       deadline)
+        except TimeoutError:
+            self._account(change, -1)
+            tg.rollback(change)
+            self.times, self.makespan = saved
+            raise
+        self.cut_short = self.makespan > limit
         self._pending = (change, saved)
         return self.cost
 
     def accept(self) -> None:
+        if self.cut_short:
+            raise RuntimeError("a proposal whose simulation was cut short cannot be accepted")
         change, _ = self._take()
         self.tg.commit(change)
         self.strategy = self.strategy.replace_all(
@@ -95,7 +114,7 @@ class DeltaSimulator:
         change, (times, makespan) = self._take()
         self._account(change, -1)
         self.tg.rollback(change)
-        self.times, self.makespan = times, makespan
+        self.times, self.makespan, self.cut_short = times, makespan, False
 
     def timeline(self) -> Timeline:
         """The full Timeline of the current (or proposed) strategy."""

@@ -7,8 +7,9 @@ finished the tasks ahead of it; a gradient all-reduce holds all the links of its
 
 ``schedule`` simulates from scratch. ``reschedule`` re-simulates only what can have
 changed after an edit whose tasks are all ready no earlier than ``t0``: tasks ready
-before ``t0`` keep their times, and the rest are simulated again on resources whose
-state at ``t0`` is taken from the kept tasks. Both give the same times, because a task
+before ``t0`` keep their times, and of the rest only those whose predecessors or
+resource queues changed are re-timed, on resources whose state at ``t0`` is taken
+from the kept tasks. Both give the same times, because a task
 ready before ``t0`` depends only on tasks that end before ``t0`` and is queued on its
 resources ahead of every task ready at ``t0`` or later.
 
@@ -18,6 +19,7 @@ pure-Python reference.
 
 from __future__ import annotations
 
+import math
 from array import array
 from dataclasses import dataclass
 
@@ -27,34 +29,44 @@ from flextui.sim.taskgraph import TaskGraph
 @dataclass
 class Times:
     """Ready, start and end time of every task id (stale for dead ids), as arrays of
-    doubles the C loop writes in place."""
+    doubles the C loop writes in place, and the order it simulated the live tasks in
+    (ids, then -1; see ``taskstore``)."""
 
     ready: array
     start: array
     end: array
+    order: array
 
     @classmethod
     def zeros(cls, n: int) -> Times:
-        return cls(array("d", bytes(8 * n)), array("d", bytes(8 * n)), array("d", bytes(8 * n)))
+        return cls(array("d", bytes(8 * n)), array("d", bytes(8 * n)), array("d", bytes(8 * n)),
+                   array("i", [-1]) * n)
 
     def copy(self) -> Times:
-        return Times(self.ready[:], self.start[:], self.end[:])
+        return Times(self.ready[:], self.start[:], self.end[:], self.order[:])
 
     def grow(self, n: int) -> None:
         extra = n - len(self.ready)
         if extra > 0:
             for column in (self.ready, self.start, self.end):
                 column.frombytes(bytes(8 * extra))
+            self.order.extend(array("i", [-1]) * extra)
 
 
 def schedule(tg: TaskGraph) -> Times:
     times = Times.zeros(len(tg))
-    reschedule(tg, times, -float("inf"), set())
+    reschedule(tg, times, -float("inf"), [], [])
     return times
 
 
-def reschedule(tg: TaskGraph, times: Times, t0: float, changed: set[int]) -> float:
-    """Re-simulate every live task that is in ``changed`` or was ready at ``t0`` or
-    later; return the makespan."""
+def reschedule(tg: TaskGraph, times: Times, t0: float, changed: list[int], removed: list[int],
+               limit: float = math.inf, deadline: float = math.inf) -> float:
+    """Re-simulate after adding the tasks ``changed`` and removing ``removed``, all
+    ready no earlier than ``t0``: the tasks ready before ``t0`` keep their times, the
+    others are re-timed where a predecessor or a task ahead of them on a resource
+    changed (see ``taskstore``); return the makespan. A result past ``limit`` is only a
+    lower bound on it: the run stopped there, leaving ``times`` half written, as a
+    TimeoutError does once ``time.monotonic()`` passes ``deadline``."""
     times.grow(len(tg))
-    return tg.store.reschedule(times.ready, times.start, times.end, t0, list(changed))
+    return tg.store.reschedule(times.ready, times.start, times.end, times.order, t0, changed,
+                               removed, limit, deadline)

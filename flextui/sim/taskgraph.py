@@ -30,15 +30,18 @@ uses it.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Iterator, Sequence
+import math
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from flextui.cost.model import CostModel, sgd_update_s as update_s
 from flextui.cost.ring import ring_allreduce_s
 from flextui.errors import ClusterError
-from flextui.graph import Op, OpGraph, Region, intersect, region_volume
+from flextui.graph import Op, OpGraph, region_volume
 from flextui.graph.tensor import dtype_bytes
 from flextui.machine import Cluster, Link
+from flextui.sim.overlaps import block_overlaps
 from flextui.sim.replicas import ReplicaGroup, replica_plan
 from flextui.sim.taskstore import new_store
 from flextui.strategy import ParallelConfig, Strategy
@@ -54,32 +57,6 @@ class TaskKind(enum.IntEnum):
 
 #: entries a plan memo keeps before it starts over (bounds memory on long searches)
 PLAN_MEMO_LIMIT = 200_000
-
-
-def overlap_regions(producer: Op, consumer: Op, pconf: ParallelConfig, cconf: ParallelConfig,
-                    ) -> Iterator[tuple[int, int, int, Region]]:
-    """(input slot, consumer task, producer task, region of the tensor) for every overlap
-    of a block ``consumer`` reads (under ``cconf``) with a block ``producer`` writes
-    (under ``pconf``), in slot, consumer-task, producer-task order: what the simulator
-    times as a transfer and the runtime moves."""
-    out_regions = [producer.output_regions(r) for r in pconf.regions(producer)]
-    in_regions = [consumer.input_regions(r) for r in cconf.regions(consumer)]
-    for slot, tensor in enumerate(consumer.inputs):
-        if tensor.producer is not producer:
-            continue
-        for k, needs in enumerate(in_regions):
-            for m, outs in enumerate(out_regions):
-                overlap = intersect(needs[slot], outs[tensor.index])
-                if overlap is not None:
-                    yield slot, k, m, overlap
-
-
-def block_overlaps(producer: Op, consumer: Op, pconf: ParallelConfig, cconf: ParallelConfig,
-                   ) -> tuple[tuple[int, int, int, int], ...]:
-    """(input slot, consumer task, producer task, bytes) of every ``overlap_regions``."""
-    widths = [dtype_bytes(t.dtype) for t in consumer.inputs]
-    return tuple((slot, k, m, region_volume(overlap) * widths[slot])
-                 for slot, k, m, overlap in overlap_regions(producer, consumer, pconf, cconf))
 
 
 class TaskGraph:
@@ -119,6 +96,7 @@ class TaskGraph:
         self._param_region_memo: dict[tuple, tuple] = {}
         self._edge_plan_memo: dict[tuple, tuple] = {}
         self._replica_plan_memo: dict[tuple, list] = {}
+        self._ring_memo: dict[tuple[int, ...], tuple[int, ...]] = {}
         for op in graph.ops:
             for i, p in enumerate(op.params):
                 self.param_users.setdefault(p.name, []).append((op, i))
@@ -274,13 +252,7 @@ class TaskGraph:
             if len(group.devices) == 1:
                 ready_on.setdefault(group.devices[0], []).extend(group.tasks)
                 continue
-            ring = list(zip(group.devices, group.devices[1:] + group.devices[:1]))
-            links = sorted({self.link_resource[link.id] for a, b in ring
-                            for link in self._route(a, b, lambda: f"the gradients of "
-                                                    f"parameter {name!r} are all-reduced")})
-            if self.cluster.host_driven_comm:
-                links = sorted(group.devices) + links
-            sync = self._new(TaskKind.SYNC, -1, g, tuple(links),
+            sync = self._new(TaskKind.SYNC, -1, g, self._ring_resources(name, group.devices),
                              self.allreduce_s(nbytes, group.devices, self.cluster),
                              (2, order, g), nbytes)
             for t in group.tasks:
@@ -295,6 +267,23 @@ class TaskGraph:
             for t in dict.fromkeys(ready_on[d]):
                 self._link(t, update)
             tasks.append(update)
+
+    def _ring_resources(self, name: str, devices: tuple[int, ...]) -> tuple[int, ...]:
+        """What an all-reduce over ``devices`` holds: the links of its ring (and, on a
+        cluster whose devices drive their communication, the devices); memoised, as
+        every parameter of a data-parallel op rings the same devices."""
+        held = self._ring_memo.get(devices)
+        if held is None:
+            if len(self._ring_memo) >= PLAN_MEMO_LIMIT:
+                self._ring_memo.clear()
+            ring = list(zip(devices, devices[1:] + devices[:1]))
+            links = sorted({self.link_resource[link.id] for a, b in ring
+                            for link in self._route(a, b, lambda: f"the gradients of "
+                                                    f"parameter {name!r} are all-reduced")})
+            if self.cluster.host_driven_comm:
+                links = sorted(devices) + links
+            held = self._ring_memo[devices] = tuple(links)
+        return held
 
     def _replica_plan(self, name: str, users: list[tuple[Op, int]],
                       configs: tuple[ParallelConfig, ...]) -> list:
@@ -323,12 +312,15 @@ class TaskGraph:
 
     # -- changing ops ----------------------------------------------------------------
 
-    def replace_ops(self, changes: Sequence[tuple[Op, ParallelConfig]]) -> Change:
+    def replace_ops(self, changes: Sequence[tuple[Op, ParallelConfig]],
+                    deadline: float = math.inf) -> Change:
         """Give each listed op its new config (a later entry for the same op wins):
         detach the tasks the change invalidates (the ops' own, the transfers on their
         edges, the syncs and updates of their parameters) and build new ones, each
         edge and parameter once however many of its ops change. ``commit`` frees the
-        detached tasks; ``rollback`` restores them exactly."""
+        detached tasks; ``rollback`` restores them exactly. Once ``time.monotonic()``
+        passes ``deadline`` (looked at between edges and parameters) it undoes what it
+        did and raises TimeoutError."""
         new = {op.index: (op, config) for op, config in changes}
         ops = [op for op, _ in new.values()]
         edges = list(dict.fromkeys(
@@ -344,12 +336,19 @@ class TaskGraph:
             [t for ts in change.param_tasks.values() for t in ts]
         self.store.detach(change.removed)
         self._added = []
-        for op, config in new.values():
-            self._add_op_tasks(op, config)
-        for a, b in edges:
-            self._add_edge(self.graph.ops[a], self.graph.ops[b])
-        for name in params:
-            self._add_param_tasks(name)
+        try:
+            for op, config in new.values():
+                self._add_op_tasks(op, config)
+            for a, b in edges:
+                _on_time(deadline)
+                self._add_edge(self.graph.ops[a], self.graph.ops[b])
+            for name in params:
+                _on_time(deadline)
+                self._add_param_tasks(name)
+        except TimeoutError:
+            change.added, self._added = self._added, None
+            self.rollback(change)
+            raise
         change.added, self._added = self._added, None
         return change
 
@@ -365,6 +364,11 @@ class TaskGraph:
         self.edge_tasks.update(change.edges)
         self.param_tasks.update(change.param_tasks)
         self.param_shards.update(change.param_shards)
+
+
+def _on_time(deadline: float) -> None:
+    if deadline < math.inf and time.monotonic() > deadline:
+        raise TimeoutError("the task graph's edit ran past its deadline")
 
 
 @dataclass

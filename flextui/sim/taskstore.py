@@ -11,19 +11,32 @@ arrays so the event loop runs without touching Python objects, and ``PyTaskStore
 the pure-Python reference below. ``new_store`` gives the C one unless it was not built
 (no C compiler at install time) or ``FLEXTUI_PURE_PYTHON=1`` is set. Both perform the
 same float operations in the same order, so their times are bit-identical; a test
-checks it. The C store is what makes a search step cost milliseconds: a one-op change
-early in the iteration moves the times of most tasks after it, so every step runs the
-event loop over most of the graph.
+checks it.
 
-``reschedule(ready, start, end, t0, changed)`` re-simulates every live task that is in
-``changed`` or was ready at ``t0`` or later (see ``schedule``), writing the three
-``array('d')`` columns in place, and returns the makespan.
+``reschedule(ready, start, end, order, t0, changed, removed)`` re-simulates after an
+edit, writing the columns in place, and returns the makespan. ``order`` (an
+``array('i')``, a slot per task) holds the live tasks in the order the last run
+simulated them, then -1 (or only -1: no last run, simulate every task). The tasks of
+that order ready before ``t0`` keep their times (see ``schedule``); ``changed`` (added
+tasks) and the live successors of ``removed`` ones are simulated afresh. Every other
+task is re-timed only if a predecessor's end time changed (it is then queued on its
+new ready time) or a task ahead of it on one of its resources changed (its start is
+recomputed as it is passed): the loop walks the last order and merges in the queue,
+so a task whose predecessors kept their times keeps its place in the order without a
+queue operation, and dead tasks are never visited but for the ones just removed.
+The order of this run is written back, live tasks only. With a ``limit``, the run
+stops at the first end time past it and returns that time, a lower bound on the
+makespan; with a ``deadline`` (``time.monotonic()`` seconds) it raises TimeoutError
+once the clock passes it. Either way the columns are left half written: the caller
+restores them.
 """
 
 from __future__ import annotations
 
 import heapq
+import math
 import os
+import time
 from array import array
 from typing import Any, Protocol
 
@@ -31,6 +44,12 @@ try:
     from flextui.sim._ctaskstore import CTaskStore
 except ImportError:  # built without a C compiler: the pure-Python store serves
     CTaskStore = None  # type: ignore[assignment,misc]
+
+#: how many tasks the event loop simulates between looks at the clock
+CLOCK_EVERY = 4096
+
+#: what a task is to one run of the event loop (``reschedule``)
+UNTOUCHED, WAITING, QUEUED, DONE = range(4)
 
 #: values of FLEXTUI_PURE_PYTHON that leave the C store in use (unset is one too)
 _OFF = ("", "0", "false", "no", "off")
@@ -53,8 +72,9 @@ class TaskStore(Protocol):
     def alive(self, t: int) -> bool: ...
     def duration_of(self, t: int) -> float: ...
     def live_ids(self) -> list[int]: ...
-    def reschedule(self, times_ready: array, times_start: array, times_end: array, t0: float,
-                   changed: list[int]) -> float: ...
+    def reschedule(self, times_ready: array, times_start: array, times_end: array,
+                   order: array, t0: float, changed: list[int], removed: list[int],
+                   limit: float = ..., deadline: float = ...) -> float: ...
 
 
 def backend() -> str:
@@ -165,64 +185,116 @@ class PyTaskStore:
     def live_ids(self) -> list[int]:
         return [t for t, alive in enumerate(self._alive) if alive]
 
-    def reschedule(self, times_ready: array, times_start: array, times_end: array, t0: float,
-                   changed: list[int]) -> float:
+    def reschedule(self, times_ready: array, times_start: array, times_end: array,
+                   order: array, t0: float, changed: list[int], removed: list[int],
+                   limit: float = math.inf, deadline: float = math.inf) -> float:
         ready, start, end = times_ready, times_start, times_end
-        preds, succs, resources, duration, key = (self._preds, self._succs, self.resources,
-                                                  self.duration, self.key)
+        preds, succs, resources, duration, key, alive = (self._preds, self._succs, self.resources,
+                                                         self.duration, self.key, self._alive)
+        for t in changed + removed:
+            self._id(t)
+        old = []
+        for t in order:
+            if t < 0:
+                break
+            old.append(self._id(t))
         free = [0.0] * self.num_resources
-        todo = {self._id(t) for t in changed}
-        tasks = []
-        for t, alive in enumerate(self._alive):
-            if not alive:
-                continue
-            if t in todo or ready[t] >= t0:
-                tasks.append(t)
-            else:
-                e = end[t]
+        state = [UNTOUCHED] * len(alive)
+        fresh = [False] * len(alive)
+        waiting = [0] * len(alive)
+        heap: list[tuple[float, tuple, int]] = []
+        out = []
+        sweep = 0
+        while sweep < len(old) and ready[old[sweep]] < t0:
+            t = old[sweep]
+            sweep += 1
+            if alive[t]:
+                state[t] = DONE
+                out.append(t)
                 for res in resources[t]:
-                    if e > free[res]:
-                        free[res] = e
-        todo = set(tasks)
-        waiting = {}
-        heap = []
-        for t in tasks:
-            count, r = 0, 0.0
-            for p in preds[t]:
-                if p in todo:
-                    count += 1
+                    if end[t] > free[res]:
+                        free[res] = end[t]
+        kept = len(out)
+
+        def defer(u: int) -> None:
+            left, r = 0, 0.0
+            for p in preds[u]:
+                if state[p] != DONE:
+                    left += 1
                 elif end[p] > r:
                     r = end[p]
-            ready[t] = r
-            if count:
-                waiting[t] = count
-            else:
-                heap.append((r, key[t], t))
-        heapq.heapify(heap)
-        done = 0
-        while heap:
-            r, _, t = heapq.heappop(heap)
+            ready[u], waiting[u] = r, left
+            state[u] = WAITING if left else QUEUED
+            if not left:
+                heapq.heappush(heap, (r, key[u], u))
+
+        def freshen(u: int) -> None:
+            if state[u] == DONE:
+                raise RuntimeError(f"task {u} changed but is ready before t0")
+            if state[u] == UNTOUCHED and alive[u]:
+                fresh[u] = True
+                defer(u)
+
+        if not old:
+            for t in range(len(alive)):
+                freshen(t)
+        for t in changed:
+            freshen(t)
+        for gone in removed:
+            for u in succs[gone]:
+                freshen(u)
+        while True:
+            if deadline < math.inf and (len(out) - kept) % CLOCK_EVERY == 0 \
+                    and time.monotonic() > deadline:
+                raise TimeoutError("the simulation ran past its deadline")
+            while sweep < len(old) and (state[old[sweep]] != UNTOUCHED or not alive[old[sweep]]):
+                sweep += 1
+            t = -1
+            if sweep < len(old):
+                c = old[sweep]
+                if not heap or (ready[c], key[c], c) < heap[0]:
+                    sweep += 1
+                    if any(state[p] != DONE for p in preds[c]):
+                        defer(c)
+                        continue
+                    t, r = c, ready[c]
+            if t < 0:
+                if not heap:
+                    break
+                r, _, t = heapq.heappop(heap)
             s = r
             for res in resources[t]:
                 if free[res] > s:
                     s = free[res]
             e = s + duration[t]
+            if e > limit:
+                return e
             for res in resources[t]:
                 free[res] = e
+            moved = fresh[t] or e != end[t]
             start[t], end[t] = s, e
-            done += 1
+            out.append(t)
+            # t is done only after this loop: a successor deferred here waits for t
+            # too, once per edge (edges may repeat), and is released below
             for u in succs[t]:
-                if u not in waiting:
+                if state[u] == UNTOUCHED:
+                    if not moved:
+                        continue
+                    defer(u)
+                if state[u] != WAITING:
                     raise RuntimeError(f"task {u} follows re-simulated task {t} but is not "
                                        "re-simulated itself")
                 if e > ready[u]:
                     ready[u] = e
-                left = waiting[u] - 1
-                if left:
-                    waiting[u] = left
-                else:
-                    del waiting[u]
+                waiting[u] -= 1
+                if not waiting[u]:
+                    state[u] = QUEUED
                     heapq.heappush(heap, (ready[u], key[u], u))
-        if done != len(tasks):
-            raise RuntimeError(f"task graph has a cycle through {len(tasks) - done} tasks")
-        return max(max(free, default=0.0), max((end[t] for t in tasks), default=0.0))
+            state[t] = DONE
+        stuck = state.count(WAITING)
+        if stuck:
+            raise RuntimeError(f"task graph has a cycle through {stuck} tasks")
+        order[:len(out)] = array("i", out)
+        if len(out) < len(alive):
+            order[len(out)] = -1
+        return max(max(free, default=0.0), max((end[t] for t in out[kept:]), default=0.0))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from functools import cached_property
@@ -40,7 +41,10 @@ class ParallelConfig:
                      for i, n, d in zip(self.task_index(k), self.degrees, op.space))
 
     def regions(self, op: Op) -> list[Region]:
-        return [self.task_region(op, k) for k in range(self.num_tasks)]
+        """Every task's block, in task order (``task_region`` of each, built per dim)."""
+        per_dim = [[(i * (d.size // n), (i + 1) * (d.size // n)) for i in range(n)]
+                   for n, d in zip(self.degrees, op.space)]
+        return list(itertools.product(*per_dim))
 
     def block_shape(self, op: Op) -> tuple[int, ...]:
         """Every task's block has this shape (partitions are equal)."""

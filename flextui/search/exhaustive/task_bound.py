@@ -26,7 +26,7 @@ from flextui.search.exhaustive.schedule_bound import (
     raise_bounds,
     topological,
 )
-from flextui.sim.taskgraph import block_overlaps
+from flextui.sim.overlaps import block_overlaps
 
 if TYPE_CHECKING:
     from flextui.search.exhaustive.tables import BoundTables
