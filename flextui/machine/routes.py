@@ -9,7 +9,8 @@ the path with fewer hops (less latency) wins.
 Only switches forward traffic: a route never passes *through* another compute device (a
 GPU does not relay a peer's copy; two GPUs without a switched path between them are
 unreachable). Routes are deterministic (the graph is built in link order) and cached:
-one Dijkstra per source device answers every destination from it.
+one Dijkstra per source device answers every destination from it, and a route becomes
+links only when asked for (a ring on 1,024 GPUs asks for 1,024 of the million).
 """
 
 from __future__ import annotations
@@ -41,7 +42,10 @@ class Router:
         self._graph.add_nodes_from(switches)
         for link in links:
             self._graph.add_edge(link.src, link.dst, link=link, weight=link_weight(link))
-        self._paths: dict[str, dict[str, tuple[Link, ...]]] = {}
+        #: per source device: the node path to every endpoint (one Dijkstra), and the
+        #: routes asked for so far as links
+        self._nodes: dict[str, dict[str, list[str]]] = {}
+        self._routes: dict[tuple[str, str], tuple[Link, ...] | None] = {}
 
     @property
     def graph(self) -> nx.DiGraph:
@@ -63,14 +67,14 @@ class Router:
         """The directed links from device ``src`` to device ``dst``; ``None`` if unreachable."""
         if src == dst:
             return ()
-        paths = self._paths.get(src)
-        if paths is None:
-            nodes = nx.single_source_dijkstra_path(self._graph, src,
-                                                   weight=self._weight_from(src))
-            paths = {}
-            for target, path in nodes.items():
-                if target in self._devices and target != src:
-                    paths[target] = tuple(self._graph.edges[u, v]["link"]
-                                          for u, v in itertools.pairwise(path))
-            self._paths[src] = paths
-        return paths.get(dst)
+        if (src, dst) in self._routes:
+            return self._routes[(src, dst)]
+        nodes = self._nodes.get(src)
+        if nodes is None:
+            nodes = self._nodes[src] = nx.single_source_dijkstra_path(
+                self._graph, src, weight=self._weight_from(src))
+        path = nodes.get(dst) if dst in self._devices else None
+        route = None if path is None else tuple(self._graph.edges[u, v]["link"]
+                                                for u, v in itertools.pairwise(path))
+        self._routes[(src, dst)] = route
+        return route
