@@ -19,31 +19,22 @@ import argparse
 import random
 import statistics
 import time
-import tomllib
-from importlib.resources import files
 
 from flextui.cost import AnalyticCostModel
 from flextui.graph.library import load_model
-from flextui.machine import parse_cluster
+from flextui.machine import load_named_cluster
 from flextui.search import SearchOptions
 from flextui.search.mcmc import Chain
 from flextui.sim import DeltaSimulator, Simulator
 from flextui.strategy import builtin_strategy, random_config
 
 PAPER_MODELS = ["alexnet", "inception_v3", "resnet101", "rnntc", "rnnlm", "nmt"]
-
-
-def p100_nodes(devices: int):
-    data = tomllib.loads((files("flextui.library.clusters") / "p100-4x4.toml").read_text())
-    data["nodes"]["count"] = max(1, devices // 4)
-    data["name"] = f"p100-{devices}"
-    if devices < 4:
-        data["nodes"]["gpus_per_node"] = devices
-    return parse_cluster(data, f"p100 x {devices}")
+GPUS_PER_NODE = 4
 
 
 def measure(model: str, devices: int, full_reps: int, proposals: int, seed: int = 0):
-    graph, cluster = load_model(model), p100_nodes(devices)
+    graph = load_model(model)
+    cluster = load_named_cluster("p100-4x4", nodes=devices // GPUS_PER_NODE)
     cost_model = AnalyticCostModel()
     strategy = builtin_strategy("data-parallel", graph, cluster)
     delta = DeltaSimulator(graph, cluster, cost_model)
@@ -77,6 +68,8 @@ def main() -> None:
     parser.add_argument("--full-reps", type=int, default=3)
     parser.add_argument("--proposals", type=int, default=100)
     args = parser.parse_args()
+    if any(devices < GPUS_PER_NODE or devices % GPUS_PER_NODE for devices in args.devices):
+        parser.error(f"--devices: whole nodes of {GPUS_PER_NODE} P100s (4, 8, 16, ...)")
     print(f"{'model':<14}{'GPUs':>5}{'tasks':>9}{'full (ms)':>12}{'delta (ms)':>12}{'speedup':>9}"
           f"{'chain step (ms)':>17}")
     for model in args.models:
