@@ -404,6 +404,24 @@ def test_exported_strategies_are_named_for_what_they_are(capsys, tmp_path):
     assert code == 0 and json.loads(out)["step"] == {"chain": 0, "iteration": 50, "cost_s": cost}
 
 
+def test_no_early_reject_simulates_every_proposal_with_the_same_moves(capsys, tmp_path):
+    """By default a step sure to be rejected stops simulating (logged as early); with
+    --no-early-reject none does, the chain takes the same steps, and its frontier, built
+    from every proposal, is at least as good at every memory."""
+    logs = {}
+    for name, flags in (("early", ()), ("full", ("--no-early-reject",))):
+        logs[name] = tmp_path / f"{name}.ffsearch"
+        assert run(capsys, "search", "-m", "lenet", "--budget", "300", "--no-early-stop",
+                   "--seed", "4", "--out", str(logs[name]), *flags)[0] == 0
+    early, full = (read_search_log(logs[name]) for name in ("early", "full"))
+    assert any(e.early for e in early.steps) and not any(e.early for e in full.steps)
+    assert [(e.changes, e.accepted, e.current) for e in early.steps] == \
+        [(e.changes, e.accepted, e.current) for e in full.steps]
+    for point in early.final.frontier:
+        assert any(p.time <= point.time and p.memory <= point.memory
+                   for p in full.final.frontier)
+
+
 def test_a_resumed_search_counts_the_time_it_ran_before(capsys, tmp_path):
     log, torn = tmp_path / "run.ffsearch", tmp_path / "torn.ffsearch"
     assert run(capsys, "search", "-m", "lenet", "--budget", "600", "--no-early-stop", "--out",

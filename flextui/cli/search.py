@@ -58,6 +58,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="every N iterations, go back to the chain's best strategy")
     p.add_argument("--no-early-stop", action="store_true",
                    help="run the whole budget even when the best stops improving")
+    p.add_argument("--no-early-reject", action="store_true",
+                   help="simulate every proposal to its end, even one already sure to be "
+                   "rejected: slower, but every proposal can join the time/memory frontier")
     p.add_argument("--memory-budget", metavar="SIZE",
                    help="per-device memory budget (12GiB, 16GB): the search penalises more, "
                    "and the fastest strategy within it is exported")
@@ -114,7 +117,8 @@ def _inputs(args, resume):
             args.budget or DEFAULT_BUDGET, seed=args.seed, workers=args.workers,
             beta=args.beta, memory=args.memory, memory_budget=args.memory_budget,
             init=args.init, restart_every=args.restart_every,
-            converge=not args.no_early_stop, training=not args.inference)
+            converge=not args.no_early_stop, training=not args.inference,
+            early_reject=not args.no_early_reject)
     except FieldError as e:
         raise FlextuiError(e.flag_message) from None
     if resume is not None:
