@@ -24,9 +24,29 @@ from flextui.machine import Cluster
 from flextui.sim.memory import MemoryPolicy, MemoryTracker, memory_penalty_s
 from flextui.sim.schedule import Times, reschedule, schedule
 from flextui.sim.simulator import Simulator
-from flextui.sim.taskgraph import Change, TaskGraph
+from flextui.sim.taskgraph import Change, TaskGraph, check_deadline
 from flextui.sim.timeline import Timeline, build_timeline
 from flextui.strategy import ParallelConfig, Strategy
+
+#: how many added tasks ``_earliest_ready`` looks at between looks at the clock
+CLOCK_EVERY = 4096
+
+
+def _earliest_ready(tg: TaskGraph, times: Times, change: Change, deadline: float) -> float:
+    """The earliest ready time of a task the change took away or added (for an added
+    one, a lower bound: the latest end of its predecessors that were there before);
+    TimeoutError once ``time.monotonic()`` passes ``deadline`` (a big change adds
+    hundreds of thousands of tasks)."""
+    added = set(change.added)
+    t0 = min((times.ready[t] for t in change.removed), default=math.inf)
+    for n, t in enumerate(change.added):
+        if n % CLOCK_EVERY == 0:
+            check_deadline(deadline, "finding the change's ready times")
+        preds = tg.store.preds(t)
+        known = [times.end[p] for p in preds if p not in added]
+        if known or not preds:
+            t0 = min(t0, max(known, default=0.0))
+    return t0
 
 
 class DeltaSimulator:
@@ -82,15 +102,8 @@ class DeltaSimulator:
         saved = (times.copy(), self.makespan)
         change = tg.replace_ops(resolved, deadline)
         self._account(change, +1)
-        added = set(change.added)
-        # the earliest ready time of a task the proposal took away or added
-        t0 = min((times.ready[t] for t in change.removed), default=float("inf"))
-        for t in added:  # a lower bound on when each new task can be ready
-            preds = tg.store.preds(t)
-            known = [times.end[p] for p in preds if p not in added]
-            if known or not preds:
-                t0 = min(t0, max(known, default=0.0))
         try:
+            t0 = _earliest_ready(tg, times, change, deadline)
             self.makespan = reschedule(tg, times, t0, change.added, change.removed, limit,
                                        deadline)
         except TimeoutError:

@@ -340,10 +340,10 @@ class TaskGraph:
             for op, config in new.values():
                 self._add_op_tasks(op, config)
             for a, b in edges:
-                _on_time(deadline)
+                check_deadline(deadline, "the task graph's edit")
                 self._add_edge(self.graph.ops[a], self.graph.ops[b])
             for name in params:
-                _on_time(deadline)
+                check_deadline(deadline, "the task graph's edit")
                 self._add_param_tasks(name)
         except TimeoutError:
             change.added, self._added = self._added, None
@@ -366,9 +366,11 @@ class TaskGraph:
         self.param_shards.update(change.param_shards)
 
 
-def _on_time(deadline: float) -> None:
+def check_deadline(deadline: float, what: str) -> None:
+    """TimeoutError (``what`` ran past its deadline) once ``time.monotonic()`` has passed
+    ``deadline``."""
     if deadline < math.inf and time.monotonic() > deadline:
-        raise TimeoutError("the task graph's edit ran past its deadline")
+        raise TimeoutError(f"{what} ran past its deadline")
 
 
 @dataclass
