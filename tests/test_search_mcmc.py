@@ -10,7 +10,7 @@ from flextui.cost import AnalyticCostModel
 from flextui.search import RestartEvent, SearchOptions, read_search_log, run_search
 from flextui.search.events import StepEvent
 from flextui.search.mcmc import Chain
-from flextui.search.runner import drive
+from flextui.search.chains import drive
 from flextui.sim import Simulator
 from flextui.strategy import builtin_strategy, data_parallel
 from helpers import four_gpus, model
@@ -86,7 +86,7 @@ def test_a_step_past_the_time_budget_is_abandoned_and_the_chain_stops_on_time(mo
     assert abandoned
     iteration = chain.iteration
     # drive hands the chain the budget's end; a step still running then ends the chain
-    monkeypatch.setattr("flextui.search.runner._deadline", lambda chain, options: 0.0)
+    monkeypatch.setattr("flextui.search.chains._deadline", lambda chain, options: 0.0)
     emitted = []
     reason = drive(chain, SearchOptions(time_limit=1e6), lambda: False, emitted.extend)
     steps = [item for item in emitted if isinstance(item, StepEvent)]
