@@ -28,11 +28,11 @@ from flextui.search.log import (
     FrontierPoint,
     SearchHeader,
     SearchLog,
-    SearchLogWriter,
     read_search_log,
 )
 from flextui.search.logfile import scan_frames
 from flextui.search.logformat import frame
+from flextui.search.logwriter import SearchLogWriter
 from flextui.strategy import ParallelConfig, Strategy, data_parallel, random_config
 from helpers import cluster, edit_log_header, model
 
@@ -496,7 +496,8 @@ WRITER = """
 import sys
 from flextui.graph.library import load_model
 from flextui.machine import load_named_cluster
-from flextui.search.log import SearchHeader, SearchLogWriter, read_search_log
+from flextui.search.log import SearchHeader, read_search_log
+from flextui.search.logwriter import SearchLogWriter
 from flextui.errors import SearchLogError
 path, mode = sys.argv[1], sys.argv[2]
 sys.stdin.readline()

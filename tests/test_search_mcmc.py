@@ -8,9 +8,9 @@ import pytest
 
 from flextui.cost import AnalyticCostModel
 from flextui.search import RestartEvent, SearchOptions, read_search_log, run_search
+from flextui.search.chains import drive
 from flextui.search.events import StepEvent
 from flextui.search.mcmc import Chain
-from flextui.search.chains import drive
 from flextui.sim import Simulator
 from flextui.strategy import builtin_strategy, data_parallel
 from helpers import four_gpus, model

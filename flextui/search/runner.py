@@ -35,9 +35,9 @@ from flextui.search.log import (
     FrontierPoint,
     SearchHeader,
     SearchLog,
-    SearchLogWriter,
 )
 from flextui.search.logfile import LogWriteError
+from flextui.search.logwriter import SearchLogWriter
 from flextui.search.mcmc import Chain
 from flextui.search.options import SearchOptions
 from flextui.strategy import Strategy
