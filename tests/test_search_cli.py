@@ -11,9 +11,11 @@ import time
 import pytest
 
 from flextui.cli import main
+from flextui.cost import AnalyticCostModel
 from flextui.search import read_search_log
 from flextui.sim import taskstore
-from helpers import edit_log_header
+from flextui.strategy import builtin_strategy
+from helpers import cluster, edit_log_header, model
 
 
 def run(capsys, *argv):
@@ -402,6 +404,32 @@ def test_exported_strategies_are_named_for_what_they_are(capsys, tmp_path):
     assert f"strategy after step 50 of chain 0: {cost * 1e3:.3f} ms" in " ".join(out.split())
     code, out, _ = run(capsys, "replay", str(log), "--step", "50", "--json")
     assert code == 0 and json.loads(out)["step"] == {"chain": 0, "iteration": 50, "cost_s": cost}
+
+
+def test_a_search_simulates_each_baseline_once(capsys, tmp_path, monkeypatch):
+    """--init auto simulates data parallelism and the expert strategy to pick the start;
+    the summary's baselines are those same costs, not simulated again (a full simulation
+    at scale takes as long as many proposals)."""
+    from flextui.sim.simulator import Simulator
+    simulated, simulate = [], Simulator.simulate
+
+    def counted(self, strategy, *args, **kwargs):
+        simulated.append(strategy.name)
+        return simulate(self, strategy, *args, **kwargs)
+    monkeypatch.setattr(Simulator, "simulate", counted)
+    code, out, _ = run(capsys, "search", "-m", "lenet", "--budget", "100", "--workers", "2",
+                       "--out", str(tmp_path / "run.ffsearch"), "--json")
+    assert code == 0
+    assert sorted(n for n in simulated if n != "searched (seed 0)") == ["data-parallel",
+                                                                      "expert"]
+    costs = {name: Simulator.simulate(Simulator(model("lenet"), cluster("p100-4x4@1node"),
+                                                AnalyticCostModel()),
+                                      builtin_strategy(name, model("lenet"),
+                                                       cluster("p100-4x4@1node"))).cost
+             for name in ("data-parallel", "expert")}
+    data = json.loads(out)
+    assert (data["data_parallel_s"], data["expert_s"]) == (costs["data-parallel"],
+                                                           costs["expert"])
 
 
 def test_no_early_reject_simulates_every_proposal_with_the_same_moves(capsys, tmp_path):

@@ -46,10 +46,11 @@ def cmd_replay(args: argparse.Namespace, console: Console) -> int | None:
 
 def _replay_headless(args: argparse.Namespace, console: Console) -> None:
     from flextui.cost import cost_model_from_identity
+    from flextui.search.baselines import search_simulator
     from flextui.search.files import searched_strategy_name
     from flextui.search.log import read_search_log
     from flextui.search.options import SearchOptions
-    from flextui.search.summary import log_summary, search_simulator
+    from flextui.search.summary import log_summary
     from flextui.sim.trace import write_trace
     from flextui.strategy import Strategy, save_strategy
     log = read_search_log(args.log)

@@ -15,29 +15,26 @@ from flextui.cost.model import CostModel
 from flextui.errors import FlextuiError
 from flextui.graph import OpGraph
 from flextui.machine import Cluster
+from flextui.search.baselines import fastest_baseline
 from flextui.search.events import StepEvent, StopReason
 from flextui.search.log import Checkpoint, SearchLog
 from flextui.search.mcmc import Chain, chain_seed
 from flextui.search.options import INITS, SearchOptions
-from flextui.sim import Simulator
 from flextui.strategy import Strategy, builtin_strategy, random_strategy
 
 BATCH_S = 0.1        # how often a chain hands its events on
 CHECKPOINT_S = 5.0   # how often a chain checkpoints into the log
 
 
-def initial_strategy(init: str, graph: OpGraph, cluster: Cluster, cost_model: CostModel,
-                     options: SearchOptions, chain: int) -> Strategy:
+def initial_strategy(init: str, graph: OpGraph, cluster: Cluster, options: SearchOptions,
+                     chain: int, baselines: Callable[[], dict[str, float]]) -> Strategy:
     """A chain's starting point: a built-in strategy, a random one per chain, or with
-    "auto" the faster of data parallelism and the expert strategy (so a search never
-    returns worse than both)."""
+    "auto" the faster of the baselines, data parallelism and the expert strategy (so a
+    search never returns worse than both; ``baselines()`` gives their costs)."""
     if init == "random":
         return random_strategy(graph, cluster, seed=hash_seed(chain_seed(options.seed, chain)))
     if init == "auto":
-        simulator = Simulator(graph, cluster, cost_model, options.training, options.memory)
-        candidates = [builtin_strategy(name, graph, cluster)
-                      for name in ("data-parallel", "expert")]
-        return min(candidates, key=lambda s: simulator.simulate(s).cost)
+        return builtin_strategy(fastest_baseline(baselines()), graph, cluster)
     return builtin_strategy(init, graph, cluster)
 
 
@@ -153,18 +150,19 @@ class ChainStart:
 
 
 def chain_starts(options: SearchOptions, graph: OpGraph, cluster: Cluster,
-                 cost_model: CostModel, initial: Strategy | None,
-                 resume: SearchLog | None) -> list[ChainStart]:
+                 initial: Strategy | None, resume: SearchLog | None,
+                 baselines: Callable[[], dict[str, float]]) -> list[ChainStart]:
     """Where each chain starts. Resuming, a chain goes on from its last checkpoint; one
     that never reached its first (the search was killed while it set up) starts over as
-    it first did, which needs its initial strategy to be one flextui can rebuild."""
+    it first did, which needs its initial strategy to be one flextui can rebuild.
+    ``baselines()`` gives the baselines' costs, for ``--init auto``."""
     starts = []
     for c in range(options.chains):
         first = next((cp for cp in resume.checkpoints if cp.chain == c), None) if resume \
             else None
         if resume is None or first is None:
             starts.append(ChainStart(c, initial or _rebuilt_initial(options, graph, cluster,
-                                                                    cost_model, c, resume)))
+                                                                    c, resume, baselines)))
             continue
         steps = resume.steps_of(c)
         starts.append(ChainStart(c, None, resume.last_checkpoint(c), first.current_cost,
@@ -172,11 +170,12 @@ def chain_starts(options: SearchOptions, graph: OpGraph, cluster: Cluster,
     return starts
 
 
-def _rebuilt_initial(options: SearchOptions, graph: OpGraph, cluster: Cluster,
-                     cost_model: CostModel, chain: int, resume: SearchLog | None) -> Strategy:
+def _rebuilt_initial(options: SearchOptions, graph: OpGraph, cluster: Cluster, chain: int,
+                     resume: SearchLog | None, baselines: Callable[[], dict[str, float]]
+                     ) -> Strategy:
     if resume is not None and options.init not in INITS:
         raise FlextuiError(f"{resume.path}: chain {chain} was stopped before its first "
                            f"checkpoint, and its initial strategy ({options.init!r:.80}, a "
                            "file) is not in the log; start a new search with --init and "
                            "that file")
-    return initial_strategy(options.init, graph, cluster, cost_model, options, chain)
+    return initial_strategy(options.init, graph, cluster, options, chain, baselines)

@@ -26,6 +26,7 @@ from flextui.cost.model import CostModel
 from flextui.errors import FlextuiError, SearchLogError
 from flextui.graph import OpGraph, graph_from_dict
 from flextui.machine import Cluster
+from flextui.search.baselines import baseline_costs
 from flextui.search.chains import ChainStart, chain_starts, drive
 from flextui.search.events import RestartEvent, StepEvent, StopReason
 from flextui.search.frontier import Frontier
@@ -79,6 +80,8 @@ class SearchResult:
     elapsed: float
     chains: list[ChainSummary]
     frontier: list[FrontierPoint]
+    #: the baselines' simulated costs (``baselines``), where the search had them
+    baselines: dict[str, float] | None = None
 
     @property
     def iterations(self) -> int:
@@ -170,9 +173,13 @@ def run_search(graph: OpGraph, cluster: Cluster, cost_model: CostModel,
                on_events: EventSink | None = None,
                on_reset: ResetSink | None = None,
                stop: threading.Event | None = None, pause: threading.Event | None = None,
-               processes: bool | None = None) -> SearchResult:
+               processes: bool | None = None,
+               baselines: dict[str, float] | None = None) -> SearchResult:
     """Run ``options.chains`` chains to their stop rules (or until ``stop`` is set) and
-    return the best strategy found. ``initial`` overrides ``options.init``. With
+    return the best strategy found. ``initial`` overrides ``options.init``.
+    ``baselines`` are the ``baseline_costs`` of these inputs where the caller has them
+    already; otherwise they are simulated once if ``--init auto`` needs them, and the
+    result carries them either way (its summary then needs no more simulations). With
     ``log_path`` the search is logged there; with ``resume`` (a log read back) it goes
     on from that log's checkpoints, appending to it.
 
@@ -204,8 +211,14 @@ def run_search(graph: OpGraph, cluster: Cluster, cost_model: CostModel,
             collector.accepted[step.chain] = collector.accepted.get(step.chain, 0) + step.accepted
     # a resumed search's time counts what the log already ran
     started = time.monotonic() - (resume.elapsed if resume is not None else 0.0)
+    known = dict(baselines or {})
+
+    def costs() -> dict[str, float]:
+        if not known:
+            known.update(baseline_costs(graph, cluster, cost_model, options))
+        return known
     try:
-        starts = chain_starts(options, graph, sim_cluster, cost_model, initial, resume)
+        starts = chain_starts(options, graph, sim_cluster, initial, resume, costs)
         for start in starts:
             start.search_started = started
         if options.chains == 1 and not processes:
@@ -215,6 +228,7 @@ def run_search(graph: OpGraph, cluster: Cluster, cost_model: CostModel,
             reasons = _run_workers(starts, graph, sim_cluster, cost_model, options, stop,
                                    pause, collector)
         result = _result(collector, reasons, time.monotonic() - started)
+        result.baselines = known or None
         collector.log(SearchLogWriter.final, FinalRecord(
             result.reason, result.iterations, result.elapsed, result.best_cost, result.best,
             result.best_chain, result.frontier))

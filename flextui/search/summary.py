@@ -8,29 +8,12 @@ from flextui.cost.identity import cost_model_label
 from flextui.cost.model import CostModel
 from flextui.graph import OpGraph
 from flextui.machine import Cluster
+from flextui.search.baselines import baseline_costs, search_simulator
 from flextui.search.compute_bound import work_lower_bound
 from flextui.search.log import SearchLog
 from flextui.search.options import SearchOptions
 from flextui.search.runner import SearchResult
-from flextui.sim import Simulator
-from flextui.strategy import Strategy, builtin_strategy
-
-
-def search_simulator(graph: OpGraph, cluster: Cluster, cost_model: CostModel,
-                     options: SearchOptions) -> Simulator:
-    """A simulator that simulates as the search does (same training mode, memory policy
-    and memory budget): what its costs and timelines are to be compared with."""
-    if options.memory_budget:
-        cluster = cluster.with_memory_limit(options.memory_budget)
-    return Simulator(graph, cluster, cost_model, options.training, options.memory)
-
-
-def baseline_costs(graph: OpGraph, cluster: Cluster, cost_model: CostModel,
-                   options: SearchOptions) -> dict[str, float]:
-    """The simulated cost of data parallelism and of the expert strategy."""
-    simulator = search_simulator(graph, cluster, cost_model, options)
-    return {name: simulator.simulate(builtin_strategy(name, graph, cluster)).cost
-            for name in ("data-parallel", "expert")}
+from flextui.strategy import Strategy
 
 
 def _frontier(points) -> list[dict[str, float]]:
@@ -39,7 +22,7 @@ def _frontier(points) -> list[dict[str, float]]:
 
 def search_summary(result: SearchResult, graph: OpGraph, cluster: Cluster,
                    cost_model: CostModel, options: SearchOptions) -> dict[str, Any]:
-    baselines = baseline_costs(graph, cluster, cost_model, options)
+    baselines = result.baselines or baseline_costs(graph, cluster, cost_model, options)
     dp, expert = baselines["data-parallel"], baselines["expert"]
     return {
         "model": graph.meta.get("model", graph.name), "cluster": cluster.name,

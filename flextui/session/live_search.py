@@ -16,12 +16,12 @@ from pathlib import Path
 from flextui.cost.model import CostModel
 from flextui.graph import OpGraph
 from flextui.machine import Cluster
+from flextui.search.baselines import baseline_costs
 from flextui.search.events import RestartEvent, StepEvent, StopReason
 from flextui.search.log import SearchLog
 from flextui.search.logformat import Checkpoint
 from flextui.search.options import SearchOptions
 from flextui.search.runner import SearchResult, run_search
-from flextui.search.summary import baseline_costs
 from flextui.session.jobs import BackgroundJob
 from flextui.session.search_watch import SearchView, SearchWatch
 from flextui.strategy import Strategy
@@ -81,7 +81,7 @@ class LiveSearch(BackgroundJob):
                             initial=self._initial, log_path=self.log_path,
                             resume=self._resume, on_events=self._take,
                             on_reset=self._reset, stop=self._stop, pause=self._pause,
-                            processes=self._processes)
+                            processes=self._processes, baselines=baselines)
         self._end("stopped" if result.reason == StopReason.INTERRUPTED else "finished", result)
 
     def _failed(self, message: str) -> None:

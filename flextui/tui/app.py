@@ -29,10 +29,10 @@ from flextui.cost.choose import CostKind, choose_cost_model
 from flextui.errors import FlextuiError
 from flextui.graph import OpGraph
 from flextui.machine import Cluster
+from flextui.search.baselines import baseline_costs
 from flextui.search.files import default_log_path
 from flextui.search.log import read_search_log
 from flextui.search.options import SearchOptions
-from flextui.search.summary import baseline_costs
 from flextui.session.launching import LaunchRequest, launch_request, launch_strategy
 from flextui.session.live_launch import LiveLaunch
 from flextui.session.live_profile import LiveProfile

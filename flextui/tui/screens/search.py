@@ -236,7 +236,7 @@ class SearchScreen(Screen):
     def _timelines(self, best: Strategy) -> None:
         """On a worker thread: simulate the best strategy and data parallelism, then
         open the Timeline screen on the UI thread."""
-        from flextui.search.summary import search_simulator
+        from flextui.search.baselines import search_simulator
         from flextui.tui.screens.timeline import TimelineScreen
         setup = self.setup
         simulator = search_simulator(setup.graph, setup.cluster, setup.cost_model, setup.options)
