@@ -1,6 +1,7 @@
 """A plain (non-editable) install carries the model and cluster libraries and, where a C
 compiler is at hand (as in CI), the simulator's compiled core."""
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -13,8 +14,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.mark.slow
 def test_wheel_contains_the_libraries(tmp_path):
+    # built from a copy of the sources: setuptools writes build/ and *.egg-info/ beside
+    # them, and the checkout is left as it was
+    source = tmp_path / "source"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
+        ".git", ".venv", "build", "*.egg-info", ".*_cache", "__pycache__", "*.so", "*.pyd"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                    "-q", "-w", str(tmp_path), str(ROOT)], check=True, timeout=300,
+                    "-q", "-w", str(tmp_path), str(source)], check=True, timeout=300,
                    cwd=tmp_path)
     wheel, = tmp_path.glob("flextui-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
