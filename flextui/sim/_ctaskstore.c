@@ -537,7 +537,7 @@ monotonic(void)
     return value;
 }
 
-/* how many tasks the loop simulates between looks at the clock */
+/* how many tasks the loop simulates between looks at the clock (taskstore.CLOCK_EVERY) */
 #define CLOCK_EVERY 4096
 
 /* reschedule(ready, start, end, order, t0, changed, removed[, limit[, deadline]]) ->

@@ -24,12 +24,10 @@ from flextui.machine import Cluster
 from flextui.sim.memory import MemoryPolicy, MemoryTracker, memory_penalty_s
 from flextui.sim.schedule import Times, reschedule, schedule
 from flextui.sim.simulator import Simulator
-from flextui.sim.taskgraph import Change, TaskGraph, check_deadline
+from flextui.sim.taskgraph import Change, TaskGraph
+from flextui.sim.taskstore import CLOCK_EVERY, check_deadline
 from flextui.sim.timeline import Timeline, build_timeline
 from flextui.strategy import ParallelConfig, Strategy
-
-#: how many added tasks ``_earliest_ready`` looks at between looks at the clock
-CLOCK_EVERY = 4096
 
 
 def _earliest_ready(tg: TaskGraph, times: Times, change: Change, deadline: float) -> float:

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import enum
 import math
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -43,7 +42,7 @@ from flextui.graph.tensor import dtype_bytes
 from flextui.machine import Cluster, Link
 from flextui.sim.overlaps import block_overlaps
 from flextui.sim.replicas import ReplicaGroup, replica_plan
-from flextui.sim.taskstore import new_store
+from flextui.sim.taskstore import check_deadline, new_store
 from flextui.strategy import ParallelConfig, Strategy
 
 
@@ -364,13 +363,6 @@ class TaskGraph:
         self.edge_tasks.update(change.edges)
         self.param_tasks.update(change.param_tasks)
         self.param_shards.update(change.param_shards)
-
-
-def check_deadline(deadline: float, what: str) -> None:
-    """TimeoutError (``what`` ran past its deadline) once ``time.monotonic()`` has passed
-    ``deadline``."""
-    if deadline < math.inf and time.monotonic() > deadline:
-        raise TimeoutError(f"{what} ran past its deadline")
 
 
 @dataclass

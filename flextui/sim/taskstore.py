@@ -45,8 +45,17 @@ try:
 except ImportError:  # built without a C compiler: the pure-Python store serves
     CTaskStore = None  # type: ignore[assignment,misc]
 
-#: how many tasks the event loop simulates between looks at the clock
+#: how many tasks a stage of the simulator handles between looks at the clock
 CLOCK_EVERY = 4096
+
+
+def check_deadline(deadline: float, what: str) -> None:
+    """TimeoutError (``what`` ran past its deadline) once ``time.monotonic()`` has passed
+    ``deadline``. The simulator's stages look every ``CLOCK_EVERY`` tasks, or between
+    edges and parameters of a graph edit."""
+    if deadline < math.inf and time.monotonic() > deadline:
+        raise TimeoutError(f"{what} ran past its deadline")
+
 
 #: what a task is to one run of the event loop (``reschedule``)
 UNTOUCHED, WAITING, QUEUED, DONE = range(4)
@@ -244,9 +253,8 @@ class PyTaskStore:
             for u in succs[gone]:
                 freshen(u)
         while True:
-            if deadline < math.inf and (len(out) - kept) % CLOCK_EVERY == 0 \
-                    and time.monotonic() > deadline:
-                raise TimeoutError("the simulation ran past its deadline")
+            if deadline < math.inf and (len(out) - kept) % CLOCK_EVERY == 0:
+                check_deadline(deadline, "the simulation")
             while sweep < len(old) and (state[old[sweep]] != UNTOUCHED or not alive[old[sweep]]):
                 sweep += 1
             t = -1
