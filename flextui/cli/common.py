@@ -119,6 +119,17 @@ def stop_on_signals(stop: threading.Event):
             signal.signal(s, h)
 
 
+def strategy_arg(p: argparse.ArgumentParser, default: str | None = "data-parallel",
+                 file_note: str = "") -> None:
+    """--strategy: a strategy file, or a built-in strategy by name (``load_strategy``
+    reads either)."""
+    from flextui.strategy import BUILTIN_STRATEGIES
+    names = ", ".join(f"{name} (default)" if name == default else name
+                      for name in BUILTIN_STRATEGIES)
+    p.add_argument("--strategy", "-s", default=default, metavar="FILE|NAME",
+                   help=f"a strategy .json file{file_note}, or {names}")
+
+
 def memory_arg(p: argparse.ArgumentParser) -> None:
     """--memory: what a strategy over a device's memory costs."""
     from flextui.sim.memory import MemoryPolicy

@@ -34,6 +34,7 @@ from flextui.cli.common import (
     load_graph,
     model_args,
     stop_on_signals,
+    strategy_arg,
 )
 from flextui.errors import FlextuiError
 
@@ -48,9 +49,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      "and memory, against the simulated iteration and busy times. Every rank "
                      "reports on its stdout; everything is kept in a run log (.ffrun).")
     model_args(p)
-    p.add_argument("--strategy", "-s", default="data-parallel", metavar="FILE|NAME",
-                   help="a strategy .json file (made for this model, batch and options), or "
-                   "data-parallel (default), expert, model-parallel, random")
+    strategy_arg(p, file_note=" (made for this model, batch and options)")
     p.add_argument("--cluster", "-c", default=None,
                    help="the devices the strategy is for: default this machine's GPUs, or "
                    "--nproc-per-node CPU processes (local-cpu-N) without a GPU")

@@ -8,7 +8,15 @@ import argparse
 from rich.console import Console
 from rich.table import Table
 
-from flextui.cli.common import cluster_arg, emit_json, load_graph, load_strategy, model_args, si
+from flextui.cli.common import (
+    cluster_arg,
+    emit_json,
+    load_graph,
+    load_strategy,
+    model_args,
+    si,
+    strategy_arg,
+)
 from flextui.errors import FlextuiError
 
 
@@ -34,8 +42,7 @@ def show_arguments(p: argparse.ArgumentParser) -> None:
                      "and FLOPs. With --strategy: validate it against the model and cluster and "
                      "print each op's degrees and devices.")
     model_args(p)
-    p.add_argument("--strategy", "-s", metavar="FILE|NAME",
-                   help="a strategy .json file, or data-parallel, model-parallel, expert, random")
+    strategy_arg(p, default=None)
     cluster_arg(p)
     p.add_argument("--export", metavar="FILE", help="write the strategy to FILE as JSON")
     p.add_argument("--limit", type=int, default=40, help="rows to print (0: all; default 40)")

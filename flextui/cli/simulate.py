@@ -16,6 +16,7 @@ from flextui.cli.common import (
     load_strategy,
     memory_arg,
     model_args,
+    strategy_arg,
 )
 
 
@@ -25,9 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      "throughput, per-device utilisation and memory, communication, and the ops "
                      "that take the longest.")
     model_args(p)
-    p.add_argument("--strategy", "-s", default="data-parallel", metavar="FILE|NAME",
-                   help="a strategy .json file, or data-parallel (default), model-parallel, "
-                   "expert, random")
+    strategy_arg(p)
     cluster_arg(p)
     p.add_argument("--inference", action="store_true", help="forward pass only")
     memory_arg(p)
