@@ -124,14 +124,19 @@ class SetupScreen(Screen):
             self.model_label, self.cluster_label = model_label, cluster_label
             self.cost = cost
 
+        what = "search"   # what the user asked for, in messages
+
     class StartProfile(StartSearch):
         """The user asked to profile the model's tasks for the cluster's device count."""
+
+        what = "profile"
 
     class StartLaunch(StartSearch):
         """The user asked to train the model under ``strategy`` (a built-in name or a
         strategy file) on the cluster's devices here."""
 
         strategy = "data-parallel"
+        what = "launch"
 
     def __init__(self, model: str | None = None, cluster: str | None = None) -> None:
         super().__init__()
@@ -141,7 +146,8 @@ class SetupScreen(Screen):
         self.pending: dict[str, tuple[Worker, tuple[str, ...]]] = {}
         self.timers: dict[str, Timer] = {}
         self.start_wanted: type[SetupScreen.StartSearch] | None = None   # what to start once loaded
-        self.invalid_option: str | None = None
+        #: the option input in error and its message, while one is
+        self.invalid_option: tuple[str, str] | None = None
         self.last_cluster_name = ""
 
     # -- layout -------------------------------------------------------------------------
@@ -339,8 +345,8 @@ class SetupScreen(Screen):
                                      memory=self._text("memory"),
                                      memory_budget=self._text("memory-budget"))
         except FieldError as e:
-            self.invalid_option = FIELD_INPUTS[e.field]
-            self._show_error("options", str(e), self.invalid_option)
+            self.invalid_option = (FIELD_INPUTS[e.field], str(e))
+            self._show_error("options", str(e), FIELD_INPUTS[e.field])
             self._summary().show("options", "Search", "see the error")
             return None
         self.invalid_option = None
@@ -352,15 +358,15 @@ class SetupScreen(Screen):
         """Start the search (or what ``wanted`` asks for) once the model and cluster are
         loaded and the form is valid."""
         self.start_wanted = wanted or self.StartSearch
+        retried = [part for part, loaded in self.loaded.items()
+                   if loaded.error and loaded.key == self._key(part)]
         for part in [part for part, loaded in self.loaded.items() if loaded.error]:
             del self.loaded[part]
             self._request(part, force=True)  # a missing file may be there now
         self._try_start()
-        if self.start_wanted:
-            what = {self.StartProfile: "profiling", self.StartLaunch: "the launch"}.get(
-                self.start_wanted, "the search")
-            self.notify(f"Loading… {what} starts when the model and cluster are ready.",
-                        timeout=3)
+        if self.start_wanted and not retried:  # a retry that fails again says so
+            self.notify(f"Loading… the {self.start_wanted.what} starts when the model and "
+                        "cluster are ready.", timeout=3)
 
     def action_profile(self) -> None:
         self.action_start(self.StartProfile)
@@ -371,7 +377,8 @@ class SetupScreen(Screen):
     def _try_start(self) -> None:
         options = self._check_options()
         if options is None:
-            self._stop_wanting(self.invalid_option)
+            assert self.invalid_option is not None  # what _check_options found
+            self._stop_wanting(*self.invalid_option)
             return
         for part in PARTS:
             self._request(part)
@@ -382,7 +389,7 @@ class SetupScreen(Screen):
         loaded = cast(list[Loaded], parts)  # none is None now
         failed = next((part for part, p in zip(PARTS, loaded) if p.error), None)
         if failed:
-            self._stop_wanting(self.loaded[failed].field)
+            self._stop_wanting(self.loaded[failed].field, self.loaded[failed].error or "")
             return
         wanted, self.start_wanted = self.start_wanted, None
         assert wanted is not None  # this runs only while a start is wanted
@@ -393,11 +400,23 @@ class SetupScreen(Screen):
             message.strategy = self._text("launch-strategy").strip() or message.strategy
         self.post_message(message)
 
-    def _stop_wanting(self, field: str | None) -> None:
-        """Do not start; focus the input the error is about."""
-        self.start_wanted = None
+    def _stop_wanting(self, field: str | None, error: str) -> None:
+        """Do not start: say which field is wrong and why, and focus it."""
+        wanted, self.start_wanted = self.start_wanted, None
+        assert wanted is not None  # this runs only while a start is wanted
+        where = self._field_name(field) if field else "the form"
+        self.notify(f"No {wanted.what} started: fix {where}: {error}", severity="error",
+                    timeout=8)
         if field:
             self.query_one(f"#{field}").focus()
+
+    def _field_name(self, field: str) -> str:
+        """How the form names the input ``field``: its part and its row ("Model batch
+        size", "Cluster file")."""
+        row = self.query_one(f"#{field}").parent
+        assert isinstance(row, Widget) and isinstance(row.parent, Widget)
+        label = str(row.query_one(Label).content).removeprefix("or ")
+        return f"{row.parent.border_title} {label}"
 
     def action_focus_field(self, field: str) -> None:
         self.query_one(f"#{field}").focus()
