@@ -10,6 +10,7 @@ from flextui.machine import load_named_cluster
 from flextui.search import SearchOptions
 from flextui.session.live_profile import LiveProfile
 from flextui.tui.app import FlextuiApp
+from flextui.tui.screens import keys
 from flextui.tui.screens.help import HelpScreen
 from flextui.tui.screens.profile import ProfileScreen
 from flextui.tui.screens.search import SearchScreen
@@ -106,6 +107,43 @@ async def test_the_key_map_says_how_to_close_it_and_switch_tabs(tmp_path):
         for key, tab in (("2", "tab-map"), ("3", "tab-frontier"), ("1", "tab-strategy")):
             await pilot.press(key)
             assert tabs.active == tab
+
+
+# -- typed text and single keys ------------------------------------------------------
+
+
+@pytest.fixture
+def asked(monkeypatch) -> list:
+    """What the Setup screen asks the app to start (nothing is started)."""
+    asked: list = []
+    for message in ("search", "profile", "launch"):
+        monkeypatch.setattr(FlextuiApp, f"on_setup_screen_start_{message}",
+                            lambda app, m: asked.append(m))
+    return asked
+
+
+async def test_a_word_typed_outside_a_field_starts_nothing(monkeypatch, asked, tmp_path):
+    """Words typed with no text field focused start no search (s) and no profile (p):
+    a key that starts work acts only alone, and no key acts amid typing; the screen
+    says the text went nowhere. Alone, p still profiles."""
+    notes: list[str] = []
+    monkeypatch.setattr(FlextuiApp, "notify", lambda app, message, **_: notes.append(message))
+    monkeypatch.setattr(keys, "TYPING_GAP_S", 3600.0)  # the test's keys are one burst
+    app = FlextuiApp(log_dir=tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert app.focused.id == "start"
+        for word in ("search", "expert", "help me please"):
+            await pilot.press(*word)
+        await pilot.press("enter")
+        await settle(pilot)
+        assert asked == [] and isinstance(app.screen, SetupScreen)
+        assert [note for note in notes if note.startswith("Typed text goes nowhere")]
+        monkeypatch.setattr(keys, "TYPING_GAP_S", 0.05)
+        await pilot.pause(0.1)                            # longer than the gap
+        await pilot.press("p")
+        await wait_for(pilot, lambda: asked)
+        assert isinstance(asked[0], SetupScreen.StartProfile)
 
 
 # -- snapshots at 80x24 --------------------------------------------------------------

@@ -141,6 +141,7 @@ async def test_x_stops_the_run_and_b_waits_for_it(tmp_path):
         await wait_for(pilot, lambda: live.view().state == "running")
         await pilot.pause(0.3)
         await pilot.press("b")
+        await wait_for(pilot, lambda: app.screen._baseline_wanted)  # b acts once alone
         assert made == []                                   # not while the run goes
         await pilot.press("x")
         await wait_for(pilot, lambda: live.done, timeout=10)

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, ClassVar, cast
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
-from textual.screen import Screen
 from textual.widgets import Footer, Header, ProgressBar, TabbedContent, TabPane
 
 from flextui.cost.model import CostModel
@@ -28,6 +27,7 @@ from flextui.session.playback import Playback
 from flextui.session.search_watch import SearchView
 from flextui.session.source import SearchSource
 from flextui.strategy import Strategy, builtin_strategy, save_strategy
+from flextui.tui.screens.keys import KeyScreen
 from flextui.tui.widgets.chart import Chart
 from flextui.tui.widgets.search_charts import cost_chart, frontier_chart
 from flextui.tui.widgets.stats import SearchStats
@@ -63,7 +63,7 @@ def budget_text(options: SearchOptions) -> str:
     return " / ".join(parts) or "no budget"
 
 
-class SearchScreen(Screen):
+class SearchScreen(KeyScreen):
     #: the footer shows what fits in 80 columns (with the app's Keys and Quit); the
     #: Help screen and ctrl+p list every key
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -82,6 +82,7 @@ class SearchScreen(Screen):
           for i, (tab, label) in enumerate(TABS.items(), 1)),
         Binding("escape", "back", "Back"),
     ]
+    STARTS_WORK = frozenset({"launch"})
 
     def __init__(self, source: LiveSearch | Playback, setup: SearchSetup,
                  log_path: str | None = None) -> None:

@@ -19,7 +19,6 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
-from textual.screen import Screen
 from textual.timer import Timer
 from textual.widget import Widget
 from textual.widgets import Button, Footer, Input, Label, Select, Static
@@ -44,6 +43,7 @@ from flextui.session.choices import (
     load_model_choice,
 )
 from flextui.sim.memory import MemoryPolicy
+from flextui.tui.screens.keys import KeyScreen
 from flextui.tui.widgets.summary import SetupSummary
 
 DEBOUNCE_S = 0.3
@@ -96,7 +96,7 @@ def error_text(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"  # a broken model file, say: never a traceback
 
 
-class SetupScreen(Screen):
+class SetupScreen(KeyScreen):
     """``model`` (a library name or a model file) and ``cluster`` (a library name, a
     TOML file or "local") preselect the form; with no cluster, the screen detects this
     machine and opens on it when it has GPUs, else on one node of the paper's P100s."""
@@ -110,6 +110,7 @@ class SetupScreen(Screen):
         Binding("p", "profile", "Profile"),
         Binding("l", "launch", "Launch"),
     ]
+    STARTS_WORK = frozenset({"start", "profile", "launch"})
 
     class StartSearch(Message):
         """The user asked for a search of ``graph`` on ``cluster`` with ``options`` and
