@@ -4,7 +4,7 @@ tabs and names a replay's keys "replay"; a snapshot of the Setup screen at that 
 (the Search screen's and the key map's are with the Search screen's tests)."""
 
 import pytest
-from textual.widgets import Static
+from textual.widgets import Input, Static
 
 from flextui.machine import load_named_cluster
 from flextui.search import SearchOptions
@@ -144,6 +144,29 @@ async def test_a_word_typed_outside_a_field_starts_nothing(monkeypatch, asked, t
         await pilot.press("p")
         await wait_for(pilot, lambda: asked)
         assert isinstance(asked[0], SetupScreen.StartProfile)
+
+
+async def test_back_on_setup_its_keys_are_commands_again(monkeypatch, tmp_path):
+    """A search started with ctrl+s from a text field, then esc: focus is off the
+    fields, so p profiles (as the footer says) instead of typing a "p"."""
+    monkeypatch.setattr(keys, "TYPING_GAP_S", 0.05)
+    profiles: list = []
+    monkeypatch.setattr(FlextuiApp, "on_setup_screen_start_profile",
+                        lambda app, m: profiles.append(m))
+    app = FlextuiApp(log_dir=tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        budget = app.screen.query_one("#budget", Input)
+        budget.value = "200"
+        budget.focus()
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: isinstance(app.screen, SearchScreen))
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: isinstance(app.screen, SetupScreen))
+        assert not isinstance(app.focused, Input)
+        await pilot.press("p")
+        await wait_for(pilot, lambda: profiles)
+        assert budget.value == "200"
 
 
 # -- snapshots at 80x24 --------------------------------------------------------------

@@ -236,6 +236,12 @@ class SetupScreen(KeyScreen):
         self._check_options()
         self.call_after_refresh(self._start_loading)   # the form shows first
 
+    def on_screen_resume(self) -> None:
+        """Back from another screen (a search started from a field with ctrl+s, say),
+        focus is never left in a text field: the keys are the footer's again."""
+        if isinstance(self.focused, Input):
+            self.query_one("#start", Button).focus()
+
     def _start_loading(self) -> None:
         """Load the model, and detect this machine or load the cluster, in threads (the
         first detection imports torch: seconds)."""
