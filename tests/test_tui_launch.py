@@ -26,8 +26,8 @@ from runtime_models import small
 SIZE = (80, 24)
 
 
-def lenet_prepared(tmp_path: Path, name="expert"):
-    graph, cluster = small("lenet"), load_named_cluster("local-cpu-2")
+def lenet_prepared(tmp_path: Path, name="expert", ranks=2):
+    graph, cluster = small("lenet"), load_named_cluster(f"local-cpu-{ranks}")
     strategy = builtin_strategy(name, graph, cluster)
     return prepare(graph, strategy, cluster, Training(steps=10, warmup=1),
                    AnalyticCostModel(), run_log=tmp_path / "recorded.ffrun")
@@ -121,6 +121,31 @@ async def test_a_wide_terminal_shows_busy_and_simulated_times_side_by_side(tmp_p
         simulated = live.prepared.simulated["busy_s"][0] * 1e3
         assert "busy ms" in shown and "sim ms" in shown and "error" in shown
         assert f"6.00 {simulated:,.2f}" in " ".join(shown.split())
+
+
+async def test_every_rank_is_reachable_at_80x24(tmp_path):
+    """The devices scroll under their header: at 80x24, 4 ranks all show, and the
+    last of 16 is reached by scrolling the list (what focus starts on)."""
+    for ranks in (4, 16):
+        records = [*({"kind": "start", "rank": r, "pid": r + 1, "host": "h"}
+                     for r in range(ranks)),
+                   *(steps(r, 0, 0, 0.010, 0.006, 0.003) for r in range(ranks))]
+        live = RecordedLaunch(lenet_prepared(tmp_path, "data-parallel", ranks), records,
+                              FINISHED)
+        app = FlextuiApp()
+        async with app.run_test(size=SIZE) as pilot:
+            open_launch(app, live)
+            await wait_for(pilot, lambda: live.done and app.screen._ended)
+            await pilot.pause(0.3)
+            shown = screen_text(app)
+            if ranks == 4:
+                assert all(f"n0.rank{r}" in shown for r in range(4))
+                continue
+            assert "n0.rank0" in shown and "n0.rank15" not in shown
+            assert app.focused.id == "devices-list"
+            await pilot.press("end")
+            await wait_for(pilot, lambda: "n0.rank15" in screen_text(app))
+            assert "samples/s" in screen_text(app)          # the header stays
 
 
 async def test_x_stops_the_run_and_b_waits_for_it(tmp_path):

@@ -75,8 +75,8 @@ class LaunchScreen(KeyScreen):
     ]
     STARTS_WORK = frozenset({"baseline"})
     DEFAULT_CSS = """
+    LaunchScreen #launch-top { height: auto; }
     LaunchScreen #launch-figures { height: auto; }
-    LaunchScreen #launch-devices { height: auto; max-height: 50%; overflow-y: auto; }
     LaunchScreen #launch-log { height: 1fr; min-height: 3; }
     """
     help_section = "launch"
