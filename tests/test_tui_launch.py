@@ -16,9 +16,11 @@ from flextui.session.launching import LaunchRequest, launch_request
 from flextui.session.live_launch import LiveLaunch
 from flextui.strategy import builtin_strategy
 from flextui.tui.app import FlextuiApp
-from flextui.tui.screens.dialogs import ErrorDialog
+from flextui.tui.screens import keys
+from flextui.tui.screens.dialogs import ConfirmDialog, ErrorDialog
 from flextui.tui.screens.help import HelpScreen
 from flextui.tui.screens.launch import LaunchScreen
+from flextui.tui.screens.search import SearchScreen
 from flextui.tui.widgets.devices import sparkline
 from helpers import screen_text, wait_for
 from runtime_models import small
@@ -205,6 +207,32 @@ async def test_setup_launches_a_built_in_or_a_file_and_names_a_bad_one(tmp_path,
         await wait_for(pilot, lambda: isinstance(app.screen, ErrorDialog))
         assert app.screen.heading == "Cannot launch this strategy"
         assert "nope.json" in app.screen.message and len(started) == 1
+
+
+async def test_l_on_a_replayed_p100_search_says_what_stands_in_and_asks(lenet_log, tmp_path,
+                                                                      monkeypatch):
+    """On a machine without GPUs, l on a replayed search of 4 P100s says that 4 CPU
+    processes stand in for them (the times measured are not the P100s') and launches
+    only once agreed to."""
+    monkeypatch.setattr(keys, "TYPING_GAP_S", 0.05)
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    started: list[LaunchRequest] = []
+    monkeypatch.setattr(FlextuiApp, "start_launch", lambda app, request: started.append(request))
+    app = FlextuiApp(replay=lenet_log, log_dir=tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, SearchScreen)
+                       and app.screen.view is not None and app.screen.view.best is not None)
+        for answer, launched in (("escape", 0), ("enter", 1)):
+            await pilot.press("l")
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmDialog) or started)
+            assert isinstance(app.screen, ConfirmDialog) and started == []
+            assert app.screen.message == ("4 CPU processes stand in for the 4 P100s of "
+                                          "p100-4x4@1node: the times measured will not be "
+                                          "the P100s'.")
+            await pilot.press(answer)
+            await wait_for(pilot, lambda: isinstance(app.screen, SearchScreen))
+            assert len(started) == launched
+        assert started[0].prepared.spec.num_ranks == 4
 
 
 def test_sparklines_scale_to_their_window():
