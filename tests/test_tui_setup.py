@@ -162,6 +162,22 @@ async def test_start_posts_the_choice():
         assert (message.model_label, message.cluster_label) == ("mlp (batch 32)", "p100-4x4@1node")
 
 
+async def test_the_cluster_list_offers_this_machines_cores_as_cpu_processes(monkeypatch):
+    """local-cpu-N is a choice of the cluster list, N this machine's cores (at least 2):
+    picked, it loads N CPU processes and a search starts on them."""
+    monkeypatch.setattr("flextui.machine.detect.usable_cpus", lambda: 3)
+    app = Host()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        field(pilot, "cluster-name").value = "local-cpu-3"
+        await settle(pilot)
+        assert part(pilot, "cluster")["devices"] == 3
+        await pilot.press("ctrl+s")
+        await settle(pilot)
+        [message] = app.started
+        assert message.cluster.name == message.cluster_label == "local-cpu-3"
+
+
 async def test_preselected_and_started_with_enter():
     app = Host(model="lenet", cluster="dgx-a100")
     async with app.run_test(size=(80, 24)) as pilot:

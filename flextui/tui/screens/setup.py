@@ -31,13 +31,14 @@ from flextui.graph import OpGraph
 from flextui.graph.library import model_info, model_names
 from flextui.graph.summary import graph_summary
 from flextui.machine import Cluster, cluster_names
-from flextui.machine.library import LOCAL
+from flextui.machine.library import LOCAL, cpu_ranks_name
 from flextui.machine.summary import cluster_summary
 from flextui.search.options import BETA_SCALE, DEFAULT_BUDGET, SearchOptions, search_options
 from flextui.session.choices import (
     FIRST_CLUSTER,
     FIRST_CLUSTER_NODES,
     FirstChoice,
+    cpu_ranks_choice,
     first_choice,
     load_cluster_choice,
     load_model_choice,
@@ -198,12 +199,15 @@ class SetupScreen(KeyScreen):
 
     def _cluster_rows(self) -> list[Widget]:
         name, path, nodes = FIRST_CLUSTER, "", str(FIRST_CLUSTER_NODES)
+        ranks = cpu_ranks_choice()
+        cpu = cpu_ranks_name(ranks)
+        choices = [(LOCAL_LABEL, LOCAL), (f"{cpu}: {ranks} CPU processes", cpu),
+                   *((n, n) for n in cluster_names())]
         if self.cluster_arg:
-            known = self.cluster_arg in cluster_names() or self.cluster_arg == LOCAL
+            known = self.cluster_arg in [value for _, value in choices]
             name, path, nodes = (self.cluster_arg, "", "") if known \
                 else (FIRST_CLUSTER, self.cluster_arg, "")
         self.last_cluster_name = name
-        choices = [(LOCAL_LABEL, LOCAL)] + [(n, n) for n in cluster_names()]
         return [
             self._row("library", Select(choices, value=name, allow_blank=False, compact=True,
                                         id="cluster-name")),
