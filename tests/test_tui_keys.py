@@ -30,14 +30,15 @@ def cpu_only(monkeypatch):
 
 def footer_shows(app) -> set[str]:
     """The descriptions of the footer's keys that are seen whole: inside the screen and
-    not under the command palette's key, docked at the right (none while the footer is
-    being drawn again)."""
+    not under the command palette's key, docked at the right where the footer has it
+    (none while the footer is being drawn again)."""
     keys = list(app.screen.query("FooterKey"))
     palette = next((k for k in keys if k.has_class("-command-palette")), None)
-    if palette is None or not palette.region.width:
+    if palette is not None and not palette.region.width:
         return set()
+    right = palette.region.x if palette is not None else app.size.width
     return {k.description for k in keys if k is not palette
-            and k.region.width and k.region.right <= palette.region.x}
+            and k.region.width and k.region.right <= right}
 
 
 async def settle(pilot) -> None:
@@ -66,11 +67,13 @@ async def test_a_live_search_timeline_and_profile_show_help_back_and_quit(tmp_pa
         start_lenet_search(app, SearchOptions(time_limit=60, seed=1, converge=False))
         live = app.searches[0]
         await wait_for(pilot, lambda: live.view().steps > 0)
-        await footer_has(pilot, HELP_AND_EXIT | {"Back", "Pause", "Stop", "Timeline"})
+        await footer_has(pilot, HELP_AND_EXIT | {"Back", "Pause", "Stop", "Timeline",
+                                                 "Save best", "Launch best"})
         await pilot.press("x")
         await wait_for(pilot, lambda: live.done)
         await wait_for(pilot, lambda: not {"Pause", "Stop"} & footer_shows(app))
-        await footer_has(pilot, HELP_AND_EXIT | {"Back", "Timeline", "Save best"})
+        await footer_has(pilot, HELP_AND_EXIT | {"Back", "Timeline", "Save best",
+                                                 "Launch best"})
         await pilot.press("t")
         await wait_for(pilot, lambda: type(app.screen).__name__ == "TimelineScreen")
         await footer_has(pilot, HELP_AND_EXIT | {"Back", "Compare"})
@@ -83,10 +86,27 @@ async def test_a_replay_shows_help_back_and_quit_and_its_keys_are_replays(lenet_
     app = FlextuiApp(replay=lenet_log)
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: isinstance(app.screen, SearchScreen))
-        await footer_has(pilot, HELP_AND_EXIT | {"Back", "Play/pause", "Timeline"})
+        await footer_has(pilot, HELP_AND_EXIT | {"Back", "Play/pause", "Timeline",
+                                                 "Launch best"})
         await pilot.press("question_mark")
         assert isinstance(app.screen, HelpScreen)
         assert [where for where, _, _ in app.screen.rows if where] == ["replay", "app"]
+
+
+async def test_a_search_over_several_nodes_offers_no_launch(tmp_path):
+    """A launch from the app runs on this machine: over a cluster of several nodes the
+    Search screen neither shows nor takes l."""
+    app = FlextuiApp(log_dir=tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        graph, cluster = lenet_node()[0], load_named_cluster("p100-4x4")
+        app.on_setup_screen_start_search(SetupScreen.StartSearch(
+            graph, cluster, SearchOptions(iterations=20, seed=1, converge=False), "lenet",
+            "p100-4x4"))
+        live = app.searches[0]
+        await wait_for(pilot, lambda: live.done)
+        await footer_has(pilot, HELP_AND_EXIT | {"Back", "Timeline", "Save best"})
+        assert "Launch best" not in footer_shows(app)
+        assert app.screen.check_action("launch", ()) is False
 
 
 async def test_the_key_map_says_how_to_close_it_and_switch_tabs(tmp_path):

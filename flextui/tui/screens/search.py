@@ -76,7 +76,7 @@ class SearchScreen(KeyScreen):
         Binding("end", "to_end", "To end", show=False),
         Binding("t", "timeline", "Timeline"),
         Binding("s", "save", "Save best"),
-        Binding("l", "launch", "Launch best", show=False),
+        Binding("l", "launch", "Launch best"),
         Binding("g", "toggle_axis", "Steps/time", show=False),
         *(Binding(str(i), f"show_tab('{tab}')", f"{label} tab", show=False)
           for i, (tab, label) in enumerate(TABS.items(), 1)),
@@ -120,7 +120,7 @@ class SearchScreen(KeyScreen):
                 yield StrategyMap(id="strategy-map")
             with TabPane(TABS["tab-frontier"], id="tab-frontier"):
                 yield Chart(id="frontier-plot")
-        yield Footer(compact=True)
+        yield Footer(compact=True, show_command_palette=False)  # its keys fill 80 columns
 
     def on_mount(self) -> None:
         self.title = self.setup.title
@@ -166,6 +166,8 @@ class SearchScreen(KeyScreen):
             return self.live is not None and not self.live.done
         if action in REPLAY_ONLY:
             return self.replay
+        if action == "launch" and self.setup.cluster.nodes > 1:
+            return False   # hidden: a launch from the app runs on this machine's devices
         if action in ("timeline", "save", "launch"):
             return True if self.view is not None and self.view.best is not None else None
         return True
