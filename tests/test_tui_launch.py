@@ -16,9 +16,11 @@ from flextui.session.launching import LaunchRequest, launch_request
 from flextui.session.live_launch import LiveLaunch
 from flextui.strategy import builtin_strategy
 from flextui.tui.app import FlextuiApp
-from flextui.tui.screens.dialogs import ErrorDialog
+from flextui.tui.screens import keys
+from flextui.tui.screens.dialogs import ConfirmDialog, ErrorDialog
 from flextui.tui.screens.help import HelpScreen
 from flextui.tui.screens.launch import LaunchScreen
+from flextui.tui.screens.search import SearchScreen
 from flextui.tui.widgets.devices import sparkline
 from helpers import screen_text, wait_for
 from runtime_models import small
@@ -26,8 +28,8 @@ from runtime_models import small
 SIZE = (80, 24)
 
 
-def lenet_prepared(tmp_path: Path, name="expert"):
-    graph, cluster = small("lenet"), load_named_cluster("local-cpu-2")
+def lenet_prepared(tmp_path: Path, name="expert", ranks=2):
+    graph, cluster = small("lenet"), load_named_cluster(f"local-cpu-{ranks}")
     strategy = builtin_strategy(name, graph, cluster)
     return prepare(graph, strategy, cluster, Training(steps=10, warmup=1),
                    AnalyticCostModel(), run_log=tmp_path / "recorded.ffrun")
@@ -123,6 +125,31 @@ async def test_a_wide_terminal_shows_busy_and_simulated_times_side_by_side(tmp_p
         assert f"6.00 {simulated:,.2f}" in " ".join(shown.split())
 
 
+async def test_every_rank_is_reachable_at_80x24(tmp_path):
+    """The devices scroll under their header: at 80x24, 4 ranks all show, and the
+    last of 16 is reached by scrolling the list (what focus starts on)."""
+    for ranks in (4, 16):
+        records = [*({"kind": "start", "rank": r, "pid": r + 1, "host": "h"}
+                     for r in range(ranks)),
+                   *(steps(r, 0, 0, 0.010, 0.006, 0.003) for r in range(ranks))]
+        live = RecordedLaunch(lenet_prepared(tmp_path, "data-parallel", ranks), records,
+                              FINISHED)
+        app = FlextuiApp()
+        async with app.run_test(size=SIZE) as pilot:
+            open_launch(app, live)
+            await wait_for(pilot, lambda: live.done and app.screen._ended)
+            await pilot.pause(0.3)
+            shown = screen_text(app)
+            if ranks == 4:
+                assert all(f"n0.rank{r}" in shown for r in range(4))
+                continue
+            assert "n0.rank0" in shown and "n0.rank15" not in shown
+            assert app.focused.id == "devices-list"
+            await pilot.press("end")
+            await wait_for(pilot, lambda: "n0.rank15" in screen_text(app))
+            assert "samples/s" in screen_text(app)          # the header stays
+
+
 async def test_x_stops_the_run_and_b_waits_for_it(tmp_path):
     stopped = Outcome(RunStatus.STOPPED, -15, None, "stopped; every rank ended", 1.0)
     live = RecordedLaunch(lenet_prepared(tmp_path), RECORDS[:6], stopped, hold=True)
@@ -141,6 +168,7 @@ async def test_x_stops_the_run_and_b_waits_for_it(tmp_path):
         await wait_for(pilot, lambda: live.view().state == "running")
         await pilot.pause(0.3)
         await pilot.press("b")
+        await wait_for(pilot, lambda: app.screen._baseline_wanted)  # b acts once alone
         assert made == []                                   # not while the run goes
         await pilot.press("x")
         await wait_for(pilot, lambda: live.done, timeout=10)
@@ -179,6 +207,32 @@ async def test_setup_launches_a_built_in_or_a_file_and_names_a_bad_one(tmp_path,
         await wait_for(pilot, lambda: isinstance(app.screen, ErrorDialog))
         assert app.screen.heading == "Cannot launch this strategy"
         assert "nope.json" in app.screen.message and len(started) == 1
+
+
+async def test_l_on_a_replayed_p100_search_says_what_stands_in_and_asks(lenet_log, tmp_path,
+                                                                      monkeypatch):
+    """On a machine without GPUs, l on a replayed search of 4 P100s says that 4 CPU
+    processes stand in for them (the times measured are not the P100s') and launches
+    only once agreed to."""
+    monkeypatch.setattr(keys, "TYPING_GAP_S", 0.05)
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    started: list[LaunchRequest] = []
+    monkeypatch.setattr(FlextuiApp, "start_launch", lambda app, request: started.append(request))
+    app = FlextuiApp(replay=lenet_log, log_dir=tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, SearchScreen)
+                       and app.screen.view is not None and app.screen.view.best is not None)
+        for answer, launched in (("escape", 0), ("enter", 1)):
+            await pilot.press("l")
+            await wait_for(pilot, lambda: isinstance(app.screen, ConfirmDialog) or started)
+            assert isinstance(app.screen, ConfirmDialog) and started == []
+            assert app.screen.message == ("4 CPU processes stand in for the 4 P100s of "
+                                          "p100-4x4@1node: the times measured will not be "
+                                          "the P100s'.")
+            await pilot.press(answer)
+            await wait_for(pilot, lambda: isinstance(app.screen, SearchScreen))
+            assert len(started) == launched
+        assert started[0].prepared.spec.num_ranks == 4
 
 
 def test_sparklines_scale_to_their_window():

@@ -24,7 +24,11 @@ class Host(App):
 
     def __init__(self, **choice: str) -> None:
         super().__init__()
-        self.choice, self.started = choice, []
+        self.choice, self.started, self.notes = choice, [], []
+
+    def notify(self, message, **kwargs) -> None:
+        self.notes.append(message)
+        super().notify(message, **kwargs)
 
     def on_mount(self) -> None:
         self.push_screen(SetupScreen(**self.choice))
@@ -112,15 +116,19 @@ async def test_changing_model_batch_size_and_cluster_updates_the_summary():
         assert part(pilot, "cluster")["devices"] == 64
 
 
-@pytest.mark.parametrize("name, value, part_name, text", [
-    ("batch-size", "0", "model", "batch size must be at least 1"),
-    ("budget", "soon", "options", "give a number of iterations"),
-    ("workers", "0", "options", "workers must be at least 1"),
-    ("memory-budget", "0.5", "options", "less than 1 MiB"),
-    ("nodes", "100000", "cluster", "over flextui's limit of 65,536"),
-    ("cluster-path", "nowhere.toml", "cluster", "no such cluster file"),
-    ("model-path", "nowhere/model.py", "model", "does not exist")])
-async def test_bad_values_show_inline_and_do_not_start(name, value, part_name, text):
+@pytest.mark.parametrize("name, value, part_name, text, where, good", [
+    ("batch-size", "0", "model", "batch size must be at least 1", "Model batch size", "8"),
+    ("budget", "soon", "options", "give a number of iterations", "Search budget", "30s"),
+    ("workers", "0", "options", "workers must be at least 1", "Search workers", "1"),
+    ("memory-budget", "0.5", "options", "less than 1 MiB", "Search mem budget", ""),
+    ("nodes", "100000", "cluster", "over flextui's limit of 65,536", "Cluster nodes", "1"),
+    ("cluster-path", "nowhere.toml", "cluster", "no such cluster file", "Cluster file", ""),
+    ("model-path", "nowhere/model.py", "model", "does not exist", "Model file", "")])
+async def test_bad_values_show_inline_and_a_start_names_them(name, value, part_name, text,
+                                                             where, good):
+    """A bad value shows next to its field; ctrl+s then says which field and why (not
+    "Loading…", which promised a start that never came), starts nothing and focuses
+    it; once the field is fixed, ctrl+s starts."""
     app = Host()
     async with app.run_test(size=(80, 24)) as pilot:
         await settle(pilot)
@@ -130,6 +138,12 @@ async def test_bad_values_show_inline_and_do_not_start(name, value, part_name, t
         await settle(pilot)
         assert text in error(pilot, part_name) and field(pilot, name).has_class("setup-invalid")
         assert app.started == [] and app.focused.id == name
+        [said] = app.notes
+        assert said.startswith(f"No search started: fix {where}: ") and text in said
+        field(pilot, name).value = good
+        await pilot.press("ctrl+s")
+        await settle(pilot)
+        assert len(app.started) == 1
 
 
 async def test_start_posts_the_choice():
@@ -146,6 +160,22 @@ async def test_start_posts_the_choice():
         assert (message.options.iterations, message.options.time_limit) == (5000, None)
         assert message.options.memory == "reject"
         assert (message.model_label, message.cluster_label) == ("mlp (batch 32)", "p100-4x4@1node")
+
+
+async def test_the_cluster_list_offers_this_machines_cores_as_cpu_processes(monkeypatch):
+    """local-cpu-N is a choice of the cluster list, N this machine's cores (at least 2):
+    picked, it loads N CPU processes and a search starts on them."""
+    monkeypatch.setattr("flextui.machine.detect.usable_cpus", lambda: 3)
+    app = Host()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        field(pilot, "cluster-name").value = "local-cpu-3"
+        await settle(pilot)
+        assert part(pilot, "cluster")["devices"] == 3
+        await pilot.press("ctrl+s")
+        await settle(pilot)
+        [message] = app.started
+        assert message.cluster.name == message.cluster_label == "local-cpu-3"
 
 
 async def test_preselected_and_started_with_enter():

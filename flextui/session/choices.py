@@ -23,6 +23,8 @@ from flextui.search.options import parse_whole
 FIRST_CLUSTER, FIRST_CLUSTER_NODES = split_resized(DEFAULT_CLUSTER)
 #: the detected machine is the default only with at least this many GPUs
 MIN_LOCAL_GPUS = 2
+#: the fewest CPU processes the cluster choices offer: a split needs two
+MIN_CPU_RANKS = 2
 
 
 def parse_model_options(items: Iterable[str] = (),
@@ -61,6 +63,12 @@ def load_cluster_choice(cluster: str, nodes: int | str | None = None) -> Cluster
     except ClusterError as e:
         raise FieldError("nodes", f"{count}: {e}; leave nodes blank to use the cluster "
                          "as defined") from None
+
+
+def cpu_ranks_choice() -> int:
+    """How many CPU processes of this machine the cluster choices offer as
+    ``local-cpu-N``: one per core this process may use (at least two)."""
+    return max(MIN_CPU_RANKS, detect.usable_cpus())
 
 
 @dataclass(frozen=True)

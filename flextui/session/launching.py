@@ -5,6 +5,7 @@ baseline on the same devices."""
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,8 +13,9 @@ from pathlib import Path
 from flextui.cost.model import CostModel
 from flextui.graph import OpGraph
 from flextui.machine import Cluster
+from flextui.machine.gpus import CPU_KINDS
 from flextui.runtime.job import RUN_SUFFIX, Prepared, choose_backend, prepare
-from flextui.runtime.spec import Training
+from flextui.runtime.spec import Backend, Training
 from flextui.search.files import default_log_path
 from flextui.session.live_launch import LiveLaunch
 from flextui.strategy import BUILTIN_STRATEGIES, Strategy, builtin_strategy, load_strategy
@@ -59,3 +61,16 @@ def launch_request(graph: OpGraph, strategy: Strategy, cluster: Cluster,
 
     return LaunchRequest(prepared, strategy.name or "strategy", title,
                          None if strategy.name == "data-parallel" else baseline)
+
+
+def stand_ins(prepared: Prepared) -> str | None:
+    """What runs in place of the cluster's GPUs when the ranks are CPU processes (gloo on
+    a GPU cluster: no GPU per rank here), for a person to accept before the launch
+    starts; None when the ranks run on the kind of device they were planned for."""
+    kinds = Counter(d.spec.kind for d in prepared.cluster.devices if d.spec.kind not in CPU_KINDS)
+    if prepared.spec.training.backend != Backend.GLOO or not kinds:
+        return None
+    gpus = " and ".join(f"{count} {kind}s" for kind, count in kinds.items())
+    theirs = f"the {next(iter(kinds))}s'" if len(kinds) == 1 else "theirs"
+    return (f"{prepared.spec.num_ranks} CPU processes stand in for the {gpus} of "
+            f"{prepared.cluster.name}: the times measured will not be {theirs}.")

@@ -33,13 +33,18 @@ from flextui.search.baselines import baseline_costs
 from flextui.search.files import default_log_path
 from flextui.search.log import read_search_log
 from flextui.search.options import SearchOptions
-from flextui.session.launching import LaunchRequest, launch_request, launch_strategy
+from flextui.session.launching import (
+    LaunchRequest,
+    launch_request,
+    launch_strategy,
+    stand_ins,
+)
 from flextui.session.live_launch import LiveLaunch
 from flextui.session.live_profile import LiveProfile
 from flextui.session.live_search import LiveSearch
 from flextui.session.playback import Playback
 from flextui.strategy import Strategy
-from flextui.tui.screens.dialogs import ErrorDialog, OpenLogDialog
+from flextui.tui.screens.dialogs import ConfirmDialog, ErrorDialog, OpenLogDialog
 from flextui.tui.screens.help import HelpScreen
 from flextui.tui.screens.launch import LaunchScreen
 from flextui.tui.screens.profile import ProfileScreen
@@ -170,8 +175,22 @@ class FlextuiApp(App):
             except FlextuiError as exc:
                 self.call_from_thread(self.show_error, "Cannot launch this strategy", str(exc))
                 return
-            self.call_from_thread(self.start_launch, prepared)
+            self.call_from_thread(self.start_launch_asking, prepared)
         self.run_worker(prepare, thread=True, group="launch")
+
+    def start_launch_asking(self, request: LaunchRequest) -> None:
+        """Start ``request``, once the user has agreed to what stands in for the
+        cluster's GPUs when that is CPU processes."""
+        stand_in = stand_ins(request.prepared)
+        if stand_in is None:
+            self.start_launch(request)
+            return
+
+        def answered(launch: bool | None) -> None:
+            if launch:
+                self.start_launch(request)
+        self.push_screen(ConfirmDialog("Launch on CPU processes?", stand_in, "Launch anyway"),
+                         answered)
 
     def open_replay(self, path: Path) -> None:
         """Replay the log at ``path``: it is read on a worker thread (a long search's log

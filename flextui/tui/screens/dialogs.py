@@ -1,4 +1,5 @@
-"""Modal dialogs: an error (the message, never a traceback) and opening a search log."""
+"""Modal dialogs: an error (the message, never a traceback), a question before something
+starts, and opening a search log."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from typing import ClassVar
 
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Vertical
+from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
@@ -27,6 +28,29 @@ class ErrorDialog(ModalScreen[None]):
 
     def on_button_pressed(self) -> None:
         self.dismiss()
+
+
+class ConfirmDialog(ModalScreen[bool]):
+    """Asks before something starts: dismisses with True (the first button, focused:
+    enter) or False (the second, or escape)."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "dismiss(False)", "Cancel")]
+
+    def __init__(self, title: str, message: str, yes: str, no: str = "Cancel") -> None:
+        super().__init__()
+        self.heading, self.message, self.answers = title, message, (yes, no)
+
+    def compose(self) -> ComposeResult:
+        yes, no = self.answers
+        with Vertical(id="confirm-dialog", classes="dialog"):
+            yield Label(self.heading, classes="dialog-title")
+            yield Static(self.message, id="confirm-message", markup=False)
+            with Horizontal(id="confirm-buttons"):
+                yield Button(yes, variant="warning", id="yes")
+                yield Button(no, id="no")
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")
 
 
 class OpenLogDialog(ModalScreen[Path | None]):

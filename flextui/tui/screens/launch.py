@@ -16,11 +16,11 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
-from textual.screen import Screen
 from textual.widgets import Footer, Header, RichLog, Static
 
 from flextui.session.launch_watch import LOG_LINES, LaunchView
 from flextui.session.live_launch import LiveLaunch
+from flextui.tui.screens.keys import KeyScreen
 from flextui.tui.widgets.devices import DeviceTable
 from flextui.tui.widgets.stats import STATE_STYLES
 
@@ -67,15 +67,16 @@ def launch_figures(view: LaunchView, label: str, baseline: LaunchView | None) ->
     return grid
 
 
-class LaunchScreen(Screen):
+class LaunchScreen(KeyScreen):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("x", "stop", "Stop"),
         Binding("b", "baseline", "Data parallel"),
         Binding("escape", "back", "Back"),
     ]
+    STARTS_WORK = frozenset({"baseline"})
     DEFAULT_CSS = """
+    LaunchScreen #launch-top { height: auto; }
     LaunchScreen #launch-figures { height: auto; }
-    LaunchScreen #launch-devices { height: auto; max-height: 50%; overflow-y: auto; }
     LaunchScreen #launch-log { height: 1fr; min-height: 3; }
     """
     help_section = "launch"

@@ -11,11 +11,11 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
-from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Header, ProgressBar, Static
 
 from flextui.cost.estimate import duration
 from flextui.session.live_profile import LiveProfile, ProfileView
+from flextui.tui.screens.keys import KeyScreen
 from flextui.tui.widgets.stats import STATE_STYLES
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ def _ratio(value: float | None) -> str:
     return "—" if value is None else f"{value:.2f}×"
 
 
-class ProfileScreen(Screen):
+class ProfileScreen(KeyScreen):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("x", "stop", "Stop"),
         Binding("escape", "back", "Back"),

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, ClassVar, cast
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
-from textual.screen import Screen
 from textual.widgets import Footer, Header, ProgressBar, TabbedContent, TabPane
 
 from flextui.cost.model import CostModel
@@ -28,6 +27,7 @@ from flextui.session.playback import Playback
 from flextui.session.search_watch import SearchView
 from flextui.session.source import SearchSource
 from flextui.strategy import Strategy, builtin_strategy, save_strategy
+from flextui.tui.screens.keys import KeyScreen
 from flextui.tui.widgets.chart import Chart
 from flextui.tui.widgets.search_charts import cost_chart, frontier_chart
 from flextui.tui.widgets.stats import SearchStats
@@ -63,7 +63,7 @@ def budget_text(options: SearchOptions) -> str:
     return " / ".join(parts) or "no budget"
 
 
-class SearchScreen(Screen):
+class SearchScreen(KeyScreen):
     #: the footer shows what fits in 80 columns (with the app's Keys and Quit); the
     #: Help screen and ctrl+p list every key
     BINDINGS: ClassVar[list[BindingType]] = [
@@ -76,12 +76,13 @@ class SearchScreen(Screen):
         Binding("end", "to_end", "To end", show=False),
         Binding("t", "timeline", "Timeline"),
         Binding("s", "save", "Save best"),
-        Binding("l", "launch", "Launch best", show=False),
+        Binding("l", "launch", "Launch best"),
         Binding("g", "toggle_axis", "Steps/time", show=False),
         *(Binding(str(i), f"show_tab('{tab}')", f"{label} tab", show=False)
           for i, (tab, label) in enumerate(TABS.items(), 1)),
         Binding("escape", "back", "Back"),
     ]
+    STARTS_WORK = frozenset({"launch"})
 
     def __init__(self, source: LiveSearch | Playback, setup: SearchSetup,
                  log_path: str | None = None) -> None:
@@ -119,7 +120,7 @@ class SearchScreen(Screen):
                 yield StrategyMap(id="strategy-map")
             with TabPane(TABS["tab-frontier"], id="tab-frontier"):
                 yield Chart(id="frontier-plot")
-        yield Footer(compact=True)
+        yield Footer(compact=True, show_command_palette=False)  # its keys fill 80 columns
 
     def on_mount(self) -> None:
         self.title = self.setup.title
@@ -165,6 +166,8 @@ class SearchScreen(Screen):
             return self.live is not None and not self.live.done
         if action in REPLAY_ONLY:
             return self.replay
+        if action == "launch" and self.setup.cluster.nodes > 1:
+            return False   # hidden: a launch from the app runs on this machine's devices
         if action in ("timeline", "save", "launch"):
             return True if self.view is not None and self.view.best is not None else None
         return True

@@ -19,7 +19,6 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.message import Message
-from textual.screen import Screen
 from textual.timer import Timer
 from textual.widget import Widget
 from textual.widgets import Button, Footer, Input, Label, Select, Static
@@ -32,18 +31,20 @@ from flextui.graph import OpGraph
 from flextui.graph.library import model_info, model_names
 from flextui.graph.summary import graph_summary
 from flextui.machine import Cluster, cluster_names
-from flextui.machine.library import LOCAL
+from flextui.machine.library import LOCAL, cpu_ranks_name
 from flextui.machine.summary import cluster_summary
 from flextui.search.options import BETA_SCALE, DEFAULT_BUDGET, SearchOptions, search_options
 from flextui.session.choices import (
     FIRST_CLUSTER,
     FIRST_CLUSTER_NODES,
     FirstChoice,
+    cpu_ranks_choice,
     first_choice,
     load_cluster_choice,
     load_model_choice,
 )
 from flextui.sim.memory import MemoryPolicy
+from flextui.tui.screens.keys import KeyScreen
 from flextui.tui.widgets.summary import SetupSummary
 
 DEBOUNCE_S = 0.3
@@ -96,7 +97,7 @@ def error_text(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}"  # a broken model file, say: never a traceback
 
 
-class SetupScreen(Screen):
+class SetupScreen(KeyScreen):
     """``model`` (a library name or a model file) and ``cluster`` (a library name, a
     TOML file or "local") preselect the form; with no cluster, the screen detects this
     machine and opens on it when it has GPUs, else on one node of the paper's P100s."""
@@ -110,6 +111,7 @@ class SetupScreen(Screen):
         Binding("p", "profile", "Profile"),
         Binding("l", "launch", "Launch"),
     ]
+    STARTS_WORK = frozenset({"start", "profile", "launch"})
 
     class StartSearch(Message):
         """The user asked for a search of ``graph`` on ``cluster`` with ``options`` and
@@ -124,14 +126,19 @@ class SetupScreen(Screen):
             self.model_label, self.cluster_label = model_label, cluster_label
             self.cost = cost
 
+        what = "search"   # what the user asked for, in messages
+
     class StartProfile(StartSearch):
         """The user asked to profile the model's tasks for the cluster's device count."""
+
+        what = "profile"
 
     class StartLaunch(StartSearch):
         """The user asked to train the model under ``strategy`` (a built-in name or a
         strategy file) on the cluster's devices here."""
 
         strategy = "data-parallel"
+        what = "launch"
 
     def __init__(self, model: str | None = None, cluster: str | None = None) -> None:
         super().__init__()
@@ -141,7 +148,8 @@ class SetupScreen(Screen):
         self.pending: dict[str, tuple[Worker, tuple[str, ...]]] = {}
         self.timers: dict[str, Timer] = {}
         self.start_wanted: type[SetupScreen.StartSearch] | None = None   # what to start once loaded
-        self.invalid_option: str | None = None
+        #: the option input in error and its message, while one is
+        self.invalid_option: tuple[str, str] | None = None
         self.last_cluster_name = ""
 
     # -- layout -------------------------------------------------------------------------
@@ -191,12 +199,15 @@ class SetupScreen(Screen):
 
     def _cluster_rows(self) -> list[Widget]:
         name, path, nodes = FIRST_CLUSTER, "", str(FIRST_CLUSTER_NODES)
+        ranks = cpu_ranks_choice()
+        cpu = cpu_ranks_name(ranks)
+        choices = [(LOCAL_LABEL, LOCAL), (f"{cpu}: {ranks} CPU processes", cpu),
+                   *((n, n) for n in cluster_names())]
         if self.cluster_arg:
-            known = self.cluster_arg in cluster_names() or self.cluster_arg == LOCAL
+            known = self.cluster_arg in [value for _, value in choices]
             name, path, nodes = (self.cluster_arg, "", "") if known \
                 else (FIRST_CLUSTER, self.cluster_arg, "")
         self.last_cluster_name = name
-        choices = [(LOCAL_LABEL, LOCAL)] + [(n, n) for n in cluster_names()]
         return [
             self._row("library", Select(choices, value=name, allow_blank=False, compact=True,
                                         id="cluster-name")),
@@ -228,6 +239,12 @@ class SetupScreen(Screen):
         self.query_one("#start", Button).focus()
         self._check_options()
         self.call_after_refresh(self._start_loading)   # the form shows first
+
+    def on_screen_resume(self) -> None:
+        """Back from another screen (a search started from a field with ctrl+s, say),
+        focus is never left in a text field: the keys are the footer's again."""
+        if isinstance(self.focused, Input):
+            self.query_one("#start", Button).focus()
 
     def _start_loading(self) -> None:
         """Load the model, and detect this machine or load the cluster, in threads (the
@@ -339,8 +356,8 @@ class SetupScreen(Screen):
                                      memory=self._text("memory"),
                                      memory_budget=self._text("memory-budget"))
         except FieldError as e:
-            self.invalid_option = FIELD_INPUTS[e.field]
-            self._show_error("options", str(e), self.invalid_option)
+            self.invalid_option = (FIELD_INPUTS[e.field], str(e))
+            self._show_error("options", str(e), FIELD_INPUTS[e.field])
             self._summary().show("options", "Search", "see the error")
             return None
         self.invalid_option = None
@@ -352,15 +369,15 @@ class SetupScreen(Screen):
         """Start the search (or what ``wanted`` asks for) once the model and cluster are
         loaded and the form is valid."""
         self.start_wanted = wanted or self.StartSearch
+        retried = [part for part, loaded in self.loaded.items()
+                   if loaded.error and loaded.key == self._key(part)]
         for part in [part for part, loaded in self.loaded.items() if loaded.error]:
             del self.loaded[part]
             self._request(part, force=True)  # a missing file may be there now
         self._try_start()
-        if self.start_wanted:
-            what = {self.StartProfile: "profiling", self.StartLaunch: "the launch"}.get(
-                self.start_wanted, "the search")
-            self.notify(f"Loading… {what} starts when the model and cluster are ready.",
-                        timeout=3)
+        if self.start_wanted and not retried:  # a retry that fails again says so
+            self.notify(f"Loading… the {self.start_wanted.what} starts when the model and "
+                        "cluster are ready.", timeout=3)
 
     def action_profile(self) -> None:
         self.action_start(self.StartProfile)
@@ -371,7 +388,8 @@ class SetupScreen(Screen):
     def _try_start(self) -> None:
         options = self._check_options()
         if options is None:
-            self._stop_wanting(self.invalid_option)
+            assert self.invalid_option is not None  # what _check_options found
+            self._stop_wanting(*self.invalid_option)
             return
         for part in PARTS:
             self._request(part)
@@ -382,7 +400,7 @@ class SetupScreen(Screen):
         loaded = cast(list[Loaded], parts)  # none is None now
         failed = next((part for part, p in zip(PARTS, loaded) if p.error), None)
         if failed:
-            self._stop_wanting(self.loaded[failed].field)
+            self._stop_wanting(self.loaded[failed].field, self.loaded[failed].error or "")
             return
         wanted, self.start_wanted = self.start_wanted, None
         assert wanted is not None  # this runs only while a start is wanted
@@ -393,11 +411,23 @@ class SetupScreen(Screen):
             message.strategy = self._text("launch-strategy").strip() or message.strategy
         self.post_message(message)
 
-    def _stop_wanting(self, field: str | None) -> None:
-        """Do not start; focus the input the error is about."""
-        self.start_wanted = None
+    def _stop_wanting(self, field: str | None, error: str) -> None:
+        """Do not start: say which field is wrong and why, and focus it."""
+        wanted, self.start_wanted = self.start_wanted, None
+        assert wanted is not None  # this runs only while a start is wanted
+        where = self._field_name(field) if field else "the form"
+        self.notify(f"No {wanted.what} started: fix {where}: {error}", severity="error",
+                    timeout=8)
         if field:
             self.query_one(f"#{field}").focus()
+
+    def _field_name(self, field: str) -> str:
+        """How the form names the input ``field``: its part and its row ("Model batch
+        size", "Cluster file")."""
+        row = self.query_one(f"#{field}").parent
+        assert isinstance(row, Widget) and isinstance(row.parent, Widget)
+        label = str(row.query_one(Label).content).removeprefix("or ")
+        return f"{row.parent.border_title} {label}"
 
     def action_focus_field(self, field: str) -> None:
         self.query_one(f"#{field}").focus()

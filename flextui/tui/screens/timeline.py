@@ -12,7 +12,6 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, VerticalScroll
-from textual.screen import Screen
 from textual.widgets import Footer, Static
 
 from flextui.graph import OpGraph
@@ -25,6 +24,7 @@ from flextui.session.gantt import (
 )
 from flextui.sim.timeline import Timeline
 from flextui.strategy import Strategy
+from flextui.tui.screens.keys import KeyScreen
 from flextui.tui.widgets.gantt import Gantt
 from flextui.tui.widgets.usage import UsageBars
 
@@ -59,7 +59,7 @@ class Flow:
             yield line
 
 
-class TimelineScreen(Screen):
+class TimelineScreen(KeyScreen):
     """``compare`` is ``(label, timeline)`` or ``(label, timeline, strategy)``: the
     strategy, when given, lets its tasks show their block shapes."""
 
