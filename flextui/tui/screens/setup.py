@@ -399,6 +399,10 @@ class SetupScreen(Screen):
         if field:
             self.query_one(f"#{field}").focus()
 
+    def typed_model(self) -> str:
+        """The model the form names: its file, else its library model."""
+        return self._text("model-path").strip() or self._text("model-name")
+
     def action_focus_field(self, field: str) -> None:
         self.query_one(f"#{field}").focus()
 
