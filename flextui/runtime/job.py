@@ -105,8 +105,9 @@ def prepare(graph: OpGraph, strategy: Strategy, cluster: Cluster, training: Trai
                            "install a torch with distributed support")
     placed = None
     if hosts:
+        module = graph.source.module if graph.source is not None else None
         placed = preflight(hosts, place(hosts, cluster), training.backend,
-                           remote or Remote.choose(), port)
+                           remote or Remote.choose(), port, modules=(module,) if module else ())
         port = placed.port
     elif port is None:
         port = free_port()
