@@ -43,6 +43,8 @@ if TYPE_CHECKING:
 
 LIBRARY_PACKAGE = "flextui.library.models"
 MAX_BATCH_SIZE = 1 << 20
+#: the types a builder model's options may have (what a command line converts to)
+OPTION_TYPES = (bool, int, float, str)
 
 
 @dataclass(frozen=True)
@@ -145,7 +147,14 @@ def _builder(module: ModuleType, source: ModelSource) -> _Model:
             raise ModelError(f"model {name!r} defines no {attr}; a model file defines "
                              "model() and example_inputs(batch_size) (a PyTorch module), or "
                              "build(**options), DEFAULTS and DESCRIPTION (flextui's builder)")
-    info = ModelInfo(source.label, module.DESCRIPTION, dict(module.DEFAULTS), _ranges(module))
+    defaults, description = module.DEFAULTS, module.DESCRIPTION
+    if not isinstance(defaults, dict) or not all(
+            isinstance(k, str) and isinstance(v, OPTION_TYPES) for k, v in defaults.items()):
+        raise ModelError(f"model {name!r}: DEFAULTS must be a dict of option names to "
+                         f"booleans, numbers or strings, found {defaults!r:.80}")
+    if not isinstance(description, str) or not callable(module.build):
+        raise ModelError(f"model {name!r}: DESCRIPTION must be a string and build a function")
+    info = ModelInfo(source.label, description, dict(defaults), _ranges(module, name))
 
     def build(**options: Any) -> OpGraph:
         with user_code(f"model {name!r}: build()"):
@@ -157,9 +166,18 @@ def _builder(module: ModuleType, source: ModelSource) -> _Model:
     return _Model(info, build)
 
 
-def _ranges(module: ModuleType) -> dict[str, tuple[int, int]]:
-    """The model's option ranges, batch_size's included."""
-    return {"batch_size": (1, MAX_BATCH_SIZE), **getattr(module, "RANGES", {})}
+def _ranges(module: ModuleType, name: str) -> dict[str, tuple[int, int]]:
+    """The model's option ranges, batch_size's included; ModelError unless each is a
+    pair of whole numbers, the least first, for one of its options."""
+    ranges = getattr(module, "RANGES", {})
+    good = isinstance(ranges, dict) and all(
+        key in module.DEFAULTS and isinstance(pair, (tuple, list)) and len(pair) == 2
+        and all(isinstance(n, int) and not isinstance(n, bool) for n in pair)
+        and pair[0] <= pair[1] for key, pair in ranges.items())
+    if not good:
+        raise ModelError(f"model {name!r}: RANGES must map options of DEFAULTS to (least, "
+                         f"most) whole numbers, least first; found {ranges!r:.80}")
+    return {"batch_size": (1, MAX_BATCH_SIZE), **{k: (a, b) for k, (a, b) in ranges.items()}}
 
 
 def pytorch_model(model: ModelSource | str) -> TorchModel:

@@ -52,10 +52,17 @@ class TorchModel:
             return self.make()
 
     def example(self, batch_size: int) -> tuple:
-        """The example inputs at ``batch_size``."""
-        with user_code(f"model {self.name!r}: example_inputs({batch_size})"):
+        """The example inputs at ``batch_size``: ModelError unless the first is a tensor
+        of ``batch_size`` rows (its first dim is the batch)."""
+        what = f"model {self.name!r}: example_inputs({batch_size})"
+        with user_code(what):
             inputs = self.inputs(batch_size)
-        return inputs if isinstance(inputs, tuple) else (inputs,)
+        inputs = inputs if isinstance(inputs, tuple) else (inputs,)
+        rows = getattr(inputs[0], "shape", (None,))[0] if inputs else None
+        if rows != batch_size:
+            raise ModelError(f"{what} returned {rows} rows (the first dim of its first "
+                             f"input), not {batch_size}: it must return batch_size rows")
+        return inputs
 
     def build(self, batch_size: int, opaque: bool = False) -> OpGraph:
         """The graph at ``batch_size``; with ``opaque`` what cannot be mapped op by op
@@ -80,9 +87,14 @@ def torch_model(namespace: Any, name: str, factory: str = "model") -> TorchModel
     if not (callable(make) and callable(inputs)):
         return None
     batch = getattr(namespace, "BATCH_SIZE", DEFAULT_BATCH_SIZE)
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ModelError(f"model {name!r}: BATCH_SIZE = {batch!r:.40} is not a whole "
+                         "number >= 1")
     doc = (getattr(namespace, "__doc__", None) or "").strip().splitlines()
     description = getattr(namespace, "DESCRIPTION", doc[0] if doc else DESCRIPTION)
-    return TorchModel(name, make, inputs, str(description), batch)
+    if not isinstance(description, str):
+        raise ModelError(f"model {name!r}: DESCRIPTION = {description!r:.40} is not a string")
+    return TorchModel(name, make, inputs, description, batch)
 
 
 #: torchvision's classification models take 224x224 images but these
