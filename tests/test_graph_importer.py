@@ -4,6 +4,7 @@ unsupported op reported at once with its count and line, and a clear message for
 module torch.export cannot trace or a model file that is not one."""
 
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -119,21 +120,8 @@ def _line(text):
 
 # -- model files and factories --------------------------------------------------------
 
-MODEL_FILE = '''
-    """A two-layer perceptron in plain PyTorch."""
-    import torch
-    from torch import nn
-
-    BATCH_SIZE = 8
-
-
-    def model():
-        return nn.Sequential(nn.Flatten(), nn.Linear(64, 32), nn.ReLU(), nn.Linear(32, 10))
-
-
-    def example_inputs(batch_size):
-        return (torch.randn(batch_size, 1, 8, 8),)
-'''
+#: the smallest model file: model() and example_inputs, a BATCH_SIZE and a docstring
+MODEL_FILE = (Path(__file__).with_name("torch_models") / "perceptron.py").read_text()
 
 
 def write(tmp_path, name, text):
@@ -158,14 +146,14 @@ def test_a_factory_in_an_importable_module(tmp_path, monkeypatch):
     assert graph.name == "perceptron" and graph.batch_size == 4
     with pytest.raises(ModelError, match="user_models needs nothing_here"):
         load_model("user_models:nothing_here")
-    with pytest.raises(ModelError, match="cannot import no_such_module"):
+    with pytest.raises(ModelError, match="importing no_such_module raised ModuleNotFoundError"):
         load_model("no_such_module:model")
 
 
 @pytest.mark.parametrize("text, problem", [
     ("X = 1\n", "defines model() and example_inputs(batch_size)"),
     (MODEL_FILE.replace("return nn.Sequential(", "raise RuntimeError('no weights')\n"
-                        "        return nn.Sequential("),
+                        "    return nn.Sequential("),
      "model() raised RuntimeError: no weights"),
     (MODEL_FILE.replace("1, 8, 8", "1, 8, 9"), "torch.export cannot trace it"),
 ])

@@ -89,7 +89,10 @@ def test_the_gpt_decoder_maps_layer_by_layer_with_the_modules_parameters():
     assert gelu.attrs == {"fn": "gelu", "approximate": "tanh"}
     positions = next(op for op in graph.ops if op.name == "positions")
     assert positions.attrs["fill"] == "positions"
-    assert graph.meta["module"] == str(GPT_FILE.resolve())
+    # the graph keeps the file it was built from here, never in its data
+    assert graph.source.name == str(GPT_FILE.resolve()) and graph.source.kind == "file"
+    assert graph.source.code == GPT_FILE.read_bytes()
+    assert "module" not in graph.meta and str(GPT_FILE) not in str(graph.to_dict())
 
 
 def test_the_gpt_decoder_computes_the_modules_loss_from_the_modules_weights():

@@ -270,3 +270,45 @@ def test_stopping_closes_every_session_and_every_rank_ends(tmp_path, two_nodes):
                                                      "n1.rank1"]
         assert wait_gone(follow.pids()) == []
         assert read_run_log(tmp_path / "run.ffrun").final["status"] == "stopped"
+
+
+# -- the model's code on every host ------------------------------------------------------
+
+PERCEPTRON = Path(__file__).with_name("torch_models") / "perceptron.py"
+
+
+def test_preflight_says_when_a_host_cannot_import_the_models_module(tmp_path, capsys,
+                                                                    monkeypatch):
+    """``package.module:factory`` is imported by name on every host: here it is on this
+    Python's path only, so preflight names the first host that cannot import it."""
+    (tmp_path / "only_here_models.py").write_text(PERCEPTRON.read_text())
+    monkeypatch.syspath_prepend(str(tmp_path))
+    code = main(["launch", "-m", "only_here_models:model", "--hosts", TWO_NODES, "--ssh",
+                 FAKE_SSH, "--dry-run"])
+    err = capsys.readouterr().err
+    assert code == 2 and "host localhost cannot import only_here_models" in err, err
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("gloo")
+def test_a_model_file_travels_with_the_launch_to_hosts_that_lack_it(tmp_path, monkeypatch):
+    """The hosts never read the model file: it is gone from its path (as on a host
+    without it) before the node programs start, and the ranks still build the module
+    from the bytes the plan carries."""
+    from flextui.graph.library import load_model
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    folder = tmp_path / "models"
+    folder.mkdir()
+    (folder / "tiny.py").write_text(PERCEPTRON.read_text())
+    graph, cluster = load_model(str(folder / "tiny.py")), cpu_ranks(2, nodes=2)
+    prepared = prepare(graph, builtin_strategy("data-parallel", graph, cluster), cluster,
+                       Training(steps=2, warmup=1), AnalyticCostModel(),
+                       run_log=tmp_path / "run.ffrun", hosts=parse_host_list(TWO_NODES),
+                       remote=Remote.choose(FAKE_SSH))
+    (folder / "tiny.py").unlink()
+    folder.rmdir()
+    with Follow(prepared) as follow:
+        outcome, _, _ = follow.finish()
+        assert outcome.status == RunStatus.FINISHED, outcome.message
+        assert wait_gone(follow.pids()) == []

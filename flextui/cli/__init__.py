@@ -81,7 +81,7 @@ def command_named(argv: Sequence[str]) -> list[str]:
 
 def open_app(args: argparse.Namespace, console: Console) -> int:
     from flextui.tui.app import run_app
-    return run_app(replay=getattr(args, "log", None))
+    return run_app(replay=getattr(args, "log", None), model=getattr(args, "model", None))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

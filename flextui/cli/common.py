@@ -30,8 +30,11 @@ def model_options(args: argparse.Namespace) -> dict[str, str]:
 
 
 def load_graph(args: argparse.Namespace):
-    from flextui.graph.library import load_model
-    return load_model(args.model, **model_options(args))
+    """The graph of the model --model names: its source is made here, once, from what
+    the user typed (a model file's path made absolute against this directory, its bytes
+    read), and the graph carries it (``OpGraph.source``)."""
+    from flextui.graph.library import load_model, model_source
+    return load_model(model_source(args.model), **model_options(args))
 
 
 def interactive() -> bool:

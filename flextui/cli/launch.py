@@ -243,7 +243,7 @@ def _check_graph(args: argparse.Namespace, graph, strategy):
     if batch == graph.batch_size:
         return graph
     options = {**model_options(args), "batch_size": batch}
-    return load_model(args.model, **options)
+    return load_model(graph.source, **options)
 
 
 # -- output ------------------------------------------------------------------------------

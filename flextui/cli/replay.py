@@ -29,6 +29,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trace", metavar="FILE.json",
                    help="write the strategy's simulated timeline as Chrome trace JSON")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.add_argument("--model", "-m", metavar="FILE",
+                   help="in the app, the model to launch the search's best strategy with "
+                   "(l): a PyTorch model's file, package.module:factory or torchvision:NAME; "
+                   "a log never names code to run, and the model must build the log's graph")
     p.set_defaults(handler=cmd_replay)
 
 
@@ -40,6 +44,9 @@ def cmd_replay(args: argparse.Namespace, console: Console) -> int | None:
         from flextui.search.log import read_search_log
         read_search_log(args.log)   # a bad log is a message here, before the app opens
         return open_app(args, console)
+    if args.model is not None:
+        raise FlextuiError("--model is for launching the replayed search from the app (l); "
+                           "a headless replay runs no model")
     _replay_headless(args, console)
     return None
 

@@ -15,6 +15,8 @@ from flextui.graph.tensor import Parameter, Tensor
 if TYPE_CHECKING:
     import networkx as nx
 
+    from flextui.graph.model_source import ModelSource
+
 
 @dataclass(eq=False)
 class OpGraph:
@@ -23,12 +25,17 @@ class OpGraph:
     ``meta`` carries what the model library knows about the graph: its family
     (``cnn``, ``rnn``, ``transformer``, ``recommendation``, ``mlp``), the batch size and
     the options it was built with.
+
+    ``source`` is the model the user gave that the library built this graph from, in
+    this process; it is never part of the graph's data (``to_dict``, the fingerprint),
+    so a graph read from a file has none.
     """
 
     name: str
     ops: list[Op]
     meta: dict[str, Any] = field(default_factory=dict)
     dtype: str = "float32"  # of the parameters the builder made
+    source: ModelSource | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self._by_name = {op.name: op for op in self.ops}
@@ -52,6 +59,12 @@ class OpGraph:
     @property
     def family(self) -> str:
         return self.meta.get("family", "")
+
+    @property
+    def imported(self) -> bool:
+        """Imported from a PyTorch module: running it needs the module (its weights,
+        and what its opaque ops run), so a model source."""
+        return "module_params" in self.meta or any(op.type == "opaque" for op in self.ops)
 
     @cached_property
     def parameters(self) -> dict[str, Parameter]:

@@ -19,6 +19,7 @@ from typing import Any
 from flextui.cost.model import CostModel
 from flextui.errors import FlextuiError, StrategyError
 from flextui.graph import DimKind, OpGraph
+from flextui.graph.library import require_source
 from flextui.machine import Cluster
 from flextui.runtime.hosts import Host, place
 from flextui.runtime.launch import Outcome, Run, Torchrun, free_port, port_is_free
@@ -85,7 +86,9 @@ def prepare(graph: OpGraph, strategy: Strategy, cluster: Cluster, training: Trai
             hosts: list[Host] | None = None, remote: Remote | None = None) -> Prepared:
     """Check everything a launch needs before a rank starts; FlextuiError says what is
     wrong (a cluster of several nodes without hosts, a strategy for more devices than
-    the launch has, a busy port, no torchrun, a host that fails its preflight)."""
+    the launch has, a busy port, no torchrun, a host that fails its preflight, an
+    imported model with no source the user gave)."""
+    require_source(graph)
     nodes = {d.node for d in cluster.devices}
     if len(nodes) > 1 and not hosts:
         raise FlextuiError(f"cluster {cluster.name!r} has {len(nodes)} nodes: give their hosts "
@@ -102,8 +105,9 @@ def prepare(graph: OpGraph, strategy: Strategy, cluster: Cluster, training: Trai
                            "install a torch with distributed support")
     placed = None
     if hosts:
+        module = graph.source.module if graph.source is not None else None
         placed = preflight(hosts, place(hosts, cluster), training.backend,
-                           remote or Remote.choose(), port)
+                           remote or Remote.choose(), port, modules=(module,) if module else ())
         port = placed.port
     elif port is None:
         port = free_port()

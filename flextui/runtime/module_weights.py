@@ -1,8 +1,8 @@
 """The starting parameters of a graph imported from a PyTorch module: the module's own
-weights. Each process builds the module itself, from the source the graph names
-(``meta["module"]``: a model file, ``package.module:factory`` or ``torchvision:NAME``)
-under ``torch.manual_seed(seed)``, so a factory that initialises at random gives every
-rank, and the one-process reference, the same weights."""
+weights. Each process builds the module itself, from the model source the graph was
+given in that process (``OpGraph.source``: what the user typed, or what the launch plan
+carries to a rank), under ``torch.manual_seed(seed)``, so a factory that initialises at
+random gives every rank, and the one-process reference, the same weights."""
 
 from __future__ import annotations
 
@@ -16,23 +16,27 @@ from flextui.graph.library import pytorch_model
 def module_parameters(graph: OpGraph, seed: int) -> dict[str, torch.Tensor] | None:
     """Every parameter of ``graph`` as the module's whole tensor (by the graph's
     parameter name), or None when the graph was not imported from a module."""
-    source = graph.meta.get("module")
-    if not source:
+    if not graph.imported:
         return None
+    source = graph.source
+    if source is None:
+        raise ModelError(f"graph {graph.name!r} was imported from a PyTorch module, and no "
+                         "model source was given for it: its weights come only from a "
+                         "model the user gave")
     names: dict[str, str] = graph.meta.get("module_params", {})
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        module = pytorch_model(source).make()
+        module = pytorch_model(source).module()
     own = dict(module.named_parameters(remove_duplicate=False))  # tied weights by each name
     missing = sorted(set(names.values()) - set(own))
     if missing or set(names) != set(graph.parameters):
-        raise ModelError(f"model {source}: the module model() builds now does not have the "
-                         f"parameters the graph was imported with ({', '.join(missing)[:200]}"
-                         "); search and launch from the same model file")
+        raise ModelError(f"model {source.text}: the module model() builds now does not have "
+                         f"the parameters the graph was imported with "
+                         f"({', '.join(missing)[:200]}); search and launch from the same model")
     tensors = {name: own[names[name]].detach() for name in graph.parameters}
     for name, tensor in tensors.items():
         shape = graph.parameters[name].shape
         if tuple(tensor.shape) != shape:
-            raise ModelError(f"model {source}: parameter {names[name]} now has shape "
+            raise ModelError(f"model {source.text}: parameter {names[name]} now has shape "
                              f"{list(tensor.shape)}, the graph's {list(shape)}")
     return tensors

@@ -4,9 +4,10 @@ hosts (``flextui launch --hosts``) starts on every host through ssh.
 The launcher writes one request to the program's stdin, a 4-byte big-endian length and
 then a versioned msgpack document (``NODE_REQUEST``); no shared filesystem is assumed:
 
-- ``{"action": "preflight", "port"?}``: the program answers with this host's facts
-  (its name, the flextui, torch and Python versions, GPUs, CPU cores, whether the port
-  asked for is free, else a free one) and ends.
+- ``{"action": "preflight", "port"?, "modules"?}``: the program answers with this
+  host's facts (its name, the flextui, torch and Python versions, GPUs, CPU cores,
+  whether the port asked for is free, else a free one, and which of ``modules``, what
+  the ranks import the model from, cannot be imported here) and ends.
 - ``{"action": "run", "plan": ..., "nnodes", "node_rank", "ranks", "master", "port",
   "run_id"}``: the program writes the plan to a temporary directory, runs this node's
   torchrun with its output going straight to stdout (to the launcher, through ssh),
@@ -22,6 +23,7 @@ its node program.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import platform
@@ -40,6 +42,7 @@ from flextui import __version__
 from flextui.documents import BadDocument, DocumentFormat
 from flextui.errors import FlextuiError
 from flextui.fields import FieldReader
+from flextui.graph.model_source import MODULE
 from flextui.machine.detect import usable_cpus
 from flextui.runtime.launch import Torchrun, end_process_group, free_port, port_is_free
 
@@ -77,16 +80,26 @@ def parse_node_line(line: str) -> dict[str, Any] | None:
     return fields if isinstance(fields, dict) else None
 
 
-def facts(port: int | None = None) -> dict[str, Any]:
+def facts(port: int | None = None, modules: list[str] | None = None) -> dict[str, Any]:
     """What preflight reports of this host: ``port`` is the rendezvous port asked for
-    (is it free here?), else a free one."""
+    (is it free here?), else a free one; ``missing``, the ``modules`` not importable
+    here."""
     import torch
 
     return {"host": socket.gethostname(), "flextui": __version__, "torch": torch.__version__,
             "python": platform.python_version(),
             "gpus": torch.cuda.device_count() if torch.cuda.is_available() else 0,
             "cpus": usable_cpus(), "port": port or free_port(),
-            "port_free": port is None or port_is_free(port)}
+            "port_free": port is None or port_is_free(port),
+            "missing": [m for m in modules or [] if not _importable(m)]}
+
+
+def _importable(module: str) -> bool:
+    """A module this Python finds (its parent packages are imported to look)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except Exception:  # noqa: BLE001 (a parent package may raise anything on import)
+        return False
 
 
 def main() -> int:
@@ -96,7 +109,7 @@ def main() -> int:
         print(f"flextui node program: {exc}", file=sys.stderr)
         return 2
     if request["action"] == Action.PREFLIGHT:
-        _say(facts=facts(request.get("port")))
+        _say(facts=facts(request.get("port"), request.get("modules")))
         return 0
     return _run(request)
 
@@ -121,6 +134,10 @@ def read_request(stream: IO[bytes]) -> dict[str, Any]:
                       (Action.PREFLIGHT, Action.RUN))
     if action == Action.PREFLIGHT and body.get("port") is not None:
         f.integer(body["port"], "port", 1, 65535)
+    if action == Action.PREFLIGHT:
+        for module in f.items(body.get("modules", []), "modules"):
+            if not MODULE.fullmatch(f.string(module, "modules")):
+                f.fail("modules", f"{module!r:.80} is not a module name")
     if action == Action.RUN:
         f.exact_keys(body, ("action", "plan", "nnodes", "node_rank", "ranks", "master",
                             "port", "run_id"), "request")

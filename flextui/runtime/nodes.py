@@ -107,13 +107,15 @@ class Nodes:
 
 
 def preflight(hosts: list[Host], ranks: list[int], backend: Backend, remote: Remote,
-              port: int | None = None, timeout_s: float = PREFLIGHT_S) -> Nodes:
+              port: int | None = None, timeout_s: float = PREFLIGHT_S,
+              modules: tuple[str, ...] = ()) -> Nodes:
     """Ask every host, at once, for its facts, and check them: reachable without a
-    password, the same flextui and torch as here, enough devices for its ranks.
+    password, the same flextui and torch as here, enough devices for its ranks, the
+    ``modules`` the ranks import a model from (a factory's, torchvision) importable.
     FlextuiError naming the first host (in order) that is not ready; nothing starts."""
     import torch
 
-    request = frame({"action": str(Action.PREFLIGHT), "port": port})
+    request = frame({"action": str(Action.PREFLIGHT), "port": port, "modules": list(modules)})
     procs = [_start(remote.command(host)) for host in hosts]
     with ThreadPoolExecutor(max_workers=min(len(procs), 64)) as pool:
         answers = list(pool.map(lambda proc: _answer(proc, request, timeout_s), procs))
@@ -129,6 +131,11 @@ def preflight(hosts: list[Host], ranks: list[int], backend: Backend, remote: Rem
                 f"host {host.name} has flextui {theirs['flextui']} and torch {theirs['torch']}"
                 f", this machine flextui {local['flextui']} and torch {local['torch']}: "
                 "install the same versions on every host")
+        missing = facts.get("missing")
+        if missing:
+            raise FlextuiError(f"host {host.name} cannot import {', '.join(map(str, missing))}"
+                               f", which the model needs: install it there (a model file "
+                               "travels with the launch; a module does not)")
         devices, what = ((facts.get("gpus"), "GPUs") if backend == Backend.NCCL
                          else (facts.get("cpus"), "CPU cores"))
         if not isinstance(devices, int) or devices < count:

@@ -1,7 +1,10 @@
-"""What a launch hands its ranks: the graph, the strategy, the number of ranks and how
-to train, as one versioned msgpack document (``flextui.documents``) that every rank
-reads and compiles into the same plan (``runtime.plan``). No pickle: a rank rebuilds
-the graph from data (``graph_from_dict``), as a search log's reader does.
+"""What a launch hands its ranks: the graph, the strategy, the number of ranks, how
+to train and the model source the user gave, as one versioned msgpack document
+(``flextui.documents``) that every rank reads and compiles into the same plan
+(``runtime.plan``). No pickle: a rank rebuilds the graph from data
+(``graph_from_dict``), as a search log's reader does, and gives it the source the plan
+carries (``graph.model_source``: a model file travels as its bytes and their sha256,
+so no host needs it at a path); that is the only source a rank runs a module from.
 """
 
 from __future__ import annotations
@@ -15,9 +18,10 @@ from flextui.documents import BadDocument, DocumentFormat
 from flextui.errors import FlextuiError
 from flextui.fields import FieldReader
 from flextui.graph import OpGraph, graph_from_dict
+from flextui.graph.model_source import ModelSource
 from flextui.strategy import ParallelConfig, Strategy
 
-LAUNCH = DocumentFormat("flextui-launch", 1, "launch plan")
+LAUNCH = DocumentFormat("flextui-launch", 2, "launch plan")
 #: The environment variable that gives every rank its launcher's PID (a rank whose
 #: launcher is gone ends itself; see ``worker``).
 LAUNCHER_PID = "FLEXTUI_LAUNCHER_PID"
@@ -62,9 +66,11 @@ class LaunchSpec:
     num_ranks: int
     training: Training
 
-    def to_dict(self) -> dict[str, Any]:
-        """The spec as plain data (what ``encode`` stores, and a run log's header holds)."""
+    def to_dict(self, *, code: bool = False) -> dict[str, Any]:
+        """The spec as plain data: what a run log's header holds, and with ``code`` (a
+        model file's bytes) what ``encode`` stores."""
         t = self.training
+        source = self.graph.source
         configs = [[list(self.strategy[op.name].degrees), list(self.strategy[op.name].devices)]
                    for op in self.graph.ops]
         return {"graph": self.graph.to_dict(), "strategy": [self.strategy.name, configs],
@@ -72,10 +78,11 @@ class LaunchSpec:
                 "training": {"steps": t.steps, "warmup": t.warmup, "seed": t.seed, "lr": t.lr,
                              "momentum": t.momentum, "dtype": str(t.dtype),
                              "backend": str(t.backend), "check": t.check,
-                             "record_tasks": t.record_tasks}}
+                             "record_tasks": t.record_tasks},
+                "model": None if source is None else source.to_dict(code=code)}
 
     def encode(self) -> bytes:
-        return LAUNCH.encode(self.to_dict())
+        return LAUNCH.encode(self.to_dict(code=True))
 
     @classmethod
     def decode(cls, data: bytes, where: str) -> LaunchSpec:
@@ -85,11 +92,17 @@ class LaunchSpec:
         except BadDocument as bad:
             raise FlextuiError(f"{where}: {bad.problem}") from None
         f = FieldReader(where)
-        body = f.exact_keys(body, ("graph", "strategy", "num_ranks", "training"), "plan")
+        body = f.exact_keys(body, ("graph", "strategy", "num_ranks", "training", "model"),
+                            "plan")
         try:
             graph = graph_from_dict(body["graph"])
         except FlextuiError as exc:
             raise FlextuiError(f"{where}: graph: {exc}") from None
+        if body["model"] is not None:
+            graph.source = ModelSource.from_dict(body["model"], f)
+        elif graph.imported:
+            f.fail("model", f"graph {graph.name!r} is imported from a PyTorch module and the "
+                            "plan carries no model source")
         name, configs = f.items(body["strategy"], "strategy", 2)
         configs = f.items(configs, "strategy configs", len(graph.ops))
         strategy = Strategy({op.name: ParallelConfig(

@@ -1,7 +1,9 @@
 """The rank program: ``python -m flextui.runtime.worker PLAN``, started by torchrun.
 
 Simulated device *i* is global rank *i*; a rank trains on ``cuda:LOCAL_RANK`` when the
-launch uses NCCL and on the CPU otherwise. It reads the launch plan (``spec``), compiles
+launch uses NCCL and on the CPU otherwise. It reads the launch plan (``spec``: with an
+imported model, the model source the user gave, from which it builds the module's
+weights and what its opaque ops run, ``module_weights`` and ``regions``), compiles
 the same step as every other rank (``plan``), trains (``engine``) and reports on stdout
 (``metrics``). With a check it then trains the whole graph in this process
 (``reference``) and reports how far its own parameter shards and the loss are from it.
@@ -34,6 +36,7 @@ from flextui.runtime.engine import Optimizer, RankProgram, within
 from flextui.runtime.metrics import MAX_LINE, Reporter, encode
 from flextui.runtime.plan import compile_plan
 from flextui.runtime.reference import train_whole
+from flextui.runtime.regions import bind_regions
 from flextui.runtime.spec import LAUNCHER_PID, Backend, LaunchSpec
 from flextui.runtime.tasktimes import TaskTimes
 
@@ -78,6 +81,7 @@ def _run(spec: LaunchSpec, rank: int, device: torch.device) -> int:
     world = dist.get_world_size()
     if world != spec.num_ranks:
         raise RuntimeError(f"the plan is for {spec.num_ranks} ranks, torchrun started {world}")
+    bind_regions(spec.graph)  # what its opaque ops run: the module the plan carries
     plan = compile_plan(spec.graph, spec.strategy, spec.num_ranks)
     dtype = getattr(torch, str(training.dtype))
     comm = Comm(rank, plan.sync_groups(), device)

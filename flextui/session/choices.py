@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from flextui.defaults import DEFAULT_CLUSTER, DEFAULT_MODEL
 from flextui.errors import ClusterError, FieldError
 from flextui.graph import OpGraph
-from flextui.graph.library import load_model
+from flextui.graph.library import load_model, model_source
 from flextui.machine import Cluster, detect, load_named_cluster
 from flextui.machine.library import LOCAL, split_resized
 from flextui.search.options import parse_whole
@@ -49,8 +49,10 @@ def split_options(text: str) -> list[str]:
 
 def load_model_choice(model: str, batch_size: int | str | None = None,
                       options: str = "") -> OpGraph:
-    """A library model or a model file, with a batch size and ``KEY=VALUE`` options."""
-    return load_model(model.strip(), **parse_model_options(split_options(options), batch_size))
+    """A library model or a model file, with a batch size and ``KEY=VALUE`` options; the
+    graph carries the model's source, made here from what the user typed."""
+    return load_model(model_source(model),
+                      **parse_model_options(split_options(options), batch_size))
 
 
 def load_cluster_choice(cluster: str, nodes: int | str | None = None) -> Cluster:

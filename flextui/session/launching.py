@@ -12,6 +12,8 @@ from pathlib import Path
 
 from flextui.cost.model import CostModel
 from flextui.graph import OpGraph
+from flextui.graph.library import with_source
+from flextui.graph.model_source import ModelSource
 from flextui.machine import Cluster
 from flextui.machine.gpus import CPU_KINDS
 from flextui.runtime.job import RUN_SUFFIX, Prepared, choose_backend, prepare
@@ -45,8 +47,12 @@ def launch_strategy(text: str, graph: OpGraph, cluster: Cluster) -> Strategy:
 
 def launch_request(graph: OpGraph, strategy: Strategy, cluster: Cluster,
                    cost_model: CostModel, title: str, log_dir: Path = Path(),
-                   training: Training | None = None, **prepare_args) -> LaunchRequest:
-    """Prepare ``strategy`` on ``cluster`` (FlextuiError if it cannot run here)."""
+                   training: Training | None = None, model: ModelSource | None = None,
+                   **prepare_args) -> LaunchRequest:
+    """Prepare ``strategy`` on ``cluster`` (FlextuiError if it cannot run here). A graph
+    read from a file (a replayed search's) that needs its model's code runs only from
+    ``model``, the model the user gave, and only if that builds the same graph."""
+    graph = with_source(graph, model)
     training = training or Training(steps=APP_STEPS, warmup=APP_WARMUP,
                                     backend=choose_backend(cluster))
     if "run_log" not in prepare_args:

@@ -28,6 +28,7 @@ from flextui.cost import AnalyticCostModel, CostModel, cost_model_from_identity
 from flextui.cost.choose import CostKind, choose_cost_model
 from flextui.errors import FlextuiError
 from flextui.graph import OpGraph
+from flextui.graph.library import model_source
 from flextui.machine import Cluster
 from flextui.search.baselines import baseline_costs
 from flextui.search.files import default_log_path
@@ -90,7 +91,8 @@ class FlextuiApp(App):
             loop = asyncio.get_running_loop()
             for signum in QUIT_SIGNALS:
                 loop.add_signal_handler(signum, self.quit_on_signal, signum)
-        self.push_screen(SetupScreen(self.initial_model, self.initial_cluster))
+        self.setup_screen = SetupScreen(self.initial_model, self.initial_cluster)
+        self.push_screen(self.setup_screen)
         if self.replay_path is not None:
             self.open_replay(self.replay_path)
         if self.launch_request is not None:
@@ -160,9 +162,16 @@ class FlextuiApp(App):
 
     def launch_strategy(self, graph: OpGraph, cluster: Cluster, strategy: Strategy,
                         cost_model: CostModel, title: str) -> None:
-        """Launch ``strategy`` (a search's best, say) on ``cluster``'s devices here."""
-        self.prepare_launch(lambda: launch_request(graph, strategy, cluster, cost_model,
-                                                   title, self.log_dir))
+        """Launch ``strategy`` (a search's best, say) on ``cluster``'s devices here. A
+        replayed search of a PyTorch model runs the model typed in Setup (``flextui
+        replay LOG --model FILE`` types it there), if that builds the log's graph."""
+        typed = self.setup_screen.typed_model()
+
+        def request() -> LaunchRequest:
+            model = model_source(typed) if graph.imported and graph.source is None else None
+            return launch_request(graph, strategy, cluster, cost_model, title, self.log_dir,
+                                  model=model)
+        self.prepare_launch(request)
 
     def prepare_launch(self, request: Callable[[], LaunchRequest]) -> None:
         """Prepare a launch on a worker thread (it simulates the strategy), then start

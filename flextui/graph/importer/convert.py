@@ -29,12 +29,13 @@ UNKNOWN = _Unknown()
 
 
 def import_module(module: Any, example_inputs: tuple, name: str, *,
-                  opaque_source: str | None = None) -> OpGraph:
+                  opaque: bool = False) -> OpGraph:
     """The operator graph of ``module`` run on ``example_inputs`` (their first dim is the
     batch). GraphError (``UnsupportedOps``) names every op that cannot be mapped, unless
-    ``opaque_source`` (how to name the model again in a rank) is given: each region of
-    such ops then becomes one opaque op. The graph's ``meta["module_params"]`` names the
-    module parameter each of its parameters is."""
+    ``opaque``: each region of such ops then becomes one opaque op, which runs the nodes
+    of this export (its program is given to the op here, never named in the graph). The
+    graph's ``meta["module_params"]`` names the module parameter each of its parameters
+    is."""
     import torch
 
     program = export(module, example_inputs, name)
@@ -43,7 +44,7 @@ def import_module(module: Any, example_inputs: tuple, name: str, *,
         raise GraphError(f"model {name!r}: its first example input must be a tensor whose "
                          "first dim is the batch")
     builder = GraphBuilder(name, batch_size=int(users[0].shape[0]), family="imported")
-    walk = _Walk(program, module, Context(builder), opaque_source)
+    walk = _Walk(program, module, Context(builder), opaque)
     output = walk.run()
     walk.gather.raise_if_any(name)
     graph = _finish(builder, output, name)
@@ -61,13 +62,12 @@ class _NotMapped(Exception):
 
 class _Walk:
     """One walk over an exported graph: the value of every node so far, what could not
-    be mapped (``gather``), and with ``opaque_source`` the region of such nodes being
-    gathered into an opaque op (``opaque.Pending``)."""
+    be mapped (``gather``), and with ``regions`` (the program opaque ops run) the
+    region of such nodes being gathered into an opaque op (``opaque.Pending``)."""
 
-    def __init__(self, program: Any, module: Any, ctx: Context,
-                 opaque_source: str | None) -> None:
+    def __init__(self, program: Any, module: Any, ctx: Context, opaque_ops: bool) -> None:
         self.program, self.module, self.ctx = program, module, ctx
-        self.opaque_source = opaque_source
+        self.regions = opaque.program_of(program) if opaque_ops else None
         self.gather = Gather()
         self.values: dict[Any, Any] = {}
         self.pending = opaque.Pending()
@@ -106,7 +106,7 @@ class _Walk:
         try:
             self.values[node] = self._call(node)
         except _NotMapped as not_mapped:
-            if self.opaque_source is not None:
+            if self.regions is not None:
                 self.pending.add(node)
             else:
                 self._report(node, not_mapped.target, not_mapped.why)
@@ -123,7 +123,7 @@ class _Walk:
         try:
             self.values.update(mha.map_region(self.ctx, self.module, path, nodes, self.values))
         except Unmappable as why:
-            if self.opaque_source is not None:
+            if self.regions is not None:
                 for n in nodes:
                     del self.values[n]
                     self.pending.add(n)
@@ -133,15 +133,14 @@ class _Walk:
 
     def _close(self) -> None:
         """The region gathered so far becomes an opaque op."""
-        if not self.pending.nodes or self.opaque_source is None:
+        if not self.pending.nodes or self.regions is None:
             return
         nodes, first = self.pending.nodes, self.pending.nodes[0]
         self.pending = opaque.Pending()
         self.values.update(dict.fromkeys(nodes, UNKNOWN))
         try:
             with self.ctx.naming((module_path(first)[0], False), first):
-                self.values.update(opaque.close(self.ctx, nodes, self.values, self.program,
-                                                self.opaque_source))
+                self.values.update(opaque.close(self.ctx, nodes, self.values, self.regions))
         except Unmappable as why:
             self._report(first, "an opaque region", str(why))
 

@@ -7,19 +7,20 @@ activations, parameters and buffers its nodes read from outside, its outputs the
 nodes read from outside. At import the region runs once on random inputs of its
 shapes: to count its FLOPs and to test whether it is batch-wise (each half of a batch
 alone gives that half of the outputs), which lets the search split it by
-samples. A rank runs it again from the same nodes of its own export
-(``region_program``)."""
+samples. The op's attributes name its nodes; what runs them is the exported program,
+given to the op in this process (``kernels.opaque.bind_program``); a rank gives the
+program of its own export of the same module (``program_of``)."""
 
 from __future__ import annotations
 
-import functools
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
 from flextui.graph.importer.context import Context, Dropped, ParamRef, Unmappable
-from flextui.graph.importer.exported import export
+from flextui.graph.kernels.opaque import RegionProgram, bind_program, run_nodes
 from flextui.graph.tensor import Tensor
 
 
@@ -36,11 +37,11 @@ class Pending:
         self.nodes.append(node)
 
 
-def close(ctx: Context, nodes: list[Any], values: dict[Any, Any], program: Any,
-          source: str) -> dict[Any, Any]:
-    """The opaque op of a region's ``nodes``: the values of the nodes read from outside
-    (its outputs). Unmappable when the region reads or makes something other than
-    tensors."""
+def close(ctx: Context, nodes: list[Any], values: dict[Any, Any],
+          program: RegionProgram) -> dict[Any, Any]:
+    """The opaque op of a region's ``nodes`` of ``program``: the values of the nodes
+    read from outside (its outputs). Unmappable when the region reads or makes
+    something other than tensors."""
     inside = set(nodes)
     reads = list(dict.fromkeys(a for n in nodes for a in n.all_input_nodes if a not in inside))
     inputs = [a for a in reads if isinstance(values.get(a), Tensor)]
@@ -53,9 +54,9 @@ def close(ctx: Context, nodes: list[Any], values: dict[Any, Any], program: Any,
     if not outputs or not all(isinstance(n.meta.get("val"), torch.Tensor) for n in outputs):
         raise Unmappable("the region's results are not all tensors")
     batch = int(ctx.builder.meta["batch_size"])
-    known = placeholder_values(program)
-    flops, batchwise = _measure(nodes, inputs, params, constants, outputs, known, batch)
-    attrs = {"module": source, "nodes": [n.name for n in nodes],
+    flops, batchwise = _measure(nodes, inputs, params, constants, outputs, program.known,
+                                batch)
+    attrs = {"nodes": [n.name for n in nodes],
              "inputs": [a.name for a in inputs], "params": [a.name for a in params],
              "constants": [a.name for a in constants],
              "outputs": [[n.name, list(n.meta["val"].shape),
@@ -63,34 +64,26 @@ def close(ctx: Context, nodes: list[Any], values: dict[Any, Any], program: Any,
              "param_shapes": [list(values[a].shape) for a in params],
              "batch": batch, "batchwise": batchwise, "flops": flops}
     op = ctx.builder.add("opaque", [values[a] for a in inputs], attrs, ctx.name)
+    bind_program(op, program)
     ctx.bind(op.outputs[0], **{f"p{i}": values[a] for i, a in enumerate(params)})
     return dict(zip(outputs, op.outputs))
 
 
-def run_nodes(nodes: list[Any], env: dict[str, Any], outputs: list[str]) -> list[Any]:
-    """Run exported-graph ``nodes`` in order from ``env`` (placeholder name -> value);
-    the values of ``outputs``."""
-    env = dict(env)
-    for node in nodes:
-        args = torch.fx.node.map_arg(node.args, lambda n: env[n.name])
-        kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n.name])
-        env[node.name] = node.target(*args, **kwargs)
-    return [env[name] for name in outputs]
-
-
-def placeholder_values(program: Any) -> dict[str, torch.Tensor]:
-    """The exported program's parameters, buffers and lifted constants, by placeholder."""
+def program_of(program: Any) -> RegionProgram:
+    """What opaque ops run of the exported ``program``: its nodes by name, and its
+    parameters, buffers and lifted constants by placeholder."""
     signature, state = program.graph_signature, program.state_dict
     found = {**{p: state[n] for p, n in signature.inputs_to_parameters.items()},
              **{p: state[n] if n in state else program.constants[n]
                 for p, n in signature.inputs_to_buffers.items()},
              **{p: program.constants[n]
                 for p, n in signature.inputs_to_lifted_tensor_constants.items()}}
-    return {p: v.detach() for p, v in found.items()}
+    return RegionProgram({n.name: n for n in program.graph.nodes},
+                         {p: v.detach() for p, v in found.items()})
 
 
 def _measure(nodes: list[Any], inputs: list[Any], params: list[Any], constants: list[Any],
-             outputs: list[Any], known: dict[str, torch.Tensor],
+             outputs: list[Any], known: Mapping[str, torch.Tensor],
              batch: int) -> tuple[float, bool]:
     """The region's forward FLOPs on the whole batch, and whether it is batch-wise."""
     gen = torch.Generator().manual_seed(0)
@@ -121,16 +114,3 @@ def _random(value: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     if value.dtype.is_floating_point:
         return torch.randn(tuple(value.shape), generator=gen, dtype=value.dtype)
     return torch.zeros(tuple(value.shape), dtype=value.dtype)
-
-
-@functools.lru_cache(maxsize=4)
-def region_program(source: str, batch: int) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-    """The nodes (by name) and placeholder values of model ``source`` exported at
-    ``batch``: what a rank runs an opaque op from."""
-    from flextui.graph.library import pytorch_model
-
-    model = pytorch_model(source)
-    inputs = model.inputs(batch)
-    program = export(model.make(), inputs if isinstance(inputs, tuple) else (inputs,),
-                     model.name)
-    return {n.name: n for n in program.graph.nodes}, placeholder_values(program)

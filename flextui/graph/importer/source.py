@@ -19,68 +19,82 @@ optionally ``BATCH_SIZE`` and ``DESCRIPTION``::
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from flextui.errors import FlextuiError, ModelError
+from flextui.errors import ModelError
 from flextui.graph.graph import OpGraph
 from flextui.graph.importer.convert import import_module
+from flextui.graph.importer.exported import export
+from flextui.graph.importer.opaque import program_of
+from flextui.graph.kernels.opaque import RegionProgram
+from flextui.graph.usercode import user_code
 
 DEFAULT_BATCH_SIZE = 32
+DESCRIPTION = "a PyTorch module, imported through torch.export"
 
 
-@dataclass
+@dataclass(frozen=True)
 class TorchModel:
-    """What the library needs of a model (``build``, ``DEFAULTS``, ``DESCRIPTION``),
-    made from a user's ``model()`` and ``example_inputs(batch_size)``."""
+    """A user's PyTorch model: ``make`` builds the ``nn.Module``, ``inputs(batch_size)``
+    its example inputs. Its errors name the model and say all that is wrong (every
+    unsupported op)."""
 
     name: str
     make: Callable[[], Any]
     inputs: Callable[[int], Any]
-    #: how to name it again, in another process: the file's absolute path,
-    #: ``package.module:factory`` or ``torchvision:NAME``
-    source: str
-    DESCRIPTION: str = "a PyTorch module, imported through torch.export"
-    DEFAULTS: dict[str, Any] = field(default_factory=lambda: {"batch_size": DEFAULT_BATCH_SIZE,
-                                                               "opaque": False})
-    #: its errors name the model and say all that is wrong (every unsupported op): the
-    #: library passes them on as they are
-    NAMES_ITSELF = True
+    description: str = DESCRIPTION
+    batch_size: int = DEFAULT_BATCH_SIZE
+
+    def module(self) -> Any:
+        """A new ``nn.Module`` from the user's ``model()``."""
+        with user_code(f"model {self.name!r}: model()"):
+            return self.make()
+
+    def example(self, batch_size: int) -> tuple:
+        """The example inputs at ``batch_size``: ModelError unless the first is a tensor
+        of ``batch_size`` rows (its first dim is the batch)."""
+        what = f"model {self.name!r}: example_inputs({batch_size})"
+        with user_code(what):
+            inputs = self.inputs(batch_size)
+        inputs = inputs if isinstance(inputs, tuple) else (inputs,)
+        rows = getattr(inputs[0], "shape", (None,))[0] if inputs else None
+        if rows != batch_size:
+            raise ModelError(f"{what} returned {rows} rows (the first dim of its first "
+                             f"input), not {batch_size}: it must return batch_size rows")
+        return inputs
 
     def build(self, batch_size: int, opaque: bool = False) -> OpGraph:
         """The graph at ``batch_size``; with ``opaque`` what cannot be mapped op by op
         becomes opaque ops rather than an error."""
-        module = _call(self.make, f"model {self.name!r}: model()")
-        inputs = _call(lambda: self.inputs(batch_size),
-                       f"model {self.name!r}: example_inputs({batch_size})")
-        inputs = inputs if isinstance(inputs, tuple) else (inputs,)
-        graph = import_module(module, inputs, self.name,
-                              opaque_source=self.source if opaque else None)
-        graph.meta["module"] = self.source
-        return graph
+        module = self.module()
+        inputs = self.example(batch_size)
+        with user_code(f"model {self.name!r}: its forward"):
+            return import_module(module, inputs, self.name, opaque=opaque)
+
+    def program(self, batch_size: int) -> RegionProgram:
+        """The module exported at ``batch_size``, as its opaque ops run it."""
+        module = self.module()
+        inputs = self.example(batch_size)
+        with user_code(f"model {self.name!r}: its forward"):
+            return program_of(export(module, inputs, self.name))
 
 
-def torch_model(namespace: Any, name: str, factory: str = "model", *,
-                source: str) -> TorchModel | None:
-    """The user's model in ``namespace`` (a loaded file or module, named again by
-    ``source``), None when it does not define ``factory`` and ``example_inputs``."""
+def torch_model(namespace: Any, name: str, factory: str = "model") -> TorchModel | None:
+    """The user's model in ``namespace`` (a loaded file or module), None when it does
+    not define ``factory`` and ``example_inputs``."""
     make, inputs = getattr(namespace, factory, None), getattr(namespace, "example_inputs", None)
     if not (callable(make) and callable(inputs)):
         return None
     batch = getattr(namespace, "BATCH_SIZE", DEFAULT_BATCH_SIZE)
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ModelError(f"model {name!r}: BATCH_SIZE = {batch!r:.40} is not a whole "
+                         "number >= 1")
     doc = (getattr(namespace, "__doc__", None) or "").strip().splitlines()
-    description = getattr(namespace, "DESCRIPTION", doc[0] if doc else TorchModel.DESCRIPTION)
-    return TorchModel(name, make, inputs, source, str(description),
-                      {"batch_size": batch, "opaque": False})
-
-
-def _call(fn: Callable[[], Any], what: str) -> Any:
-    try:
-        return fn()
-    except FlextuiError:
-        raise
-    except Exception as exc:  # noqa: BLE001 (a user's code may raise anything)
-        raise ModelError(f"{what} raised {type(exc).__name__}: {exc}"[:400]) from None
+    description = getattr(namespace, "DESCRIPTION", doc[0] if doc else DESCRIPTION)
+    if not isinstance(description, str):
+        raise ModelError(f"model {name!r}: DESCRIPTION = {description!r:.40} is not a string")
+    return TorchModel(name, make, inputs, description, batch)
 
 
 #: torchvision's classification models take 224x224 images but these
@@ -109,5 +123,5 @@ def torchvision_model(arch: str) -> TorchModel:
     return TorchModel(
         arch, lambda: torchvision.models.get_model(arch, weights=None,
                                                    **BUILD_OPTIONS.get(arch, {})),
-        lambda batch: (torch.randn(batch, 3, size, size),), f"torchvision:{arch}",
+        lambda batch: (torch.randn(batch, 3, size, size),),
         f"torchvision {arch} (untrained), {size}x{size} images")

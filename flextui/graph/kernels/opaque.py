@@ -1,8 +1,68 @@
-"""The opaque op's kernel: the module's own exported nodes, run on the block's rows."""
+"""The opaque op's kernel: the module's own exported nodes, run on the block's rows.
+
+An opaque op's attributes name the nodes it runs, never where they come from. The
+nodes are the program of the user's module exported at the op's batch
+(``RegionProgram``), given to each opaque op in the process that runs it
+(``bind_program``): the importer gives the program it made the op from; a rank
+exports the module the launch plan carries and gives it (``runtime.regions``). An op
+with no program given is an error, never a lookup of code by name.
+"""
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from flextui.errors import GraphError
 from flextui.graph.kernels.base import Kernel, register
+
+if TYPE_CHECKING:
+    from flextui.graph.op import Op
+
+
+@dataclass(frozen=True)
+class RegionProgram:
+    """A module's exported program, as opaque ops run parts of it: its nodes by name,
+    and the values of its parameters, buffers and constants by placeholder."""
+
+    nodes: Mapping[str, Any]
+    known: Mapping[str, torch.Tensor]
+
+    def missing(self, op: Op) -> list[str]:
+        """The nodes ``op`` names that this program does not have."""
+        attrs = op.attrs
+        named = [*attrs["nodes"], *attrs["inputs"], *attrs["params"], *attrs["constants"],
+                 *(name for name, _, _ in attrs["outputs"])]
+        return [n for n in named if n not in self.nodes]
+
+
+_PROGRAMS: weakref.WeakKeyDictionary[Op, RegionProgram] = weakref.WeakKeyDictionary()
+
+
+def bind_program(op: Op, program: RegionProgram) -> None:
+    """Give opaque op ``op`` the program it runs (GraphError if it names nodes the
+    program lacks: the module is not the one the graph was imported from)."""
+    missing = program.missing(op)
+    if missing:
+        raise GraphError(f"opaque op {op.name!r}: the module has no node "
+                         f"{', '.join(missing)[:200]}; it is not the module the graph was "
+                         "imported from (search and launch from the same model)")
+    _PROGRAMS[op] = program
+
+
+def run_nodes(nodes: list[Any], env: dict[str, Any], outputs: list[str]) -> list[Any]:
+    """Run exported-graph ``nodes`` in order from ``env`` (placeholder name -> value);
+    the values of ``outputs``."""
+    env = dict(env)
+    for node in nodes:
+        args = torch.fx.node.map_arg(node.args, lambda n: env[n.name])
+        kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n.name])
+        env[node.name] = node.target(*args, **kwargs)
+    return [env[name] for name in outputs]
 
 
 @register
@@ -10,10 +70,12 @@ class OpaqueKernel(Kernel):
     name = "opaque"
 
     def forward(self, op, region, inputs, params, seed):
-        from flextui.graph.importer.opaque import region_program, run_nodes
-
-        attrs = op.attrs
-        nodes, known = region_program(attrs["module"], attrs["batch"])
+        program = _PROGRAMS.get(op)
+        if program is None:
+            raise GraphError(f"opaque op {op.name!r} has no program to run: an opaque op "
+                             "runs the user's module, which only a model the user gave "
+                             "provides (a graph read from a file has none)")
+        attrs, known = op.attrs, program.known
         like = next((t for t in (*inputs, *params) if t.is_floating_point()), None)
         env = {name: known[name] if like is None else
                known[name].to(like.device, like.dtype if known[name].is_floating_point()
@@ -21,5 +83,5 @@ class OpaqueKernel(Kernel):
                for name in attrs["constants"]}
         env.update(zip(attrs["inputs"], inputs))
         env.update(zip(attrs["params"], params))
-        return run_nodes([nodes[name] for name in attrs["nodes"]], env,
+        return run_nodes([program.nodes[name] for name in attrs["nodes"]], env,
                          [name for name, _, _ in attrs["outputs"]])

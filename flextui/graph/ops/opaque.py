@@ -11,10 +11,11 @@ from flextui.graph.ops.base import OpType, ParamSpec, register, require
 
 @register
 class Opaque(OpType):
-    """attrs: ``module`` (where the module comes from), ``nodes`` (the exported graph's
-    nodes it runs), ``inputs``/``params``/``constants`` (the nodes its inputs,
-    parameters and buffers are), ``outputs`` ([node, shape, dtype] each),
-    ``param_shapes``, ``batch``, ``batchwise`` and ``flops`` (forward, whole batch)."""
+    """attrs: ``nodes`` (the exported graph's nodes it runs; the program they are in is
+    given to the op where it runs, ``kernels.opaque``, never named here),
+    ``inputs``/``params``/``constants`` (the nodes its inputs, parameters and buffers
+    are), ``outputs`` ([node, shape, dtype] each), ``param_shapes``, ``batch``,
+    ``batchwise`` and ``flops`` (forward, whole batch)."""
 
     name = "opaque"
     backward_factor = 2.0

@@ -429,6 +429,10 @@ class SetupScreen(KeyScreen):
         label = str(row.query_one(Label).content).removeprefix("or ")
         return f"{row.parent.border_title} {label}"
 
+    def typed_model(self) -> str:
+        """The model the form names: its file, else its library model."""
+        return self._text("model-path").strip() or self._text("model-name")
+
     def action_focus_field(self, field: str) -> None:
         self.query_one(f"#{field}").focus()
 

@@ -1,0 +1,136 @@
+"""Where a model comes from, as the user gave it: a ``ModelSource``.
+
+It is made once, in the process where the user typed it (``--model`` on the command
+line, the model field of the app's Setup screen; ``graph.library.model_source``), and
+carried from there: the library builds the graph from it, the graph keeps it
+(``OpGraph.source``, never written out), a launch plan carries it to every rank. A
+model file's path is made absolute where it was typed and its bytes are read there,
+once: what is searched, launched and run on every host is those bytes (checked by
+their sha256), never a file a rank finds at a path.
+
+Nothing read from a file names code to run: a graph written to a search log, a
+strategy or a launch plan's graph records no source, and a graph rebuilt from such
+data has none until the user gives one that builds that very graph
+(``graph.library.with_source``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from flextui.errors import ModelError
+from flextui.fields import FieldReader
+from flextui.limits import TEXT_CHARS, Limit
+
+#: a model file bigger than this is not Python someone wrote
+MODEL_FILE_BYTES = Limit(16 * 2**20, "bytes", "in a model file",
+                         "a model file defines the model; load its data from elsewhere")
+#: a module's dotted name, and ``package.module:factory``
+MODULE = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
+FACTORY = re.compile(MODULE.pattern + r":[A-Za-z_]\w*")
+#: a built-in model's or torchvision model's name
+NAME = re.compile(r"[A-Za-z_]\w*")
+TORCHVISION_PREFIX = "torchvision:"
+
+
+class SourceKind(StrEnum):
+    """What kind of thing a model source names."""
+
+    LIBRARY = "library"          # a built-in model, by name
+    FILE = "file"                # a model .py file (its bytes travel with it)
+    FACTORY = "factory"          # package.module:factory, imported by name
+    TORCHVISION = "torchvision"  # torchvision:NAME
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """A model as the user named it. ``name`` is the built-in model's name, the model
+    file's absolute path, ``package.module:factory`` or torchvision's model name; a
+    file's ``code`` is its bytes as read when it was given, ``sha256`` their hash."""
+
+    kind: SourceKind
+    name: str
+    code: bytes = field(default=b"", repr=False)
+    sha256: str = ""
+
+    @classmethod
+    def read_file(cls, text: str, cwd: Path | None = None) -> ModelSource:
+        """The model file ``text`` names, its path made absolute against ``cwd`` (the
+        current directory when None) and its bytes read now."""
+        path = Path(text).expanduser()
+        path = ((cwd or Path.cwd()) / path).resolve()
+        if not path.is_file():
+            raise ModelError(f"model file {text} does not exist" if not path.exists() else
+                             f"model file {text} is not a regular file")
+        if path.suffix != ".py":
+            raise ModelError(f"model file {text} is not a Python file; give a .py file that "
+                             "defines model() and example_inputs(batch_size), or "
+                             "build(**options)")
+        size = path.stat().st_size
+        problem = MODEL_FILE_BYTES.problem(size)
+        if problem is not None:
+            raise ModelError(f"model file {text}: {problem}")
+        try:
+            code = path.read_bytes()
+        except OSError as exc:
+            raise ModelError(f"cannot read model file {text}: {exc.strerror or exc}") from None
+        return cls(SourceKind.FILE, str(path), code, hashlib.sha256(code).hexdigest())
+
+    @property
+    def text(self) -> str:
+        """The source as a person types it again: ``lenet``, ``/abs/model.py``,
+        ``package.module:factory``, ``torchvision:resnet18``."""
+        return TORCHVISION_PREFIX + self.name if self.kind == SourceKind.TORCHVISION \
+            else self.name
+
+    @property
+    def label(self) -> str:
+        """What the model is called: a file's stem, else the source as typed."""
+        return Path(self.name).stem if self.kind == SourceKind.FILE else self.text
+
+    @property
+    def module(self) -> str | None:
+        """The module a rank imports by name to build the model (a factory's package
+        module, torchvision), None when it needs none past flextui."""
+        if self.kind == SourceKind.FACTORY:
+            return self.name.partition(":")[0]
+        return "torchvision" if self.kind == SourceKind.TORCHVISION else None
+
+    def to_dict(self, *, code: bool = True) -> dict[str, Any]:
+        """The source as plain data: with ``code`` what a launch plan carries, without
+        it what a run log records (a file's path and hash)."""
+        data: dict[str, Any] = {"kind": str(self.kind), "name": self.name}
+        if self.kind == SourceKind.FILE:
+            data["sha256"] = self.sha256
+            if code:
+                data["code"] = self.code
+        return data
+
+    @classmethod
+    def from_dict(cls, data: object, f: FieldReader, where: str = "model") -> ModelSource:
+        """The source ``data`` (``to_dict(code=True)``) holds, checked: a file's bytes
+        must have the hash given."""
+        body = f.mapping(data, where)
+        kind = SourceKind(f.choice(body.get("kind"), f"{where}.kind", tuple(SourceKind)))
+        keys = ("kind", "name", "sha256", "code") if kind == SourceKind.FILE else ("kind", "name")
+        f.exact_keys(body, keys, where)
+        name = f.string(body["name"], f"{where}.name", TEXT_CHARS)
+        if kind != SourceKind.FILE:
+            pattern = FACTORY if kind == SourceKind.FACTORY else NAME
+            if not pattern.fullmatch(name):
+                f.fail(f"{where}.name", f"{name!r:.80} is not a {kind} model's name")
+            return cls(kind, name)
+        code = body["code"]
+        if not isinstance(code, bytes):
+            f.fail(f"{where}.code", "expected the model file's bytes")
+        f.within(MODEL_FILE_BYTES, len(code), f"{where}.code")
+        sha256 = f.string(body["sha256"], f"{where}.sha256")
+        if not Path(name).is_absolute() or hashlib.sha256(code).hexdigest() != sha256:
+            f.fail(where, f"the bytes of model file {name!r:.200} do not match its sha256 "
+                          "(or its path is not absolute)")
+        return cls(kind, name, code, sha256)
