@@ -11,10 +11,13 @@ import msgpack
 import pytest
 
 from flextui.cost.cache import (
+    PROFILES,
     BadDocument,
     ProfileCache,
     ProfileEntry,
     ProfileKey,
+    UpdateEntry,
+    UpdateKey,
     decode_cache,
     device_kind_slug,
     encode_cache,
@@ -51,9 +54,26 @@ def reseal(doc: dict) -> bytes:
                          use_bin_type=True)
 
 
+def update(nbytes: int = 8192, device: str = H100) -> UpdateKey:
+    return UpdateKey(nbytes, "float32", device, "2.4.0")
+
+
 def good_file() -> bytes:
     return encode_cache(H100, entries((key("a"), entry()), (key("b", training=False),
-                                                            entry(training=False))))
+                                                            entry(training=False))),
+                        {update(): UpdateEntry(1e-5, 1e-7, 10, 1000.0)})
+
+
+def version_1_file(update_params=((2048,),)) -> bytes:
+    """A cache as version 1 wrote it: the update of an 8 KiB float32 shard as a task of
+    op type ``sgd-momentum-update`` (its shard the one parameter, in elements)."""
+    fake = ProfileKey("sgd-momentum-update", (), (), update_params, (), "float32", True,
+                      H100, "2.4.0")
+    timed = ProfileEntry(1e-5, 0.0, 1e-7, 0.0, repeats=10, peak_memory_bytes=3 * 8192,
+                         measured_at=1000.0)
+    doc = msgpack.unpackb(encode_cache(H100, entries((key("a"), entry()), (fake, timed))))
+    del doc["updates"]
+    return reseal({**doc, "version": 1})
 
 
 # ---- keys and entries ---------------------------------------------------------------
@@ -148,12 +168,54 @@ def test_round_trip(tmp_path):
     assert cache.save() == 3
     doc = msgpack.unpackb((tmp_path / H100_FILE).read_bytes())
     assert (doc["format"], doc["version"], doc["device"], doc["device_kind"]) == \
-        ("flextui-profiles", 1, H100, "nvidia-h100-80gb-hbm3")
+        ("flextui-profiles", 2, H100, "nvidia-h100-80gb-hbm3")
     again = ProfileCache(H100, [tmp_path])
     assert again.get(key("a")) == entry(1e-3)
     assert again.get(key("b", training=False)) == entry(2e-3, training=False)
     assert again.get(oom_key).oom and again.get(oom_key).forward_s is None
     assert again.notices == []
+
+
+def test_updates_are_records_of_their_own_and_the_newer_measurement_wins(tmp_path):
+    cache = ProfileCache(H100, [tmp_path])
+    cache.put(key("a"), entry())
+    cache.put_update(update(4096), UpdateEntry(1e-6, measured_at=5.0))
+    cache.put_update(update(8192), UpdateEntry(3e-6, measured_at=5.0))
+    assert cache.save() == 1
+    other = ProfileCache(H100, [tmp_path])
+    other.put_update(update(8192), UpdateEntry(2e-6, measured_at=9.0))
+    other.save()
+    saved = decode_cache((tmp_path / H100_FILE).read_bytes(), "nvidia-h100-80gb-hbm3")
+    assert saved.entries.keys() == {key("a").encoded}
+    assert saved.updates == {update(4096): UpdateEntry(1e-6, measured_at=5.0),
+                             update(8192): UpdateEntry(2e-6, measured_at=9.0)}
+    assert ProfileCache(H100, [tmp_path]).get_update(update(8192)).seconds == 2e-6
+    assert ProfileCache(H100, [tmp_path]).get_update(update(2048)) is None
+
+
+def test_a_version_1_file_reads_its_updates_as_updates_and_is_saved_as_version_2(tmp_path):
+    path, old = tmp_path / H100_FILE, version_1_file()
+    path.write_bytes(old)
+    cache = ProfileCache(H100, [tmp_path])
+    assert cache.notices == [] and cache.get(key("a")) == entry()
+    assert cache.get_update(update()) == UpdateEntry(1e-5, 1e-7, 10, 1000.0)
+    assert path.read_bytes() == old                     # read, not rewritten
+    cache.put(key("b"), entry())
+    assert cache.save() == 2                            # the tasks: a and b, no update
+    saved = msgpack.unpackb(path.read_bytes())
+    assert saved["version"] == 2 and len(saved["updates"]) == 1
+    assert all(b"sgd-momentum-update" not in code for code, _ in saved["entries"])
+    assert decode_cache(path.read_bytes()).updates == {update(): cache.get_update(update())}
+    assert list(tmp_path.glob("*.corrupt-*")) == []
+
+
+def test_a_version_1_reference_file_is_read_as_it_is(tmp_path):
+    (tmp_path / "ref").mkdir()
+    (tmp_path / "ref" / H100_FILE).write_bytes(version_1_file())
+    cache = ProfileCache(H100, [tmp_path / "user", tmp_path / "ref"])
+    assert cache.notices == [] and cache.get_update(update()).seconds == 1e-5
+    assert cache.get(key("a")) == entry()
+    assert [k for k, _ in decode_cache(version_1_file()).items()] == [key("a")]
 
 
 def test_hits_and_misses(tmp_path):
@@ -229,6 +291,13 @@ def _wrong_field_type() -> bytes:
     return reseal(doc)
 
 
+def _bad_update(**change) -> bytes:
+    doc = msgpack.unpackb(good_file())
+    pair = doc["updates"][0]
+    pair[0 if set(change) <= set(update().to_map()) else 1].update(change)
+    return reseal(doc)
+
+
 def _bit_flipped() -> bytes:
     data = bytearray(good_file())
     data[len(data) // 2] ^= 0x04
@@ -248,6 +317,16 @@ BAD_FILES = {
                             "version"),
     "another device kind": (lambda: encode_cache(A100, entries((key("a", device=A100), entry()))),
                             "device kind 'nvidia-a100-sxm4-80gb'"),
+    "an update of another device": (lambda: _bad_update(device_name=A100),
+                                    "update 0: device 'NVIDIA A100-SXM4-80GB' is not of kind"),
+    "an update of no time": (lambda: _bad_update(seconds=-1.0), "update 0: seconds"),
+    "an update of no shard": (lambda: _bad_update(shard_bytes=0), "update 0: shard_bytes"),
+    "an update with a field more": (lambda: _bad_update(op_type="x"), "update 0"),
+    "no updates": (lambda: reseal({k: v for k, v in msgpack.unpackb(good_file()).items()
+                                   if k != "updates"}), "updates"),
+    "version 1 with updates": (lambda: reseal({**msgpack.unpackb(good_file()), "version": 1}),
+                               "updates"),
+    "a version 1 update of no shard": (lambda: version_1_file(()), "sgd-momentum-update"),
 }
 
 
@@ -294,7 +373,8 @@ def test_every_single_bit_flip_is_detected():
 
 
 def newer_file() -> bytes:
-    return reseal({**msgpack.unpackb(good_file()), "version": 2, "something_new": [1]})
+    return reseal({**msgpack.unpackb(good_file()), "version": PROFILES.version + 1,
+                   "something_new": [1]})
 
 
 def test_a_newer_user_file_is_left_untouched_and_save_refuses(tmp_path):
@@ -324,12 +404,17 @@ def test_a_newer_reference_file_is_ignored(tmp_path):
 def test_merge_two_machines_files(tmp_path):
     a, b, out = tmp_path / "a.msgpack", tmp_path / "b.msgpack", tmp_path / "out" / H100_FILE
     a.write_bytes(encode_cache(H100, entries((key("a"), entry(1.0, at=1.0)),
-                                             (key("both"), entry(1.0, at=1.0)))))
+                                             (key("both"), entry(1.0, at=1.0))),
+                               {update(): UpdateEntry(1.0, measured_at=1.0),
+                                update(4096): UpdateEntry(1.0, measured_at=1.0)}))
     b.write_bytes(encode_cache(H100, entries((key("b"), entry(2.0, at=2.0)),
-                                             (key("both"), entry(2.0, at=2.0)))))
+                                             (key("both"), entry(2.0, at=2.0))),
+                               {update(): UpdateEntry(2.0, measured_at=2.0)}))
     assert merge_cache_files(a, b, out) == 3
     cache = ProfileCache(H100, [out.parent])
     assert cache.get(key("both")) == entry(2.0, at=2.0) and cache.get(key("a")) is not None
+    assert (cache.get_update(update()).seconds, cache.get_update(update(4096)).seconds) == \
+        (2.0, 1.0)
     # an existing output of the same kind is merged in, not clobbered
     out.write_bytes(encode_cache(H100, entries((key("c"), entry()))))
     assert merge_cache_files(a, b, out) == 4

@@ -23,6 +23,7 @@ from flextui.cost.calibration import (
     save_calibration,
 )
 from flextui.cost.clocks import CudaClock
+from flextui.cost.model import sgd_update_s
 from flextui.cost.ring import ring_allreduce_s
 from flextui.errors import FlextuiError
 from flextui.machine import detect_local
@@ -334,7 +335,9 @@ def test_allreduce_scales_the_measured_time_by_the_ring_factor():
 
 def test_anything_else_is_the_base_models():
     assert CalibratedCommModel(FixedUpdates(), [calibration()]).update_s(100, None) == 0.25
-    assert not hasattr(CalibratedCommModel(AnalyticCostModel(), [calibration()]), "update_s")
+    cpu = cpu_ranks(2).devices[0]
+    assert CalibratedCommModel(AnalyticCostModel(), [calibration()]).update_s(100, cpu) == \
+        sgd_update_s(100, cpu)
     with pytest.raises(FlextuiError, match="no communication calibration"):
         CalibratedCommModel(AnalyticCostModel(), [])
     with pytest.raises(FlextuiError, match="two communication calibrations"):

@@ -9,7 +9,7 @@ import torch
 
 from flextui.cli import main
 from flextui.cost import AnalyticCostModel, cost_model_from_identity, profile as profiler
-from flextui.cost.cache import ProfileCache, ProfileEntry
+from flextui.cost.cache import PROFILES, ProfileCache, ProfileEntry
 from flextui.cost.calibrated import CalibratedCommModel
 from flextui.cost.calibration import CommCalibration, read_calibrations, save_calibration
 from flextui.cost.choose import choose_cost_model
@@ -186,7 +186,7 @@ def _cpu_cache_bytes(tmp_path) -> bytes:
 
 def _newer(data: bytes) -> bytes:
     doc = {k: v for k, v in msgpack.unpackb(data).items() if k != "checksum"}
-    doc["version"] = 2
+    doc["version"] = PROFILES.version + 1
     return msgpack.packb({**doc, "checksum": zlib.crc32(msgpack.packb(doc, use_bin_type=True))},
                          use_bin_type=True)
 

@@ -7,7 +7,7 @@ import torch
 
 from flextui.cli import main
 from flextui.cost import AnalyticCostModel, cost_model_from_identity
-from flextui.cost.cache import ProfileCache, ProfileEntry
+from flextui.cost.cache import ProfileCache, UpdateEntry, UpdateKey, decode_cache
 from flextui.cost.localdevice import cpu_name
 from flextui.cost.model import sgd_update_s
 from flextui.cost.profile import prepare_profile
@@ -15,6 +15,7 @@ from flextui.cost.profiled import ProfiledCostModel
 from flextui.cost.signatures import Measurement
 from flextui.cost.update import cached_updates, update_key, update_sizes
 from flextui.machine import load_named_cluster
+from flextui.runtime.recording import record_profile
 from flextui.sim import Simulator
 from flextui.strategy import builtin_strategy
 from helpers import model
@@ -59,8 +60,10 @@ def test_profiling_times_the_update_and_the_cost_model_uses_it(tmp_path, capsys)
                  "--max-devices", "2"]) == 0
     capsys.readouterr()
     assert main(["profile", "--show", str(run.cache.path), "--json"]) == 0
-    shown = json.loads(capsys.readouterr().out)["entries"]
-    assert sum(e["key"]["op_type"] == "sgd-momentum-update" for e in shown) == len(table)
+    shown = json.loads(capsys.readouterr().out)
+    assert [(u["key"]["shard_bytes"], u["update"]["seconds"]) for u in shown["updates"]] == \
+        list(table)
+    assert {e["key"]["op_type"] for e in shown["entries"]} <= {op.type for op in graph.ops}
 
 
 def _model(updates):
@@ -95,14 +98,35 @@ def test_the_identity_carries_the_updates_and_stays_as_it_was_without():
         cost_model_from_identity(broken)
 
 
-def test_an_update_is_cached_under_its_shard(tmp_path):
+def test_an_update_is_a_record_of_its_own_under_its_shard(tmp_path):
     key = update_key(measurement(), 8192)
-    assert key.param_shapes == ((2048,),) and key.training and key.output_shapes == ()
+    assert key == UpdateKey(8192, "float32", cpu_name(1), torch.__version__)
     cache = ProfileCache(cpu_name(1), [tmp_path])
-    cache.put(key, ProfileEntry(1e-5, 0.0))
-    cache.save()
+    cache.put_update(key, UpdateEntry(1e-5, 1e-7, 10))
+    assert cache.save() == 0                     # no task entries
     again = ProfileCache(cpu_name(1), [tmp_path])
     assert cached_updates(again, measurement(), [4096, 8192]) == ((8192, 1e-5),)
+    saved = decode_cache(again.path.read_bytes())
+    assert saved.entries == {} and saved.updates == {key: again.get_update(key)}
+    with pytest.raises(ValueError, match="does not belong"):
+        cache.put_update(UpdateKey(8192, "float32", "NVIDIA H100 80GB HBM3", "2.4.0"),
+                         UpdateEntry(1e-5))
+
+
+def test_recording_a_launchs_task_times_keeps_the_measured_updates(tmp_path):
+    graph = model("lenet", batch_size=4)
+    cache = ProfileCache(cpu_name(1), [tmp_path])
+    cache.put_update(update_key(measurement(), 4096), UpdateEntry(2e-6, measured_at=1.0))
+    cache.save()
+    conv = graph.op("conv1")
+    rows = [[conv.index, list(conv.space_shape), 0.007, 0.009, 20]]
+    [written] = record_profile(graph, [{"kind": "tasks", "rank": 0, "device": cpu_name(1),
+                                        "tasks": rows}], str(tmp_path))
+    assert written.tasks == 1
+    again = ProfileCache(cpu_name(1), [tmp_path])
+    assert cached_updates(again, measurement(), [4096]) == ((4096, 2e-6),)
+    assert again.get(measurement().key(conv, tuple(conv.space_shape))).forward_s == \
+        pytest.approx(0.007)
 
 
 def test_an_update_is_timed_with_its_shard_out_of_a_cache_this_large(tmp_path):

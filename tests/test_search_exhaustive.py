@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from flextui.cost import AnalyticCostModel, OpCost
+from flextui.cost import AnalyticCostModel, CostModel, OpCost
 from flextui.errors import ClusterError, FlextuiError, StrategyError
 from flextui.graph import GraphBuilder
 from flextui.graph.library import load_model
@@ -32,7 +32,7 @@ from helpers import TEST_SPEC as SPEC, line_cluster
 SMALL = DeviceSpec("small", 3000, {"float32": 1e12}, 1e12)
 
 
-class SizedCost:
+class SizedCost(CostModel):
     """Task times that grow with the block, so splitting pays; transfers latency +
     bytes / bandwidth; updates grow with the shard."""
 

@@ -9,6 +9,7 @@ import pytest
 from flextui.cost import AnalyticCostModel
 from flextui.errors import FlextuiError
 from flextui.search import SearchOptions, read_search_log, run_search
+from flextui.session.jobs import JobState
 from flextui.session.live_search import LiveSearch
 from flextui.session.playback import Playback
 from flextui.session.search_watch import CostHistory, HistoryPoint, SearchWatch
@@ -83,7 +84,7 @@ def test_live_search_pauses_stops_and_keeps_its_log(tmp_path):
     log = tmp_path / "live.ffsearch"
     options = SearchOptions(time_limit=60, seed=1, converge=False)  # LeNet converges in ~1 s
     live = LiveSearch(graph, cluster, AnalyticCostModel(), options, log_path=log, processes=False)
-    assert live.view().state == "starting"
+    assert live.view().state is JobState.STARTING
     live.start()
     deadline = time.monotonic() + 30
     while live.view().steps < 50 and time.monotonic() < deadline:
@@ -91,7 +92,7 @@ def test_live_search_pauses_stops_and_keeps_its_log(tmp_path):
     assert live.toggle_pause()
     time.sleep(0.3)  # let the batch in flight arrive
     paused = live.view()
-    assert paused.state == "paused"
+    assert paused.state is JobState.PAUSED
     time.sleep(0.5)
     assert live.view().steps == paused.steps
     assert not live.toggle_pause()
@@ -100,7 +101,7 @@ def test_live_search_pauses_stops_and_keeps_its_log(tmp_path):
     live.stop()
     assert live.join(timeout=30)
     view = live.view()
-    assert view.state == "stopped" and view.reason == "interrupted"
+    assert view.state is JobState.STOPPED and view.reason == "interrupted"
     assert view.best_cost == live.result.best_cost
     assert set(view.baselines) == {"data-parallel", "expert"}
     assert view.speedup_over("data-parallel") >= 1.0
@@ -116,7 +117,7 @@ def test_live_search_reports_a_failure(tmp_path):
     live.start()
     assert live.join(timeout=30)
     view = live.view()
-    assert view.state == "failed" and "x.ffsearch" in view.message
+    assert view.state is JobState.FAILED and "x.ffsearch" in view.message
     assert "The log is kept" not in view.message      # it was never created
 
 
@@ -144,7 +145,7 @@ def test_a_search_that_fails_after_it_started_its_log_says_the_log_is_kept(tmp_p
     live.start()
     assert live.join(timeout=60)
     view = live.view()
-    assert view.state == "failed" and "no time for this task" in view.message
+    assert view.state is JobState.FAILED and "no time for this task" in view.message
     assert view.message.endswith(f"The log is kept: {log}")
     assert read_search_log(log).checkpoints            # as it says
 
@@ -154,16 +155,16 @@ def test_playback_reaches_the_final_best(tmp_path):
     log = read_search_log(tmp_path / "run.ffsearch")
     play = Playback(log)
     first = play.view()
-    assert first.steps == 0 and first.state == "paused"
+    assert first.steps == 0 and first.state is JobState.PAUSED
     assert first.best_cost is not None  # the initial checkpoints are in
     play.step()
     assert play.view().steps == 1
     play.toggle()
     play.advance(1e-9)
-    assert play.view().state == "running"
+    assert play.view().state is JobState.RUNNING
     play.to_end()
     view = play.view()
-    assert play.finished and view.state == "finished" and view.reason == "iterations"
+    assert play.finished and view.state is JobState.FINISHED and view.reason == "iterations"
     assert view.steps == 600
     assert view.best_cost == result.best_cost == log.final.best_cost
     assert dict(view.best) == dict(log.final.best)
@@ -208,6 +209,6 @@ def test_live_search_in_a_worker_process_pauses_and_finishes():
     live.toggle_pause()
     assert live.join(timeout=60)
     view = live.view()
-    assert view.state == "finished" and view.steps == 3000
+    assert view.state is JobState.FINISHED and view.steps == 3000
     assert view.best_cost == live.result.best_cost
     assert dict(view.best) == dict(live.result.best)

@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from flextui.cost import AnalyticCostModel, OpCost
+from flextui.cost import AnalyticCostModel, CostModel, OpCost
 from flextui.graph import GraphBuilder
 from flextui.machine import Cluster
 from flextui.sim import Simulator, TaskKind
@@ -13,7 +13,7 @@ from flextui.strategy import ParallelConfig, Strategy, builtin_strategy
 from helpers import cluster, line_cluster, model
 
 
-class FixedCost:
+class FixedCost(CostModel):
     """1 s forward, 2 s backward per compute task, 0.5 s per update; inputs free;
     transfers latency + bytes / bandwidth."""
 

@@ -12,8 +12,9 @@ from flextui.machine import load_named_cluster
 from flextui.runtime.job import prepare
 from flextui.runtime.launch import Outcome, RunStatus
 from flextui.runtime.spec import Training
+from flextui.session.jobs import JobState
 from flextui.session.launching import LaunchRequest, launch_request
-from flextui.session.live_launch import LiveLaunch
+from flextui.session.live_launch import ENDED_AS, LiveLaunch
 from flextui.strategy import builtin_strategy
 from flextui.tui.app import FlextuiApp
 from flextui.tui.screens import keys
@@ -63,7 +64,7 @@ class RecordedLaunch(LiveLaunch):
     def _work(self):
         with self._lock:
             self._started = time.monotonic()
-            self._state = "running"
+            self._state = JobState.RUNNING
         for record in self.records:
             self._record(record)
         for rank, line in self.lines:
@@ -72,7 +73,7 @@ class RecordedLaunch(LiveLaunch):
             self._stop.wait()
         with self._lock:
             self.outcome = self.recorded
-            self._state = str(self.recorded.status)
+            self._state = ENDED_AS[self.recorded.status]
 
 
 FINISHED = Outcome(RunStatus.FINISHED, 0, None, "finished in 3.0 s", 3.0)

@@ -12,7 +12,7 @@ from rich.console import Console
 
 from flextui.cost.profiled import ProfiledCostModel
 from flextui.search import read_search_log
-from flextui.session.jobs import BackgroundJob
+from flextui.session.jobs import BackgroundJob, JobState
 from flextui.session.live_profile import LiveProfile
 from flextui.tui.app import FlextuiApp
 from flextui.tui.screens.dialogs import ErrorDialog
@@ -128,10 +128,10 @@ class Ending(BackgroundJob):
 
     def _work(self):
         self.release.wait(30)
-        self._state = "stopped"
+        self._state = JobState.STOPPED
 
     def _failed(self, message):
-        self._state = "failed"
+        self._state = JobState.FAILED
 
 
 def test_a_profile_waits_for_an_earlier_one_to_end_before_it_measures(monkeypatch, tmp_path):

@@ -198,7 +198,7 @@ def _cluster(args: argparse.Namespace, hosts):
                                f"{cluster.name!r} has {cluster.num_devices} devices")
         return cluster
     local = detect_local()
-    if local.devices[0].spec.kind != "cpu":
+    if not local.devices[0].spec.is_cpu:
         if args.nproc_per_node not in (None, local.num_devices):
             raise FlextuiError(f"--nproc-per-node {args.nproc_per_node}: a launch uses all "
                                f"{local.num_devices} GPUs of this machine (set "

@@ -150,25 +150,28 @@ def _show(args, console: Console) -> None:
         entries = sorted(data.items(), key=lambda ke: (ke[0].op_type, ke[0].output_shapes))
     except BadDocument as bad:
         raise FlextuiError(f"{path}: {bad.problem}") from None
+    updates = sorted(data.updates.items())
     if args.json:
         emit_json({"device": data.device_name, "entries": [
-            {"key": k.to_map(), "entry": e.to_map()} for k, e in entries]})
+            {"key": k.to_map(), "entry": e.to_map()} for k, e in entries], "updates": [
+            {"key": k.to_map(), "update": u.to_map()} for k, u in updates]})
         return
-    from flextui.cost.update import UPDATE_OP
-    updates = sum(k.op_type == UPDATE_OP for k, _ in entries)
-    also = f" (and {updates} optimizer updates)" if updates else ""
-    console.print(f"{path}: {len(entries) - updates:,} tasks measured on "
+    also = f" (and {len(updates)} optimizer updates)" if updates else ""
+    console.print(f"{path}: {len(entries):,} tasks measured on "
                   f"{data.device_name}{also}", highlight=False)
     table = Table()
     for col in ("op", "output block", "dtype", "forward", "backward", "spread", "runs", "memory"):
         table.add_column(col, justify="left" if col in ("op", "output block", "dtype") else "right")
     limit = len(entries) if args.model else 40
     for key, entry in entries[:limit]:
-        block = (key.output_shapes or key.param_shapes)[0]   # an update has no output
-        table.add_row(key.op_type, "×".join(map(str, block)), key.dtype,
+        block = "×".join(map(str, key.output_shapes[0])) if key.output_shapes else "—"
+        table.add_row(key.op_type, block, key.dtype,
                       _ms(entry.forward_s) if not entry.oom else "out of memory",
                       _ms(entry.backward_s), _ms(entry.forward_spread_s), str(entry.repeats),
                       f"{entry.peak_memory_bytes / 2**20:,.1f} MiB")
+    for update_key, update in updates:
+        table.add_row("optimizer update", f"{update_key.shard_bytes:,} B", update_key.dtype,
+                      _ms(update.seconds), "", _ms(update.spread_s), str(update.repeats), "")
     console.print(table)
     if len(entries) > limit:
         console.print(f"... and {len(entries) - limit:,} more (--json lists them all)")

@@ -17,7 +17,7 @@ import weakref
 from dataclasses import dataclass, field
 
 from flextui.cost.mathmode import DEFAULT_FP32_MATH, uses_tf32
-from flextui.cost.model import OpCost
+from flextui.cost.model import CostModel, OpCost
 from flextui.errors import FlextuiError
 from flextui.graph import Op
 from flextui.machine import Device, Link
@@ -39,7 +39,7 @@ def peak_name(op: Op) -> str:
 
 
 @dataclass
-class AnalyticCostModel:
+class AnalyticCostModel(CostModel):
     compute_efficiency: float = 0.6
     memory_efficiency: float = 0.8
     launch_overhead_s: float = 5e-6

@@ -1,9 +1,11 @@
-"""The operator profile cache: measured task times, one msgpack file per device kind.
+"""The operator profile cache: measured task times and optimizer updates, one msgpack
+file per device kind.
 
 A file ``<dir>/<device-kind>.msgpack`` is one msgpack map::
 
-    {"format": "flextui-profiles", "version": 1, "device": <device name>,
+    {"format": "flextui-profiles", "version": 2, "device": <device name>,
      "device_kind": <slug of the name>, "entries": [[key-bytes, entry-map], ...],
+     "updates": [[update-key-map, update-map], ...],
      "checksum": crc32 of the map without "checksum", packed the same way}
 
 The checksum catches damage that still decodes (a flipped bit in a time); every later
@@ -11,7 +13,10 @@ format version keeps it. A key is stored as its canonical encoding (``ProfileKey
 a msgpack map in bytes), so a lookup compares bytes and opening a cache decodes no
 keys: a stored key that equals a lookup's encoding is valid by construction, and keys are
 decoded, and validated, only where they are read as keys (``CacheFile.items``: showing a
-cache). That keeps a warm profiling run cheap (``benchmarks/profile_speed.py``).
+cache). That keeps a warm profiling run cheap (``benchmarks/profile_speed.py``). The
+updates (a few dozen) are decoded and validated as the file is read. A version 1 file,
+whose updates were entries of a made-up op type, reads as its tasks and updates
+(``cache_v1``) and is written as version 2 when saved.
 Everything read is validated; nothing is unpickled. A file that is corrupt, truncated
 or foreign (not a profile cache, or another device kind's) is never trusted: the cache
 reports it in ``notices``, moves it aside (renamed to ``<name>.corrupt-<timestamp>``,
@@ -25,37 +30,44 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from flextui.cost.cache_dirs import reference_profile_dir, user_profile_dir
 from flextui.cost.cache_records import (
     FIELDS,
     ProfileEntry,
     ProfileKey,
+    UpdateEntry,
+    UpdateKey,
     check_pair,
     device_kind_slug,
 )
+from flextui.cost.cache_v1 import split_updates
 from flextui.cost.files import atomic_write, file_lock
 from flextui.documents import BadDocument, DocumentFormat
 from flextui.errors import FlextuiError
 
 __all__ = ["PROFILES", "BadDocument", "CacheFile", "ProfileCache", "ProfileEntry",
-           "ProfileKey", "decode_cache", "device_kind_slug", "encode_cache",
-           "merge_cache_files"]
+           "ProfileKey", "Records", "UpdateEntry", "UpdateKey", "decode_cache",
+           "device_kind_slug", "encode_cache", "merge_cache_files"]
 
-PROFILES = DocumentFormat("flextui-profiles", 1, "profile cache")
-_BODY_FIELDS = ("device", "device_kind", "entries")
+PROFILES = DocumentFormat("flextui-profiles", 2, "profile cache")
+_BODY_FIELDS = {1: ("device", "device_kind", "entries"),
+                2: ("device", "device_kind", "entries", "updates")}
 
 
 # ---- the file ----------------------------------------------------------------------
 
 Entries = dict[bytes, ProfileEntry]   # ProfileKey.encoded -> its entry
+Updates = dict[UpdateKey, UpdateEntry]
 MAX_KEY_BYTES = 1 << 16
+_K = TypeVar("_K")
+_R = TypeVar("_R", ProfileEntry, UpdateEntry)
 
 
-def _merge_into(dst: Entries, src: Entries) -> None:
+def _merge_into(dst: dict[_K, _R], src: dict[_K, _R]) -> None:
     """Add ``src`` to ``dst``; where both have a key, the newer measurement wins."""
     for code, entry in src.items():
         old = dst.get(code)
@@ -64,10 +76,22 @@ def _merge_into(dst: Entries, src: Entries) -> None:
 
 
 @dataclass
-class CacheFile:
+class Records:
+    """What a cache file holds: task times, and optimizer updates."""
+
+    entries: Entries = field(default_factory=dict)
+    updates: Updates = field(default_factory=dict)
+
+    def merge(self, other: Records) -> None:
+        """Add ``other``'s; where both have a key, the newer measurement wins."""
+        _merge_into(self.entries, other.entries)
+        _merge_into(self.updates, other.updates)
+
+
+@dataclass(kw_only=True)
+class CacheFile(Records):
     device_name: str
     device_kind: str
-    entries: Entries
 
     def items(self) -> list[tuple[ProfileKey, ProfileEntry]]:
         """Every entry with its key, decoded and validated; BadDocument if a key is
@@ -86,25 +110,27 @@ class CacheFile:
         return found
 
 
-def encode_cache(device_name: str, entries: Entries) -> bytes:
-    """The bytes of a cache file (entries sorted by key, so equal caches are equal files)."""
+def encode_cache(device_name: str, entries: Entries, updates: Updates | None = None) -> bytes:
+    """The bytes of a cache file (records sorted by key, so equal caches are equal files)."""
     return PROFILES.encode({
         "device": device_name, "device_kind": device_kind_slug(device_name),
-        "entries": [[code, entry.to_map()] for code, entry in sorted(entries.items())]})
+        "entries": [[code, entry.to_map()] for code, entry in sorted(entries.items())],
+        "updates": [[key.to_map(), update.to_map()]
+                    for key, update in sorted((updates or {}).items())]})
 
 
 def decode_cache(data: bytes, device_kind: str | None = None) -> CacheFile:
-    """Parse and validate a cache file's bytes, expecting ``device_kind`` if given;
-    raise BadDocument saying what is wrong."""
-    _, body = PROFILES.decode(data)
+    """Parse and validate a cache file's bytes (version 1 or 2), expecting
+    ``device_kind`` if given; raise BadDocument saying what is wrong."""
+    version, body = PROFILES.decode(data)
     try:
-        return _decode_body(body, device_kind)
+        return _decode_body(body, device_kind, version)
     except (TypeError, ValueError) as exc:
         raise BadDocument(f"invalid ({exc})") from None
 
 
-def _decode_body(body: dict[str, Any], device_kind: str | None) -> CacheFile:
-    FIELDS.exact_keys(body, _BODY_FIELDS, "file")
+def _decode_body(body: dict[str, Any], device_kind: str | None, version: int) -> CacheFile:
+    FIELDS.exact_keys(body, _BODY_FIELDS[version], "file")
     device = FIELDS.string(body["device"], "device")
     kind = FIELDS.string(body["device_kind"], "device_kind")
     if kind != device_kind_slug(device):
@@ -121,7 +147,25 @@ def _decode_body(body: dict[str, Any], device_kind: str | None) -> CacheFile:
         except (TypeError, ValueError) as exc:
             raise ValueError(f"entry {i}: {exc}") from None
         _merge_into(entries, {code: entry})
-    return CacheFile(device, kind, entries)
+    if version == 1:
+        entries, updates = split_updates(entries)
+    else:
+        updates = _decode_updates(body["updates"], kind)
+    return CacheFile(entries, updates, device_name=device, device_kind=kind)
+
+
+def _decode_updates(items: Any, device_kind: str) -> Updates:
+    updates: Updates = {}
+    for i, item in enumerate(FIELDS.items(items, "updates")):
+        try:
+            key, update = FIELDS.items(item, "a [key, update] pair", 2)
+            key, update = UpdateKey.from_map(key), UpdateEntry.from_map(update)
+            if key.device_kind != device_kind:
+                raise ValueError(f"device {key.device_name!r} is not of kind {device_kind!r}")
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"update {i}: {exc}") from None
+        _merge_into(updates, {key: update})
+    return updates
 
 
 def _fits(key: ProfileKey, entry: ProfileEntry) -> bool:
@@ -149,7 +193,8 @@ class ProfileCache:
     """Profiles of one device kind, read from ``dirs``: the user's writable directory
     first, then read-only reference directories. Lookups prefer the user's entries.
 
-    ``put`` records in memory; ``save`` merges them into the user's file under its lock
+    ``put`` (a task's times) and ``put_update`` (an optimizer update's) record in
+    memory; ``save`` merges them into the user's file under its lock
     (newer ``measured_at`` wins per key), so concurrent savers lose nothing. Problems
     with the files are collected in ``notices`` (one line each) for the CLI or app.
     """
@@ -168,7 +213,7 @@ class ProfileCache:
         self._refusal: str | None = None   # why save must not replace the user's file
         self._dirty = False
         self._references = [self._read_reference(p) for p in self.reference_paths]
-        self._user: Entries = {}
+        self._user = Records()
         if self.path.exists():
             try:
                 with file_lock(self.path):
@@ -191,8 +236,8 @@ class ProfileCache:
             raise FlextuiError(self._refusal)
 
     def get(self, key: ProfileKey) -> ProfileEntry | None:
-        for entries in (self._user, *self._references):
-            found = entries.get(key.encoded)
+        for records in (self._user, *self._references):
+            found = records.entries.get(key.encoded)
             if found is not None and _fits(key, found):
                 self.hits += 1
                 return found
@@ -204,54 +249,69 @@ class ProfileCache:
             raise ValueError(f"a profile of {key.device_name!r} does not belong in the "
                              f"{self.device_kind!r} cache")
         check_pair(key, entry)
-        self._user[key.encoded] = entry
+        self._user.entries[key.encoded] = entry
+        self._dirty = True
+
+    def get_update(self, key: UpdateKey) -> UpdateEntry | None:
+        for records in (self._user, *self._references):
+            found = records.updates.get(key)
+            if found is not None:
+                return found
+        return None
+
+    def put_update(self, key: UpdateKey, update: UpdateEntry) -> None:
+        if key.device_kind != self.device_kind:
+            raise ValueError(f"an update timed on {key.device_name!r} does not belong in "
+                             f"the {self.device_kind!r} cache")
+        self._user.updates[key] = update
         self._dirty = True
 
     def save(self) -> int:
-        """Merge what was put into the user's file; return its number of entries.
+        """Merge what was put into the user's file; return its number of task entries.
 
         Raises FlextuiError when the file cannot be written or must not be replaced
         (it is from a newer flextui, or could not be read or moved aside)."""
         if not self._dirty:
-            return len(self._user)
+            return len(self._user.entries)
         try:
             with file_lock(self.path):
                 self._refusal = None
                 merged = self._read_user_locked()
                 if self._refusal:
                     raise FlextuiError(self._refusal)
-                _merge_into(merged, self._user)
-                atomic_write(self.path, encode_cache(self.device_name, merged))
+                merged.merge(self._user)
+                atomic_write(self.path, encode_cache(self.device_name, merged.entries,
+                                                     merged.updates))
         except OSError as exc:
             raise FlextuiError(f"{self.path}: cannot save profiles ({exc.strerror or exc}); "
                                "make the directory writable or choose another with "
                                "--profiles DIR") from None
         self._user, self._dirty = merged, False
-        return len(merged)
+        return len(merged.entries)
 
     def _notice(self, message: str) -> None:
         if message not in self.notices:
             self.notices.append(message)
 
-    def _read_reference(self, path: Path) -> Entries:
+    def _read_reference(self, path: Path) -> Records:
         try:
-            return decode_cache(path.read_bytes(), self.device_kind).entries
+            return decode_cache(path.read_bytes(), self.device_kind)
         except FileNotFoundError:
-            return {}
+            return Records()
         except OSError as exc:
             self._notice(f"{path}: cannot be read ({exc.strerror or exc}); ignored")
         except BadDocument as bad:
             upgrade = "; upgrade flextui to use it" if bad.newer_version else ""
             self._notice(f"{path}: {bad.problem}{upgrade}; ignored (a read-only reference file)")
-        return {}
+        return Records()
 
-    def _read_user_locked(self) -> Entries:
-        """The user's file's entries (empty when missing or bad: a bad file is moved
+    def _read_user_locked(self) -> Records:
+        """The user's file's records (empty when missing or bad: a bad file is moved
         aside, a newer one makes ``save`` refuse). The caller holds the file's lock."""
         try:
-            return decode_cache(self.path.read_bytes(), self.device_kind).entries
+            return decode_cache(self.path.read_bytes(), self.device_kind)
         except FileNotFoundError:
-            return {}
+            return Records()
         except BadDocument as bad:
             if bad.newer_version:
                 self._notice(f"{self.path}: {bad.problem}; upgrade flextui to use it; left "
@@ -260,7 +320,7 @@ class ProfileCache:
                                  f"{bad.newer_version}), so this one must not replace it; "
                                  "upgrade flextui, or profile into another directory with "
                                  "--profiles DIR")
-                return {}
+                return Records()
             try:
                 aside = _move_aside(self.path)
             except OSError as exc:
@@ -269,9 +329,9 @@ class ProfileCache:
                 self._refusal = (f"{self.path}: a bad file that could not be moved aside, "
                                  "so profiles cannot be saved over it; move or remove it by "
                                  "hand")
-                return {}
+                return Records()
             self._notice(f"{self.path}: {bad.problem}; moved aside to {aside}; it will be rebuilt")
-            return {}
+            return Records()
 
 
 # ---- merging files from two machines ------------------------------------------------
@@ -288,7 +348,7 @@ def _read_strict(path: Path, device_kind: str | None = None) -> CacheFile:
 
 def merge_cache_files(a: str | os.PathLike, b: str | os.PathLike, out: str | os.PathLike) -> int:
     """Merge two profile caches of one device kind (say, from two machines) into ``out``
-    (newer measurement wins per key) and return its number of entries. An existing
+    (newer measurement wins per key) and return its number of task entries. An existing
     ``out`` of the same kind is merged in too, never clobbered. Raises FlextuiError if
     a file is unreadable or bad, or the files are for different device kinds."""
     a, b, out = Path(a), Path(b), Path(out)
@@ -296,14 +356,15 @@ def merge_cache_files(a: str | os.PathLike, b: str | os.PathLike, out: str | os.
     if first.device_kind != second.device_kind:
         raise FlextuiError(f"cannot merge {a} and {b}: they hold profiles for different "
                            f"device kinds ({first.device_kind!r} and {second.device_kind!r})")
-    merged = dict(first.entries)
-    _merge_into(merged, second.entries)
+    merged = Records()
+    merged.merge(first)
+    merged.merge(second)
     try:
         with file_lock(out):
             if out.exists():
-                _merge_into(merged, _read_strict(out, first.device_kind).entries)
-            atomic_write(out, encode_cache(first.device_name, merged))
+                merged.merge(_read_strict(out, first.device_kind))
+            atomic_write(out, encode_cache(first.device_name, merged.entries, merged.updates))
     except OSError as exc:
         raise FlextuiError(f"{out}: cannot write the merged profiles "
                            f"({exc.strerror or exc})") from None
-    return len(merged)
+    return len(merged.entries)

@@ -1,4 +1,5 @@
-"""What the profile cache stores: the key a measured time depends on, and the entry.
+"""What the profile cache stores: the key a measured task time depends on and its entry,
+and the measured optimizer updates (``cost.update``), records of their own.
 
 Both validate and canonicalise themselves on construction, so a key or entry decoded
 from an untrusted file is as sound as one built from an op. Fields are checked by
@@ -254,5 +255,60 @@ def check_pair(key: ProfileKey, entry: ProfileEntry) -> None:
         raise ValueError("backward_s: a training key needs a backward time")
 
 
+@dataclass(frozen=True, order=True)
+class UpdateKey:
+    """What a measured optimizer update depends on: SGD with momentum, as a rank runs it
+    (``runtime.engine``), over a parameter shard of ``shard_bytes`` in ``dtype``."""
+
+    shard_bytes: int
+    dtype: str
+    device_name: str
+    torch_version: str
+
+    def __post_init__(self) -> None:
+        FIELDS.integer(self.shard_bytes, "shard_bytes", 1)
+        FIELDS.choice(self.dtype, "dtype", FLOAT_DTYPES)
+        FIELDS.string(self.device_name, "device_name")
+        FIELDS.string(self.torch_version, "torch_version")
+
+    @property
+    def device_kind(self) -> str:
+        return device_kind_slug(self.device_name)
+
+    def to_map(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_map(cls, data: Any) -> UpdateKey:
+        FIELDS.exact_keys(data, _UPDATE_KEY_NAMES, "update key")
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class UpdateEntry:
+    """One measured update, in seconds: the median over ``repeats`` timed runs and their
+    spread (the interquartile range)."""
+
+    seconds: float
+    spread_s: float = 0.0
+    repeats: int = 0
+    measured_at: float = field(default_factory=time.time)
+
+    def __post_init__(self) -> None:
+        for name in ("seconds", "spread_s", "measured_at"):
+            object.__setattr__(self, name, FIELDS.number(getattr(self, name), name, minimum=0))
+        FIELDS.integer(self.repeats, "repeats", 0)
+
+    def to_map(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_map(cls, data: Any) -> UpdateEntry:
+        FIELDS.exact_keys(data, _UPDATE_ENTRY_NAMES, "update")
+        return cls(**data)
+
+
 _FIELD_NAMES = tuple(f.name for f in fields(ProfileKey))
 _ENTRY_FIELD_NAMES = tuple(f.name for f in fields(ProfileEntry))
+_UPDATE_KEY_NAMES = tuple(f.name for f in fields(UpdateKey))
+_UPDATE_ENTRY_NAMES = tuple(f.name for f in fields(UpdateEntry))

@@ -1,13 +1,13 @@
 """A cost model whose communication times come from a communication calibration.
 
 :class:`CalibratedCommModel` wraps any cost model: operator times (and anything else the
-base offers, such as ``update_s``) are the base model's; a transfer over a link whose
+the optimizer update) are the base model's; a transfer over a link whose
 kind was calibrated takes the measured point-to-point time divided by the hops of the
 measured route; a gradient all-reduce whose ring uses only links of one calibrated kind
 takes the measured all-reduce time, rescaled from the measured world size ``P`` to the
 group's size ``p`` by the ring factor ((p-1)/p) / ((P-1)/P) — NCCL's "bus bandwidth"
 convention, exact for bandwidth-bound sizes, optimistic for latency-bound sizes when
-p > P. Everything else is the base model's (or the link-spec ring formula).
+p > P. Every other all-reduce is the base model's.
 
 The identity embeds the base identity and the calibrations themselves (not just a
 hash), so ``cost_model_from_identity`` rebuilds the model in search workers and replay
@@ -18,11 +18,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
 
 from flextui.cost.calibration import CommCalibration
 from flextui.cost.model import CostModel, OpCost
-from flextui.cost.ring import ring_allreduce_s
 from flextui.errors import FlextuiError
 from flextui.graph import Op
 from flextui.limits import read_json
@@ -31,7 +29,7 @@ from flextui.machine import Cluster, Device, Link
 IDENTITY_PREFIX = "calibrated-comm-v1"
 
 
-class CalibratedCommModel:
+class CalibratedCommModel(CostModel):
     def __init__(self, base: CostModel, calibrations: Sequence[CommCalibration]) -> None:
         if not calibrations:
             raise FlextuiError("no communication calibration to apply; measure one first "
@@ -58,6 +56,9 @@ class CalibratedCommModel:
     def op_cost(self, op: Op, block_shape: tuple[int, ...], device: Device) -> OpCost:
         return self.base.op_cost(op, block_shape, device)
 
+    def update_s(self, nbytes: float, device: Device) -> float:
+        return self.base.update_s(nbytes, device)
+
     def transfer_s(self, nbytes: int, link: Link) -> float:
         calibration = self._by_kind.get(link.kind)
         if calibration is None:
@@ -70,16 +71,9 @@ class CalibratedCommModel:
         kinds = {link.kind for a, b in ring for link in cluster.route(a, b)}
         calibration = self._by_kind.get(kinds.pop()) if len(kinds) == 1 else None
         if calibration is None:
-            fallback = getattr(self.base, "allreduce_s", ring_allreduce_s)
-            return fallback(nbytes, devices, cluster)
+            return self.base.allreduce_s(nbytes, devices, cluster)
         p, measured = len(devices), calibration.world_size
         return calibration.allreduce_s(nbytes) * ((p - 1) / p) / ((measured - 1) / measured)
-
-    def __getattr__(self, name: str) -> Any:
-        """Anything else (``update_s``...) is the base model's, if it has it."""
-        if name.startswith("__") or name in ("base", "_by_kind", "calibrations"):
-            raise AttributeError(name)  # no special methods; no recursion before __init__
-        return getattr(self.base, name)
 
     def __repr__(self) -> str:
         kinds = ", ".join(self._by_kind)

@@ -32,8 +32,9 @@ from flextui.cost.signatures import DTYPE_NAMES
 from flextui.errors import FlextuiError
 from flextui.graph import OpGraph
 from flextui.machine import Cluster
+from flextui.machine.cpus import is_cpu
 from flextui.machine.detect import rank_threads
-from flextui.machine.gpus import CPU_KINDS, same_device_kind
+from flextui.machine.gpus import same_device_kind
 
 
 class CostKind(StrEnum):
@@ -110,8 +111,8 @@ def choose_cost_model(graph: OpGraph, cluster: Cluster, cost: CostKind | str = C
                 return with_calibrations(CostChoice(model, notices), kind, dirs)
     where = " or ".join(str(d) for d in dirs)
     found = [f"{path} holds {name}" for name, path in files.items()] + problems
-    if any(kind in CPU_KINDS for kind in kinds):
-        kinds = [f"{k} ({_threads_phrase()})" if k in CPU_KINDS else k for k in kinds]
+    if any(map(is_cpu, kinds)):
+        kinds = [f"{k} ({_threads_phrase()})" if is_cpu(k) else k for k in kinds]
     raise FlextuiError(f"no profiles of {', '.join(kinds)} devices for {graph.name} "
                        f"({dtype}, {'training' if training else 'inference'}, torch "
                        f"{torch.__version__}) in {where}"
@@ -122,7 +123,7 @@ def choose_cost_model(graph: OpGraph, cluster: Cluster, cost: CostKind | str = C
 def _right_threads(kind: str, device_name: str) -> bool:
     """Whether profiles of ``device_name`` were measured as a device of ``kind`` computes:
     on a CPU, with the threads of a launch's rank."""
-    return kind not in CPU_KINDS or threads_of(device_name) == rank_threads()
+    return not is_cpu(kind) or threads_of(device_name) == rank_threads()
 
 
 def _threads_phrase() -> str:

@@ -51,6 +51,7 @@ from flextui.cost.calibration import CommCalibration
 from flextui.cost.clocks import CudaClock
 from flextui.errors import FlextuiError
 from flextui.machine import Cluster, detect_local
+from flextui.machine.cpus import CpuKind
 from flextui.machine.detect import cpu_ranks
 from flextui.machine.gpus import device_kind_name
 
@@ -171,7 +172,7 @@ def measure_comm(devices: Sequence[str], sizes: Sequence[int] | None = None, rep
         p2p, allreduce = _gather(procs, results, plan, progress, time.monotonic() + timeout_s)
     finally:
         _stop(procs)
-    kind = ("cpu" if device_type == "cpu"
+    kind = (CpuKind.MACHINE.value if device_type == "cpu"
             else device_kind_name(torch.cuda.get_device_name(indices[0])))
     return calibrations(plan, p2p, allreduce, device=kind)
 

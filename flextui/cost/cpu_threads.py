@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import re
 
-CPU_PREFIX = "cpu: "
+from flextui.machine.cpus import is_cpu
+
 _THREADS = re.compile(r", (\d{1,5}) threads?$")
 
 
@@ -26,7 +27,7 @@ def with_threads(cpu: str, threads: int) -> str:
 def threads_of(device_name: str) -> int | None:
     """The threads a CPU profile's device name says it was measured with; None for a
     GPU's name or a CPU's name without a thread count."""
-    if not device_name.startswith(CPU_PREFIX.rstrip()):
+    if not is_cpu(device_name):
         return None
     found = _THREADS.search(device_name)
     return int(found[1]) if found else None

@@ -8,8 +8,9 @@ from dataclasses import dataclass
 
 import torch
 
-from flextui.cost.cpu_threads import CPU_PREFIX, with_threads
+from flextui.cost.cpu_threads import with_threads
 from flextui.errors import FlextuiError
+from flextui.machine.cpus import CPU_NAME_PREFIX
 from flextui.machine.detect import rank_threads
 
 
@@ -60,7 +61,8 @@ def _gpu(index: int) -> LocalDevice:
 def cpu_name(threads: int | None = None) -> str:
     """``"cpu: <model name>, N threads"``, the model from /proc/cpuinfo (Linux), else the
     platform's word; ``threads`` defaults to a launch's rank's (``rank_threads``)."""
-    return with_threads(CPU_PREFIX + _cpu_model(), rank_threads() if threads is None else threads)
+    return with_threads(CPU_NAME_PREFIX + _cpu_model(),
+                        rank_threads() if threads is None else threads)
 
 
 def _cpu_model() -> str:

@@ -14,7 +14,7 @@ float32 ops by the peak of the mode torch runs them in by default
 from __future__ import annotations
 
 from flextui.cost.signatures import Measurement
-from flextui.machine.gpus import CPU_KINDS
+from flextui.machine.cpus import is_cpu
 
 #: op types whose float32 kernels go through cuDNN convolutions, and through cuBLAS
 #: matmuls (``graph.kernels``)
@@ -27,7 +27,7 @@ DEFAULT_FP32_MATH = "conv=tf32,matmul=ieee"
 def fp32_math(dtype: str, device_name: str) -> str:
     """The float32 math mode torch now runs ``dtype`` ops in on the GPU ``device_name``
     (its profile key records it); "" for other dtypes and for CPUs."""
-    if dtype != "float32" or device_name.startswith(CPU_KINDS):
+    if dtype != "float32" or is_cpu(device_name):
         return ""
     import torch  # here: only profiling needs torch
 

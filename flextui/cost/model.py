@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol, cast, runtime_checkable
 
+from flextui.cost.ring import ring_allreduce_s
 from flextui.graph import Op
-from flextui.machine import Device, Link
+from flextui.machine import Cluster, Device, Link
 
 
 @dataclass(frozen=True)
@@ -20,15 +22,20 @@ class OpCost:
 
 def sgd_update_s(nbytes: float, device: Device) -> float:
     """Optimizer step (SGD with momentum): read weight, gradient and momentum, write
-    weight and momentum — five passes over the shard at memory bandwidth. What a cost
-    model without an ``update_s`` of its own charges."""
+    weight and momentum — five passes over the shard at memory bandwidth."""
     return 5 * nbytes / device.spec.mem_bandwidth
 
 
 @runtime_checkable
 class CostModel(Protocol):
-    """Any object with these methods can drive the simulator; tests use hand-written
-    ones with fixed times. ``identity`` names the model in search logs."""
+    """Any object with these members can drive the simulator; tests use hand-written
+    ones with fixed times. ``identity`` names the model in search logs.
+
+    A class that derives from ``CostModel`` need only define ``identity``, ``op_cost``
+    and ``transfer_s``: it inherits ``update_s`` (``sgd_update_s``) and ``allreduce_s``
+    (the ring formula over the link specs, ``ring_allreduce_s``). One that does not
+    derive from it defines all five; mypy names what it lacks, and so does
+    ``checked_cost_model`` (the simulator's and exhaustive search's entry check)."""
 
     @property
     def identity(self) -> str: ...
@@ -36,3 +43,35 @@ class CostModel(Protocol):
     def op_cost(self, op: Op, block_shape: tuple[int, ...], device: Device) -> OpCost: ...
 
     def transfer_s(self, nbytes: int, link: Link) -> float: ...
+
+    def update_s(self, nbytes: float, device: Device) -> float:
+        """The optimizer update of an ``nbytes`` parameter shard on ``device``."""
+        return sgd_update_s(nbytes, device)
+
+    def allreduce_s(self, nbytes: float, devices: tuple[int, ...], cluster: Cluster) -> float:
+        """The gradient all-reduce of ``nbytes`` over ``devices`` (a replica group)."""
+        return ring_allreduce_s(nbytes, devices, cluster)
+
+
+#: what a cost model must have, for the entry check
+MEMBERS = ("identity", "op_cost", "transfer_s", "update_s", "allreduce_s")
+
+
+def checked_cost_model(model: object) -> CostModel:
+    """``model``, if it is a cost model; TypeError naming what it lacks if not. Looked up
+    statically (as ``isinstance`` does from Python 3.12): a profiled model's identity
+    packs its whole table of times."""
+    missing = [name for name in MEMBERS if not _has(model, name)]
+    if not missing:
+        return cast(CostModel, model)
+    raise TypeError(f"{type(model).__name__} is not a cost model: it lacks "
+                    f"{', '.join(missing)}; define them, or derive it from "
+                    "flextui.cost.CostModel to inherit update_s and allreduce_s")
+
+
+def _has(model: object, name: str) -> bool:
+    try:
+        inspect.getattr_static(model, name)
+    except AttributeError:
+        return False
+    return True

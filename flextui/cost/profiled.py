@@ -25,20 +25,20 @@ import msgpack
 from flextui.cost.cache import ProfileCache
 from flextui.cost.cache_records import FIELDS, ProfileEntry, ProfileKey
 from flextui.cost.calibration import interpolate
-from flextui.cost.model import CostModel, OpCost, sgd_update_s
+from flextui.cost.model import CostModel, OpCost
 from flextui.cost.signatures import Measurement, task_signatures
 from flextui.cost.update import Table as UpdateTable, cached_updates, update_sizes
 from flextui.errors import FlextuiError
 from flextui.graph import FLOAT_DTYPES, Op, OpGraph
 from flextui.limits import decompress, read_json
-from flextui.machine import Device, Link
+from flextui.machine import Cluster, Device, Link
 from flextui.machine.gpus import same_device_kind
 
 IDENTITY_PREFIX = "profiled-v1"
 Times = tuple[float, float]
 
 
-class ProfiledCostModel:
+class ProfiledCostModel(CostModel):
     def __init__(self, measurement: Measurement, times: dict[bytes, Times], base: CostModel,
                  wanted: int | None = None, updates: UpdateTable = ()) -> None:
         self.measurement, self.base = measurement, base
@@ -78,16 +78,13 @@ class ProfiledCostModel:
 
     def update_s(self, nbytes: float, device: Device) -> float:
         """The update of an ``nbytes`` shard: measured on a profiled device when the
-        profile has updates, else the base model's (or the roofline guess)."""
+        profile has updates, else the base model's."""
         if self.updates and self._profiled(device.spec.kind):
             return interpolate(self.updates, nbytes)
-        return getattr(self.base, "update_s", sgd_update_s)(nbytes, device)
+        return self.base.update_s(nbytes, device)
 
-    def __getattr__(self, name: str) -> Any:
-        """Anything else (``allreduce_s``...) is the base model's, if it has it."""
-        if name.startswith("__") or name in ("base", "times", "measurement", "updates"):
-            raise AttributeError(name)
-        return getattr(self.base, name)
+    def allreduce_s(self, nbytes: float, devices: tuple[int, ...], cluster: Cluster) -> float:
+        return self.base.allreduce_s(nbytes, devices, cluster)
 
     def _cost(self, op: Op, block_shape: tuple[int, ...], device: Device) -> OpCost:
         base = self.base.op_cost(op, block_shape, device)

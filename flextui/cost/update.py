@@ -8,9 +8,8 @@ measurements (interpolated between sizes, ``calibration.interpolate``). Each tim
 update starts with the shard out of cache (a buffer twice the last-level cache is
 written first), as in a step, where the update comes after the whole backward pass
 has been through the cache: timed warm, updates of a few MiB ran 2-4x faster than in a
-rank's step. They live in the profile cache beside the tasks,
-under keys of their own: op type ``sgd-momentum-update`` with the shard as the one
-parameter shape, its element count.
+rank's step. They live in the profile cache beside the tasks, as records of their own
+(``UpdateKey``: the shard's bytes, the dtype, the device and torch).
 """
 
 from __future__ import annotations
@@ -21,7 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from flextui.cost.cache import ProfileCache, ProfileEntry, ProfileKey
+from flextui.cost.cache import ProfileCache, UpdateEntry, UpdateKey
 from flextui.cost.signatures import Measurement
 from flextui.graph import OpGraph
 from flextui.graph.tensor import dtype_bytes
@@ -29,7 +28,6 @@ from flextui.graph.tensor import dtype_bytes
 if TYPE_CHECKING:   # torch only where updates are timed: simulations start without it
     import torch
 
-UPDATE_OP = "sgd-momentum-update"
 MIN_BYTES = 4 * 2**10
 
 #: (shard bytes, seconds) of measured updates, sizes increasing
@@ -47,20 +45,19 @@ def update_sizes(graph: OpGraph, dtype: str) -> list[int]:
     return sizes
 
 
-def update_key(measurement: Measurement, nbytes: int) -> ProfileKey:
+def update_key(measurement: Measurement, nbytes: int) -> UpdateKey:
     """The cache key of the update of an ``nbytes`` shard."""
-    numel = nbytes // dtype_bytes(measurement.dtype)
-    return ProfileKey(UPDATE_OP, (), (), ((numel,),), (), measurement.dtype, True,
-                      measurement.device_name, measurement.torch_version)
+    return UpdateKey(nbytes, measurement.dtype, measurement.device_name,
+                     measurement.torch_version)
 
 
 def cached_updates(cache: ProfileCache, measurement: Measurement, sizes: Sequence[int]) -> Table:
     """The measured updates of ``sizes`` the cache holds."""
     found = []
     for nbytes in sizes:
-        entry = cache.get(update_key(measurement, nbytes))
-        if entry is not None and entry.forward_s is not None:
-            found.append((nbytes, entry.forward_s))
+        update = cache.get_update(update_key(measurement, nbytes))
+        if update is not None:
+            found.append((nbytes, update.seconds))
     return tuple(found)
 
 
@@ -74,16 +71,16 @@ def profile_updates(sizes: Sequence[int], measurement: Measurement, cache: Profi
         if stop is not None and stop():
             break
         key = update_key(measurement, nbytes)
-        if cache.get(key) is None:
-            cache.put(key, time_update(nbytes, torch_dtype(measurement.dtype), device,
-                                       warmup=warmup, repeats=repeats))
+        if cache.get_update(key) is None:
+            cache.put_update(key, time_update(nbytes, torch_dtype(measurement.dtype), device,
+                                              warmup=warmup, repeats=repeats))
             measured += 1
     cache.save()
     return measured
 
 
 def time_update(nbytes: int, dtype: torch.dtype, device: torch.device, *, warmup: int = 2,
-                repeats: int = 10) -> ProfileEntry:
+                repeats: int = 10) -> UpdateEntry:
     """Median seconds of one SGD-with-momentum update of an ``nbytes`` shard."""
     import torch
     numel = nbytes // torch.empty((), dtype=dtype).element_size()
@@ -107,8 +104,7 @@ def time_update(nbytes: int, dtype: torch.dtype, device: torch.device, *, warmup
             if i >= warmup:
                 times.append(time.perf_counter() - start)
     spread = statistics.quantiles(times, n=4) if len(times) > 1 else [0.0, 0.0, 0.0]
-    return ProfileEntry(statistics.median(times), 0.0, max(0.0, spread[2] - spread[0]), 0.0,
-                        repeats=repeats, peak_memory_bytes=3 * nbytes)
+    return UpdateEntry(statistics.median(times), max(0.0, spread[2] - spread[0]), repeats)
 
 
 def _evict_bytes(device: torch.device) -> int:

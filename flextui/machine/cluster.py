@@ -23,6 +23,7 @@ from typing import Any, NoReturn
 from flextui.errors import ClusterError
 from flextui.graph.tensor import FLOAT_DTYPES
 from flextui.limits import DEVICES, LINKS, NAME_CHARS, TEXT_CHARS
+from flextui.machine.cpus import is_cpu
 from flextui.machine.routes import Router
 
 __all__ = ["DeviceSpec", "Device", "Link", "Cluster"]
@@ -81,6 +82,10 @@ class DeviceSpec:
     def __hash__(self) -> int:
         return hash((self.kind, self.memory_bytes, tuple(self.peak_flops.items()),
                      self.mem_bandwidth))
+
+    @property
+    def is_cpu(self) -> bool:
+        return is_cpu(self.kind)
 
     def flops_for(self, dtype: str) -> float:
         """Peak FLOP/s for ``dtype`` (``"float16"``, ``torch.bfloat16``, ``"tfloat32"``...);

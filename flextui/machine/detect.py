@@ -23,10 +23,11 @@ import platform
 from typing import Any
 
 from flextui.machine.cluster import Cluster, Device, DeviceSpec, Link
-from flextui.machine.gpus import CPU_KINDS, device_kind_name, lookup_gpu
+from flextui.machine.cpus import CpuKind
+from flextui.machine.gpus import device_kind_name, lookup_gpu
 from flextui.machine.nvtopo import NVLINK_LATENCY, Lanes, detect_nvlink, is_switched, lane_figures
 
-__all__ = ["CPU_CLOCK_HZ", "CPU_FLOP_PER_CYCLE", "CPU_KINDS", "cpu_ranks", "describe_local",
+__all__ = ["CPU_CLOCK_HZ", "CPU_FLOP_PER_CYCLE", "cpu_ranks", "describe_local",
            "detect_local", "rank_threads", "usable_cpus"]
 
 CPU_CLOCK_HZ = 2.5e9
@@ -88,8 +89,8 @@ def _cuda_available(torch: Any | None) -> bool:
 def _cpu_cluster() -> Cluster:
     cores = usable_cpus()
     peak = cores * CPU_CLOCK_HZ * CPU_FLOP_PER_CYCLE
-    spec = DeviceSpec(kind="cpu", memory_bytes=_physical_memory(), peak_flops={"float32": peak},
-                      mem_bandwidth=CPU_MEM_BANDWIDTH)
+    spec = DeviceSpec(kind=CpuKind.MACHINE.value, memory_bytes=_physical_memory(),
+                      peak_flops={"float32": peak}, mem_bandwidth=CPU_MEM_BANDWIDTH)
     description = (f"this machine, no CUDA GPU: one CPU device ({cores} cores; peak float32 "
                    f"estimated as cores x 2.5 GHz x 16 FLOP/cycle = {peak / 1e12:.2f} TFLOPS, "
                    f"memory bandwidth assumed {CPU_MEM_BANDWIDTH / 1e9:.0f} GB/s); estimated=True")
@@ -108,7 +109,7 @@ def cpu_ranks(ranks: int, nodes: int = 1) -> Cluster:
     ranks' thread count and the loopback calibration (``flextui profile --device cpu``,
     ``flextui profile --comm --device cpu``)."""
     threads = rank_threads()
-    spec = DeviceSpec(kind="cpu-rank", memory_bytes=max(1, _physical_memory() // ranks),
+    spec = DeviceSpec(kind=CpuKind.RANK.value, memory_bytes=max(1, _physical_memory() // ranks),
                       peak_flops={"float32": threads * CPU_CLOCK_HZ * CPU_FLOP_PER_CYCLE},
                       mem_bandwidth=CPU_MEM_BANDWIDTH / max(1, min(ranks, usable_cpus())))
     devices = [Device(n * ranks + i, f"n{n}.rank{i}", n, spec)
@@ -261,6 +262,6 @@ def describe_local() -> dict[str, Any]:
         info["peer_access"] = peer
     else:
         info["devices"].append({"index": 0, "name": platform.processor() or platform.machine(),
-                                "kind": "cpu", "memory_bytes": info["memory_bytes"],
+                                "kind": CpuKind.MACHINE.value, "memory_bytes": info["memory_bytes"],
                                 "figures": "estimated", "known": False})
     return info

@@ -21,12 +21,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["CPU_KINDS", "GpuFigures", "KNOWN_GPUS", "UNKNOWN_GPU", "lookup_gpu", "device_kind_name",
+from flextui.machine.cpus import is_cpu
+
+__all__ = ["GpuFigures", "KNOWN_GPUS", "UNKNOWN_GPU", "lookup_gpu", "device_kind_name",
            "same_device_kind"]
 
-#: the device kinds of CPU devices: the whole machine as one (``local``), and one
-#: process of several (``local-cpu-N``)
-CPU_KINDS = ("cpu", "cpu-rank")
 T = 1e12
 GB = 1e9
 
@@ -123,9 +122,8 @@ def same_device_kind(kind: str, device_name: str) -> bool:
     GPU model. Both CPU kinds, the whole machine (``"cpu"``) and one process of several
     (``"cpu-rank"``), are CPUs: which threads a profile was measured with is chosen
     where profiles are looked up (``cost.choose``)."""
-    cpu_kind = kind in CPU_KINDS
-    if cpu_kind or device_name.startswith("cpu"):
-        return cpu_kind and device_name.startswith("cpu")
+    if is_cpu(kind) or is_cpu(device_name):
+        return is_cpu(kind) and is_cpu(device_name)
     if kind == device_kind_name(device_name):
         return True
     figures = lookup_gpu(kind)

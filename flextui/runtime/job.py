@@ -68,7 +68,7 @@ def choose_backend(cluster: Cluster, asked: str | None = None, on_hosts: bool = 
     preflight counts their GPUs)."""
     import torch
 
-    gpu_cluster = cluster.devices[0].spec.kind not in ("cpu", "cpu-rank")
+    gpu_cluster = not cluster.devices[0].spec.is_cpu
     if on_hosts:
         return Backend(asked) if asked else Backend.NCCL if gpu_cluster else Backend.GLOO
     gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0

@@ -83,7 +83,7 @@ class FirstChoice:
 
 
 def gpu_count(cluster: Cluster) -> int:
-    return sum(d.kind != "cpu" for d in cluster.devices)
+    return sum(not d.spec.is_cpu for d in cluster.devices)
 
 
 def first_choice(local: Cluster | None = None) -> FirstChoice:

@@ -1,22 +1,39 @@
 """Long work on a thread of its own, for a display that polls it (the app's searches and
 profiles): a state that only moves forward, a stop request, and failures turned into a
-message (never an exception escaping the thread), so the display can report them."""
+message (never an exception escaping the thread), so the display can report them.
+What such a job is doing, and what its display says it is doing, is a ``JobState``."""
 
 from __future__ import annotations
 
 import threading
 import traceback
+from enum import StrEnum
 from pathlib import Path
 
 from flextui.errors import FlextuiError
 
-ENDED = ("finished", "stopped", "failed")
+
+class JobState(StrEnum):
+    """The state of a background job (a search, a profile, a launch) or of a replay, as
+    its view reports it; the value is what a display shows."""
+
+    STARTING = "starting"
+    WAITING = "waiting"      # a profile waiting for an earlier one to let the device go
+    RUNNING = "running"
+    PAUSED = "paused"        # a search, or a replay
+    FINISHED = "finished"
+    STOPPED = "stopped"      # asked to stop, what was done kept
+    FAILED = "failed"
+
+    @property
+    def ended(self) -> bool:
+        return self in (JobState.FINISHED, JobState.STOPPED, JobState.FAILED)
 
 
 class BackgroundJob:
     """Subclasses implement ``_work`` (on the job's thread; it should return soon after
     ``_stop`` is set) and ``_failed(message)``; they guard their own figures with
-    ``_lock``. ``_state`` starts as "starting" and ends in one of ``ENDED``."""
+    ``_lock``. ``_state`` starts as ``STARTING`` and ends in an ``ended`` state."""
 
     thread_name = "flextui-job"
 
@@ -24,7 +41,7 @@ class BackgroundJob:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._state = "starting"
+        self._state = JobState.STARTING
 
     def start(self) -> None:
         if self._thread is not None:
@@ -45,7 +62,7 @@ class BackgroundJob:
 
     @property
     def done(self) -> bool:
-        return self._state in ENDED
+        return self._state.ended
 
     def _run(self) -> None:
         try:

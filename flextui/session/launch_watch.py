@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flextui.runtime.summary import DeviceMeasure, DeviceRow, summary_of_measures
+from flextui.session.jobs import JobState
 
 HISTORY = 120        # samples/s points per device (a sparkline's width, and then some)
 LOG_LINES = 1000     # lines of the ranks' output kept for the log pane
@@ -22,7 +23,7 @@ LOG_LINES = 1000     # lines of the ranks' output kept for the log pane
 class LaunchView:
     """One frame of a launch: its state, its devices, its totals and the last lines."""
 
-    state: str
+    state: JobState
     devices: list[DeviceRow]
     histories: list[tuple[float, ...]]   # each device's recent samples/s, oldest first
     steps_done: int
@@ -94,7 +95,7 @@ class LaunchWatch:
         self.lines.append((rank, line))
         self.line_count += 1
 
-    def view(self, state: str, elapsed_s: float, message: str | None = None,
+    def view(self, state: JobState, elapsed_s: float, message: str | None = None,
              failed_rank: int | None = None, lines: int = 200) -> LaunchView:
         summary = summary_of_measures(self.measures, self.names, self.capacities,
                                       self.batch_size, self.simulated)

@@ -14,8 +14,12 @@ import time
 from flextui.runtime.job import Prepared, execute
 from flextui.runtime.launch import Outcome, RunStatus
 from flextui.runtime.summary import RunSummary
-from flextui.session.jobs import BackgroundJob
+from flextui.session.jobs import BackgroundJob, JobState
 from flextui.session.launch_watch import LaunchView, LaunchWatch
+
+#: the state a launch ends in, by how its run ended
+ENDED_AS = {RunStatus.FINISHED: JobState.FINISHED, RunStatus.STOPPED: JobState.STOPPED,
+            RunStatus.FAILED: JobState.FAILED}
 
 
 class LiveLaunch(BackgroundJob):
@@ -47,16 +51,15 @@ class LiveLaunch(BackgroundJob):
     def _work(self) -> None:
         with self._lock:
             self._started = time.monotonic()
-            self._state = "running"
+            self._state = JobState.RUNNING
         outcome, summary, _ = execute(self.prepared, self._stop, self._record, self._output)
         with self._lock:
             self.outcome, self.summary = outcome, summary
-            self._state = {RunStatus.FINISHED: "finished", RunStatus.STOPPED: "stopped",
-                           RunStatus.FAILED: "failed"}[outcome.status]
+            self._state = ENDED_AS[outcome.status]
 
     def _failed(self, message: str) -> None:
         with self._lock:
-            self.error, self._state = message, "failed"
+            self.error, self._state = message, JobState.FAILED
 
     def _record(self, record: dict) -> None:
         with self._lock:

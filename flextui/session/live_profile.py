@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from flextui.cost.compare import OpTypeComparison
 from flextui.cost.estimate import ProfileClock
 from flextui.graph import OpGraph
-from flextui.session.jobs import BackgroundJob
+from flextui.session.jobs import BackgroundJob, JobState
 
 #: how often a profile waiting for an earlier one checks whether it was asked to stop
 WAIT_POLL_S = 0.1
@@ -27,7 +27,7 @@ MAX_NOTICES = 6
 
 @dataclass(frozen=True)
 class ProfileView:
-    state: str                  # starting, waiting, running, finished, stopped or failed
+    state: JobState
     device: str
     done: int
     total: int
@@ -88,10 +88,10 @@ class LiveProfile(BackgroundJob):
         for earlier in self._after:
             if not earlier.done:
                 with self._lock:
-                    self._state = "waiting"
+                    self._state = JobState.WAITING
             while not earlier.join(timeout=WAIT_POLL_S):
                 if self._stop.is_set():
-                    self._end("stopped")
+                    self._end(JobState.STOPPED)
                     return
         from flextui.cost.profile import prepare_profile  # imported here: it imports torch
         device, dtype, training, profiles, warmup, repeats = self._settings
@@ -99,12 +99,13 @@ class LiveProfile(BackgroundJob):
                               training=training, profiles=profiles)
         clock = run.clock(warmup=warmup, repeats=repeats)
         with self._lock:
-            self._device, self._total, self._state = run.local.name, len(run.signatures), "running"
+            self._device, self._total = run.local.name, len(run.signatures)
+            self._state = JobState.RUNNING
             self._notices, self._cache_path = tuple(run.notices), str(run.cache.path)
             self._clock, self._measuring_since = clock, time.monotonic()
         run.run(warmup=warmup, repeats=repeats, on_event=self._take, stop=self._stop.is_set)
         self.comparison = run.comparison()
-        self._end("stopped" if self._stop.is_set() else "finished")
+        self._end(JobState.STOPPED if self._stop.is_set() else JobState.FINISHED)
 
     def _take(self, event) -> None:
         with self._lock:
@@ -120,8 +121,8 @@ class LiveProfile(BackgroundJob):
                 self._notices += (f"{self._current} could not run: {event.failure}",)
 
     def _failed(self, message: str) -> None:
-        self._end("failed", message)   # what was measured before is saved
+        self._end(JobState.FAILED, message)   # what was measured before is saved
 
-    def _end(self, state: str, message: str | None = None) -> None:
+    def _end(self, state: JobState, message: str | None = None) -> None:
         with self._lock:
             self._state, self._message, self._ended = state, message, time.monotonic()

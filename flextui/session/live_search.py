@@ -22,7 +22,7 @@ from flextui.search.log import SearchLog
 from flextui.search.logformat import Checkpoint
 from flextui.search.options import SearchOptions
 from flextui.search.runner import SearchResult, run_search
-from flextui.session.jobs import BackgroundJob
+from flextui.session.jobs import BackgroundJob, JobState
 from flextui.session.search_watch import SearchView, SearchWatch
 from flextui.strategy import Strategy
 
@@ -51,13 +51,13 @@ class LiveSearch(BackgroundJob):
     def toggle_pause(self) -> bool:
         """Pause a running search or resume a paused one; True if it is paused now."""
         with self._lock:
-            if self._state == "running":
+            if self._state == JobState.RUNNING:
                 self._pause.set()
-                self._state = "paused"
-            elif self._state == "paused":
+                self._state = JobState.PAUSED
+            elif self._state == JobState.PAUSED:
                 self._pause.clear()
-                self._state = "running"
-            return self._state == "paused"
+                self._state = JobState.RUNNING
+            return self._state == JobState.PAUSED
 
     def stop(self) -> None:
         """Stop the search (a paused one too); the best found is kept."""
@@ -75,23 +75,24 @@ class LiveSearch(BackgroundJob):
         baselines = baseline_costs(self.graph, self.cluster, self.cost_model, self.options)
         with self._lock:
             self._baselines = baselines
-            if self._state == "starting":
-                self._state = "paused" if self._pause.is_set() else "running"
+            if self._state == JobState.STARTING:
+                self._state = JobState.PAUSED if self._pause.is_set() else JobState.RUNNING
         result = run_search(self.graph, self.cluster, self.cost_model, self.options,
                             initial=self._initial, log_path=self.log_path,
                             resume=self._resume, on_events=self._take,
                             on_reset=self._reset, stop=self._stop, pause=self._pause,
                             processes=self._processes, baselines=baselines)
-        self._end("stopped" if result.reason == StopReason.INTERRUPTED else "finished", result)
+        self._end(JobState.STOPPED if result.reason == StopReason.INTERRUPTED
+                  else JobState.FINISHED, result)
 
     def _failed(self, message: str) -> None:
         """The log, if this search started one, is kept as written, and the message says
         where (a log that could not be created, another search's say, is not named)."""
         if self.log_path is not None and self._logged:
             message = f"{message}\n\nThe log is kept: {self.log_path}"
-        self._end("failed", message=message)
+        self._end(JobState.FAILED, message=message)
 
-    def _end(self, state: str, result: SearchResult | None = None,
+    def _end(self, state: JobState, result: SearchResult | None = None,
              message: str | None = None) -> None:
         with self._lock:
             self.result, self.error, self._state = result, message, state

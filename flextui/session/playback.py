@@ -13,6 +13,7 @@ from typing import Any
 from flextui.search.events import RestartEvent
 from flextui.search.log import SearchLog
 from flextui.search.options import SearchOptions
+from flextui.session.jobs import JobState
 from flextui.session.search_watch import SearchView, SearchWatch
 
 SPEEDS = (0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 50.0, 200.0)
@@ -120,9 +121,9 @@ class Playback:
     def view(self) -> SearchView:
         final = self.log.final
         if self.finished:
-            state = "finished" if final is not None else "stopped"
+            state = JobState.FINISHED if final is not None else JobState.STOPPED
         else:
-            state = "running" if self.playing else "paused"
+            state = JobState.RUNNING if self.playing else JobState.PAUSED
         reason = final.reason if final is not None and self.finished else None
         return self.watch.view(state, self.baselines, reason)
 

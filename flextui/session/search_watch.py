@@ -18,6 +18,7 @@ from flextui.graph import OpGraph
 from flextui.search.events import RestartEvent, StepEvent
 from flextui.search.frontier import Frontier
 from flextui.search.logformat import Checkpoint
+from flextui.session.jobs import JobState
 from flextui.strategy import Strategy
 
 HISTORY_POINTS = 512   # at most this many points kept for the cost plot
@@ -65,7 +66,7 @@ class CostHistory:
 class SearchView:
     """One frame of a search, for display."""
 
-    state: str                       # starting, running, paused, finished, stopped, failed
+    state: JobState
     steps: int                       # over all chains
     elapsed: float                   # seconds, the longest chain's
     progress: float | None           # fraction of the budget used, if there is a budget
@@ -173,13 +174,13 @@ class SearchWatch:
         known = [p for p in parts if p is not None]
         return min(1.0, max(known)) if known else None
 
-    def view(self, state: str, baselines: dict[str, float] | None = None,
+    def view(self, state: JobState, baselines: dict[str, float] | None = None,
              reason: str | None = None, message: str | None = None) -> SearchView:
         leader = self._best_chain
         initial = min(self.initial.values()) if self.initial else None
         return SearchView(
             state=state, steps=self.steps, elapsed=self.elapsed,
-            progress=1.0 if state == "finished" else self.progress(),
+            progress=1.0 if state == JobState.FINISHED else self.progress(),
             initial_cost=initial, best_cost=self.best_cost, current_cost=self.current_cost,
             acceptance_rate=self.accepted / self.steps if self.steps else 0.0,
             sims_per_s=self.sims_per_s(), history=self.history.points(),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from flextui.cost.model import CostModel
+from flextui.cost.model import CostModel, checked_cost_model
 from flextui.errors import FlextuiError
 from flextui.graph import OpGraph
 from flextui.machine import Cluster
@@ -27,7 +27,8 @@ class Simulator:
         except ValueError:
             raise FlextuiError(f"memory policy {str(memory)!r:.40}: use one of "
                                f"{', '.join(MemoryPolicy)}") from None
-        self.graph, self.cluster, self.cost_model = graph, cluster, cost_model
+        self.graph, self.cluster = graph, cluster
+        self.cost_model = checked_cost_model(cost_model)
         self.training = training
 
     def task_graph(self, strategy: Strategy) -> TaskGraph:

@@ -10,8 +10,8 @@ when both run on one device, else a chain of transfer tasks, one per link of the
 carrying the overlap; in training, the gradient of the overlap travels back the reverse
 route. Replicated parameters get a gradient all-reduce per replica group (ring
 all-reduce on the links joining the group, timed by the cost model's
-``allreduce_s(nbytes, devices, cluster)`` when it has one), then an optimizer update per
-device. On a cluster whose devices drive their own communication
+``allreduce_s(nbytes, devices, cluster)``), then an optimizer update per device (its
+``update_s``). On a cluster whose devices drive their own communication
 (``Cluster.host_driven_comm``: CPU ranks with no core to spare), a transfer hop also
 holds the device at either end of its link, and an all-reduce every device of its
 group: communication then takes the devices' time as well as the links'.
@@ -34,8 +34,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from flextui.cost.model import CostModel, sgd_update_s as update_s
-from flextui.cost.ring import ring_allreduce_s
+from flextui.cost.model import CostModel
 from flextui.errors import ClusterError
 from flextui.graph import Op, OpGraph, region_volume
 from flextui.graph.tensor import dtype_bytes
@@ -68,8 +67,6 @@ class TaskGraph:
         #: the resources a transfer over each link holds: the link, and on a cluster whose
         #: devices drive their communication, the devices at its ends
         self.hop_resources = {link.id: self._hop_resources(link) for link in cluster.links}
-        self.update_s: Callable = getattr(cost_model, "update_s", update_s)
-        self.allreduce_s: Callable = getattr(cost_model, "allreduce_s", ring_allreduce_s)
         self.store = new_store(self.num_resources)  # scheduling data, the ids' owner
         # parallel arrays, one slot per task id
         self.kind: list[int] = []
@@ -252,7 +249,7 @@ class TaskGraph:
                 ready_on.setdefault(group.devices[0], []).extend(group.tasks)
                 continue
             sync = self._new(TaskKind.SYNC, -1, g, self._ring_resources(name, group.devices),
-                             self.allreduce_s(nbytes, group.devices, self.cluster),
+                             self.cost.allreduce_s(nbytes, group.devices, self.cluster),
                              (2, order, g), nbytes)
             for t in group.tasks:
                 self._link(t, sync)
@@ -261,7 +258,7 @@ class TaskGraph:
                 ready_on.setdefault(d, []).append(sync)
         for d in sorted(shard_bytes):
             update = self._new(TaskKind.UPDATE, -1, d, (d,),
-                               self.update_s(shard_bytes[d], self.cluster.device(d)),
+                               self.cost.update_s(shard_bytes[d], self.cluster.device(d)),
                                (3, order, d), shard_bytes[d])
             for t in dict.fromkeys(ready_on[d]):
                 self._link(t, update)

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from flextui.cost.model import CostModel
+from flextui.cost.model import CostModel, checked_cost_model
 from flextui.errors import ClusterError
 from flextui.graph import OpGraph, intersect, region_volume
 from flextui.graph.tensor import dtype_bytes
@@ -20,7 +20,6 @@ from flextui.machine import Cluster
 from flextui.search.exhaustive.task_bound import TaskBound
 from flextui.sim.memory import PENALTY_S_PER_MB, MemoryPolicy
 from flextui.sim.replicas import ParamBlock, replica_groups
-from flextui.sim.taskgraph import ring_allreduce_s, update_s
 from flextui.strategy import (
     ParallelConfig,
     valid_configs,
@@ -56,7 +55,8 @@ class BoundTables:
 
     def __init__(self, graph: OpGraph, cluster: Cluster, cost_model: CostModel,
                  training: bool, memory: MemoryPolicy) -> None:
-        self.graph, self.cluster, self.cost_model = graph, cluster, cost_model
+        self.graph, self.cluster = graph, cluster
+        self.cost_model = checked_cost_model(cost_model)
         self.training, self.memory = training, memory
         self.ops = ops = graph.ops
         self.n = len(ops)
@@ -64,8 +64,6 @@ class BoundTables:
         self.D = D = cluster.num_devices
         self.L = len(cluster.links)
         assert all(link.id == i for i, link in enumerate(cluster.links))
-        self.update_fn = getattr(cost_model, "update_s", update_s)
-        self.allreduce_fn = getattr(cost_model, "allreduce_s", ring_allreduce_s)
         self.capacity = np.array([cluster.device(d).spec.memory_bytes for d in range(D)], float)
         self.has_bwd = [training and op.type != "input" for op in ops]
         self.preds = [[p.index for p in graph.predecessors(op)] for op in ops]
@@ -227,7 +225,7 @@ class BoundTables:
         if self.training:
             for d in range(D):
                 if shard[d]:
-                    out.updates[d] = self.update_fn(int(shard[d]), self.cluster.device(d))
+                    out.updates[d] = self.cost_model.update_s(int(shard[d]), self.cluster.device(d))
             for i in users:
                 out.tails[i] = np.zeros(D)
             for g in groups:
@@ -236,7 +234,7 @@ class BoundTables:
                 if len(g.devices) > 1:
                     ring = list(zip(g.devices, g.devices[1:] + g.devices[:1]))
                     try:
-                        sync = self.allreduce_fn(g.numel * width, g.devices, self.cluster)
+                        sync = self.cost_model.allreduce_s(g.numel * width, g.devices, self.cluster)
                         links = tuple(sorted({link.id for x, y in ring
                                              for link in self.cluster.route(x, y)}))
                     except ClusterError:  # no ring: the simulator cannot simulate this

@@ -18,6 +18,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.widgets import Footer, Header, RichLog, Static
 
+from flextui.session.jobs import JobState
 from flextui.session.launch_watch import LOG_LINES, LaunchView
 from flextui.session.live_launch import LiveLaunch
 from flextui.tui.screens.keys import KeyScreen
@@ -46,7 +47,7 @@ def launch_figures(view: LaunchView, label: str, baseline: LaunchView | None) ->
     grid.add_column(style="dim", no_wrap=True)
     grid.add_column(no_wrap=True, overflow="ellipsis")
     total = view.warmup + view.steps_asked
-    grid.add_row("state", Text.assemble((view.state, STATE_STYLES.get(view.state, "")),
+    grid.add_row("state", Text.assemble((view.state, STATE_STYLES[view.state]),
                                         f"  step {view.steps_done:,} of {total:,} "
                                         f"({view.warmup} warm-up)"))
     grid.add_row("time", f"{_duration(view.elapsed_s)} elapsed, "
@@ -123,7 +124,7 @@ class LaunchScreen(KeyScreen):
             for rank, line in view.lines[-min(new, len(view.lines)):]:
                 log.write(Text(f"[{rank}] " if rank >= 0 else "", style="dim") + Text(line))
             self._lines_shown = view.line_count
-        if view.state == "failed" and not self._failure_shown:
+        if view.state == JobState.FAILED and not self._failure_shown:
             self._failure_shown = True
             where = (f"Rank {view.failed_rank} on {view.host or 'localhost'} failed"
                      if view.failed_rank is not None else "The launch failed")

@@ -14,6 +14,7 @@ from textual.containers import Vertical
 from textual.widgets import DataTable, Footer, Header, ProgressBar, Static
 
 from flextui.cost.estimate import duration
+from flextui.session.jobs import JobState
 from flextui.session.live_profile import LiveProfile, ProfileView
 from flextui.tui.screens.keys import KeyScreen
 from flextui.tui.widgets.stats import STATE_STYLES
@@ -28,7 +29,7 @@ def profile_table(view: ProfileView) -> Table:
     grid = Table.grid(padding=(0, 1))
     grid.add_column(style="dim", no_wrap=True, min_width=9)
     grid.add_column(overflow="fold")
-    grid.add_row("state", Text(view.state, style=STATE_STYLES.get(view.state, "")))
+    grid.add_row("state", Text(view.state, style=STATE_STYLES[view.state]))
     grid.add_row("device", view.device or "…")
     left = f", {duration(view.remaining_s)} left" if view.remaining_s is not None else ""
     grid.add_row("tasks", f"{view.done:,} of {view.total:,}  ({view.elapsed:,.1f} s{left})")
@@ -89,7 +90,7 @@ class ProfileScreen(KeyScreen):
             self._filled = True
             self._fill_table()
             self.refresh_bindings()
-            if view.state == "failed":
+            if view.state == JobState.FAILED:
                 cast("FlextuiApp", self.app).show_error("Profiling failed", view.message or "")
 
     def _fill_table(self) -> None:

@@ -22,6 +22,7 @@ from flextui.graph import OpGraph
 from flextui.machine import Cluster
 from flextui.search.files import default_export_path, searched_strategy_name
 from flextui.search.options import SearchOptions
+from flextui.session.jobs import JobState
 from flextui.session.live_search import LiveSearch
 from flextui.session.playback import Playback
 from flextui.session.search_watch import SearchView
@@ -150,7 +151,7 @@ class SearchScreen(KeyScreen):
             graph = self.setup.graph
             self.query_one(StrategyTable).show(view.best, graph)
             self.query_one(StrategyMap).show(view.best, graph, self.setup.cluster.num_devices)
-        if view.state == "failed" and not self._failure_shown:
+        if view.state == JobState.FAILED and not self._failure_shown:
             self._failure_shown = True
             cast("FlextuiApp", self.app).show_error("The search failed", view.message or "")
         ended = self.live is not None and self.live.done

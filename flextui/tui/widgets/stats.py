@@ -8,11 +8,13 @@ from rich.table import Table
 from rich.text import Text
 from textual.widgets import Static
 
+from flextui.session.jobs import JobState
 from flextui.session.search_watch import SearchView
 
-STATE_STYLES = {"starting": "yellow", "waiting": "yellow", "running": "bold green",
-                "paused": "bold yellow", "finished": "bold cyan", "stopped": "bold cyan",
-                "failed": "bold red"}
+STATE_STYLES = {JobState.STARTING: "yellow", JobState.WAITING: "yellow",
+                JobState.RUNNING: "bold green", JobState.PAUSED: "bold yellow",
+                JobState.FINISHED: "bold cyan", JobState.STOPPED: "bold cyan",
+                JobState.FAILED: "bold red"}
 
 
 def _ms(seconds: float | None) -> str:
@@ -32,7 +34,7 @@ def stats_table(view: SearchView, budget: str, speed: float | None = None) -> Ta
     grid.add_column(style="dim", no_wrap=True, min_width=9)
     grid.add_column(no_wrap=True, overflow="ellipsis")
     state = view.state + (f" ({view.reason})" if view.reason else "")
-    grid.add_row("state", Text(state, style=STATE_STYLES.get(view.state, "")))
+    grid.add_row("state", Text(state, style=STATE_STYLES[view.state]))
     if speed is not None:
         grid.add_row("playback", f"{speed:g}× real time")
     grid.add_row("time", f"{view.elapsed:,.1f} s of {budget}")
