@@ -15,7 +15,6 @@ from flextui.graph import OpGraph
 from flextui.graph.library import with_source
 from flextui.graph.model_source import ModelSource
 from flextui.machine import Cluster
-from flextui.machine.gpus import CPU_KINDS
 from flextui.runtime.job import RUN_SUFFIX, Prepared, choose_backend, prepare
 from flextui.runtime.spec import Backend, Training
 from flextui.search.files import default_log_path
@@ -73,7 +72,7 @@ def stand_ins(prepared: Prepared) -> str | None:
     """What runs in place of the cluster's GPUs when the ranks are CPU processes (gloo on
     a GPU cluster: no GPU per rank here), for a person to accept before the launch
     starts; None when the ranks run on the kind of device they were planned for."""
-    kinds = Counter(d.spec.kind for d in prepared.cluster.devices if d.spec.kind not in CPU_KINDS)
+    kinds = Counter(d.spec.kind for d in prepared.cluster.devices if not d.spec.is_cpu)
     if prepared.spec.training.backend != Backend.GLOO or not kinds:
         return None
     gpus = " and ".join(f"{count} {kind}s" for kind, count in kinds.items())
