@@ -86,7 +86,7 @@ from pathlib import Path
 
 from flextui.errors import ClusterError
 from flextui.fields import describe
-from flextui.limits import TEXT_CHARS, nesting_problem, parsing
+from flextui.limits import CLUSTER_FILE_BYTES, TEXT_CHARS, nesting_problem, parsing, read_file
 from flextui.machine.cluster import PEAK_NAMES, Cluster, DeviceSpec
 from flextui.machine.explicit import build_explicit
 from flextui.machine.fields import Fields
@@ -105,7 +105,7 @@ def load_cluster(path: str | Path) -> Cluster:
     """Read and parse a cluster file; every problem is a ClusterError naming the file."""
     p = Path(path)
     try:
-        raw = p.read_bytes()
+        raw = read_file(p, CLUSTER_FILE_BYTES)
     except FileNotFoundError:
         raise ClusterError(f"{p}: no such cluster file; give a path to a .toml file or a "
                            f"built-in cluster name (see `flextui clusters`)") from None

@@ -11,6 +11,7 @@ from typing import Any
 
 from flextui.documents import BadDocument, unpack
 from flextui.errors import SearchLogError
+from flextui.limits import read_file
 from flextui.search.events import StepEvent, StopReason
 from flextui.search.logfile import scan_frames
 from flextui.search.logformat import (
@@ -195,8 +196,7 @@ def read_search_log(path: str | Path) -> SearchLog:
     every complete record before it read; anything else wrong raises SearchLogError."""
     path = Path(path)
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = read_file(path, None)
     except OSError as exc:
         raise SearchLogError(f"cannot read search log {path}: {exc.strerror or exc}") from None
     if data[:len(MAGIC)] != MAGIC:

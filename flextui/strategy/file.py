@@ -24,7 +24,7 @@ from typing import Any
 from flextui.documents import BadDocument, DocumentFormat
 from flextui.errors import StrategyError
 from flextui.graph import Op, OpGraph
-from flextui.limits import NAME_CHARS, read_json
+from flextui.limits import FILE_BYTES, NAME_CHARS, read_file, read_json
 from flextui.machine import Cluster
 from flextui.strategy.config import ParallelConfig
 from flextui.strategy.strategy import Strategy
@@ -139,7 +139,7 @@ def load_strategy(path: str | Path, graph: OpGraph, cluster: Cluster,
     that)."""
     path = Path(path)
     try:
-        data = read_json(path.read_text(), str(path))
+        data = read_json(read_file(path, FILE_BYTES).decode(), str(path))
     except FileNotFoundError:
         raise StrategyError(f"strategy file {path} does not exist") from None
     except (OSError, UnicodeDecodeError) as exc:
