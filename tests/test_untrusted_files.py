@@ -1,8 +1,10 @@
 """Files people and other machines hand flextui, through the command line: a "file"
-that is a FIFO or a device, or too big, is refused before it is read."""
+that is a FIFO or a device, or too big, is refused before it is read; what a strategy
+file says it was made for is checked."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -29,6 +31,18 @@ def refused(capsys, argv, *fragments):
     for fragment in fragments:
         assert fragment in err, (fragment, err)
     return err
+
+
+# -- strategy files ----------------------------------------------------------
+
+
+@pytest.fixture
+def dp_json(capsys, tmp_path):
+    """lenet's data-parallel strategy on local-cpu-4, as a file's data."""
+    path = tmp_path / "dp.json"
+    assert run(capsys, "show", "-m", "lenet", "-c", "local-cpu-4", "-s", "data-parallel",
+               "--export", path)[0] == 0
+    return json.loads(path.read_text())
 
 
 # -- cluster files -----------------------------------------------------------
@@ -117,3 +131,33 @@ def test_a_cluster_file_over_its_size_limit_is_refused_unread(capsys, tmp_path):
     refused(capsys, ["simulate", "-m", "lenet", "-c", path],
             "bytes in a cluster file is over flextui's limit of 8,388,608",
             "regular layout")
+
+
+# -- what a strategy file says it was made for ----------------------------------------
+
+
+@pytest.mark.parametrize("edit, message", [
+    *[(lambda d, v=v: d.update(devices=v), "devices: expected a whole number >= 1")
+      for v in (0, -1, float("nan"), float("inf"))],
+    (lambda d: d.update(graph=None), "graph: expected a non-empty string, found None"),
+    (lambda d: d.update(graph="0123456789abcdef"), "was made for another graph"),
+    (lambda d: d.update(graph="not a fingerprint"), "graph: expected the fingerprint"),
+    (lambda d: d.pop("graph"), "does not say which graph it was made for"),
+    (lambda d: d.update(devcies=4), "unknown key 'devcies'; did you mean 'devices'"),
+    (lambda d: d["ops"]["fc1"].update(device=[0]), "did you mean 'devices'"),
+], ids=["devices-0", "devices-1", "devices-nan", "devices-inf", "graph-null",
+        "graph-other", "graph-garbage", "graph-missing", "typo", "op-typo"])
+def test_show_refuses_a_strategy_file_that_was_not_made_for_this_graph(capsys, tmp_path,
+                                                                       dp_json, edit, message):
+    edit(dp_json)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(dp_json))
+    refused(capsys, ["show", "-m", "lenet", "-c", "local-cpu-4", "-s", path], str(path), message)
+
+
+def test_devices_of_1e400_in_a_strategy_file_is_refused(capsys, tmp_path, dp_json):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(dp_json).replace('"devices": 4,', '"devices": 1e400,'))
+    assert "1e400" in path.read_text()
+    refused(capsys, ["show", "-m", "lenet", "-c", "local-cpu-4", "-s", path],
+            "devices: expected a whole number >= 1, found inf")

@@ -51,8 +51,9 @@ def si(value: float, unit: str = "") -> str:
     return f"{value:.0f} {unit}".rstrip()
 
 
-def load_strategy(name: str, graph, cluster):
-    """A built-in strategy by name, or a strategy file, checked against graph and cluster.
+def load_strategy(name: str, graph, cluster, same_graph: bool = False):
+    """A built-in strategy by name, or a strategy file, checked against graph and cluster
+    (with ``same_graph``, a file must have been made for this graph: its fingerprint).
     A name that is not built in is a file when it exists or looks like a path (a
     ``.json`` suffix or a directory part), so a missing file is reported as missing."""
     from pathlib import Path
@@ -60,7 +61,7 @@ def load_strategy(name: str, graph, cluster):
     from flextui.strategy import BUILTIN_STRATEGIES, builtin_strategy, load_strategy
     path = Path(name)
     if name not in BUILTIN_STRATEGIES and (path.exists() or path.suffix or len(path.parts) > 1):
-        return load_strategy(path, graph, cluster)
+        return load_strategy(path, graph, cluster, same_graph)
     strategy = builtin_strategy(name, graph, cluster)
     strategy.check(graph, cluster.num_devices)
     return strategy

@@ -176,7 +176,7 @@ def _show_strategy(graph, args: argparse.Namespace, console: Console) -> None:
     from flextui.strategy import save_strategy
     from flextui.strategy.summary import device_list, strategy_rows, strategy_summary
     cluster = load_named_cluster(args.cluster)
-    strategy = load_strategy(args.strategy, graph, cluster)
+    strategy = load_strategy(args.strategy, graph, cluster, same_graph=True)
     if args.export:
         save_strategy(args.export, strategy, graph, cluster)
     summary, rows = strategy_summary(strategy, graph), strategy_rows(strategy, graph)
