@@ -1,18 +1,26 @@
-"""Files people and other machines hand flextui, through the command line: a "file"
-that is a FIFO or a device, or too big, is refused before it is read; what a strategy
-file says it was made for is checked."""
+"""Files people and other machines hand flextui, through the command line: a name that
+carries a terminal escape (a window title, the clipboard, a cleared screen) is refused
+where the file is read, in one message that shows it escaped, and nothing raw reaches
+the terminal; a "file" that is a FIFO or a device, or too big, is refused before it is
+read; what a strategy file says it was made for is checked."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 
+import msgpack
 import pytest
 
 from flextui.cli import main
+from helpers import edit_log_header
 
+#: a window title, the clipboard (OSC 52) and a cleared screen
+ESCAPES = ["\x1b]0;pwned\x07", "\x1b]52;c;cHduZWQ=\x07", "\x1b[2J"]
 RAW = ("\x1b", "\x07", "\x9b")
 
 
@@ -33,7 +41,7 @@ def refused(capsys, argv, *fragments):
     return err
 
 
-# -- strategy files ----------------------------------------------------------
+# -- names in strategy files ----------------------------------------------------------
 
 
 @pytest.fixture
@@ -45,7 +53,28 @@ def dp_json(capsys, tmp_path):
     return json.loads(path.read_text())
 
 
-# -- cluster files -----------------------------------------------------------
+def _rename_op(data, old, new):
+    data["ops"][new] = data["ops"].pop(old)
+
+
+@pytest.mark.parametrize("escape", ESCAPES)
+@pytest.mark.parametrize("edit, field", [
+    (lambda d, e: d.update(name="best" + e), "name"),
+    (lambda d, e: _rename_op(d, "fc1", "fc1" + e), "ops"),
+    (lambda d, e: d.update(model="lenet" + e), "model"),
+    (lambda d, e: d.update(cluster="local" + e), "cluster"),
+], ids=["name", "op", "model", "cluster"])
+def test_a_strategy_file_with_an_escape_in_a_name_is_refused(capsys, tmp_path, dp_json, escape,
+                                                             edit, field):
+    edit(dp_json, escape)
+    path = tmp_path / "evil.json"
+    path.write_text(json.dumps(dp_json))
+    for command in ("show", "simulate"):
+        refused(capsys, [command, "-m", "lenet", "-c", "local-cpu-4", "-s", path],
+                f"{path}: {field}", "control character '\\x1b'")
+
+
+# -- names in cluster files -----------------------------------------------------------
 
 CLUSTER = """\
 name = "two{name}"
@@ -88,6 +117,146 @@ def cluster_file(tmp_path, **escapes) -> str:
     path = tmp_path / "two.toml"
     path.write_text(CLUSTER.format(**{p: toml_string(escapes.get(p, "")) for p in PLACES}))
     return path
+
+
+def test_the_cluster_file_used_here_is_fine(capsys, tmp_path):
+    code, out, _ = run(capsys, "simulate", "-m", "lenet", "-c", cluster_file(tmp_path), "--json")
+    assert code == 0 and json.loads(out)["cluster"] == "two"
+
+
+@pytest.mark.parametrize("escape", ESCAPES)
+@pytest.mark.parametrize("place, field", [
+    ("name", "name"), ("description", "description"), ("kind", "device_kinds"),
+    ("device", "devices[0].name"), ("link", "links[0].kind")])
+def test_a_cluster_file_with_an_escape_in_a_name_is_refused(capsys, tmp_path, escape, place,
+                                                            field):
+    path = cluster_file(tmp_path, **{place: escape})
+    for argv in (["simulate", "-m", "lenet", "-c", path],
+                 ["show", "-m", "lenet", "-c", path, "-s", "data-parallel"]):
+        refused(capsys, argv, f"{path}: {field}", "control character '\\x1b'")
+
+
+def test_an_unknown_key_with_an_escape_is_shown_escaped(capsys, tmp_path):
+    path = cluster_file(tmp_path)
+    path.write_text(f'"{toml_string(ESCAPES[2])}" = 1\n' + path.read_text())
+    refused(capsys, ["simulate", "-m", "lenet", "-c", path], "unknown key '\\x1b[2J'")
+
+
+# -- names in search logs -------------------------------------------------------------
+
+
+def _graph_hash(graph: dict) -> str:
+    """``OpGraph.fingerprint`` of the graph's data, as a hand that edits a log works it
+    out again (flextui cannot build the graph to ask it)."""
+    text = json.dumps(graph, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _cluster_hash(cluster: dict) -> str:
+    text = json.dumps(cluster, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _rename_graph_op(header, escape):
+    ops = header["graph"]["ops"]
+    old = ops[1]["name"]
+    ops[1]["name"] += escape
+    for op in ops:
+        op["inputs"] = [name.replace(f"{old}:", f"{old}{escape}:") for name in op["inputs"]]
+
+
+def _rename_device(header, escape):
+    cluster = header["cluster"]
+    old = cluster["devices"][0]["name"]
+    cluster["devices"][0]["name"] = new = old + escape
+    for link in cluster["links"]:
+        for key in ("src", "dst"):
+            link[key] = new if link[key] == old else link[key]
+        link["name"] = f"{link['src']}->{link['dst']}"
+
+
+@pytest.mark.parametrize("escape", ESCAPES)
+@pytest.mark.parametrize("edit, fragment", [
+    (_rename_graph_op, "an op's name"),
+    (lambda h, e: h["graph"].update(name="lenet" + e), "a graph's name"),
+    (lambda h, e: h["graph"]["meta"].update(model="lenet" + e), "meta model"),
+    (lambda h, e: h["cluster"].update(name="p100" + e), "cluster name"),
+    (_rename_device, "device name"),
+    (lambda h, e: h["cluster"]["links"][0].update(kind="nvlink" + e), "kind 'nvlink"),
+    (lambda h, e: h.update(created="2024" + e), "header created"),
+    (lambda h, e: h.update(flextui="0.1" + e), "header flextui version"),
+    (lambda h, e: h.update(cost_model="mine" + e), "header cost_model"),
+], ids=["op", "graph", "model", "cluster", "device", "link", "created", "version",
+        "cost-model"])
+def test_a_search_log_with_an_escape_in_its_header_is_refused(capsys, tmp_path, lenet_log,
+                                                              escape, edit, fragment):
+    log = tmp_path / "evil.ffsearch"
+    shutil.copy(lenet_log, log)
+
+    def evil(header):
+        edit(header, escape)
+        header["graph_hash"] = _graph_hash(header["graph"])
+        header["cluster_hash"] = _cluster_hash(header["cluster"])
+    edit_log_header(log, evil)
+    for argv in (["replay", log, "--headless"], ["replay", log, "--json"],
+                 ["search", "--resume", log]):
+        refused(capsys, argv, str(log), "record 0", fragment, "control character '\\x1b'")
+
+
+def rewrite_final(source, log, edit):
+    """Copy the finished log ``source`` to ``log`` with its final record changed by
+    ``edit(record)``, framed again (checksums redone)."""
+    from flextui.search import read_search_log
+    from flextui.search.logformat import FRAME, TAG_FINAL, frame
+    data = source.read_bytes()
+    final_at = read_search_log(source).record_offsets[-1]
+    record = msgpack.unpackb(data[final_at + FRAME.size:], raw=False)
+    assert record[0] == TAG_FINAL
+    edit(record)
+    log.write_bytes(data[:final_at] + frame(msgpack.packb(record, use_bin_type=True)))
+
+
+def test_a_strategy_name_in_a_search_log_with_an_escape_is_refused(capsys, tmp_path,
+                                                                   lenet_log):
+    log = tmp_path / "evil.ffsearch"
+    rewrite_final(lenet_log, log, lambda record: record[5].__setitem__(0, "best" + ESCAPES[0]))
+    refused(capsys, ["replay", log, "--headless"], "final best strategy name",
+            "control character '\\x1b'")
+
+
+# -- names in profile caches: `flextui clusters` --------------------------------------
+
+
+def test_a_profile_cache_with_an_escape_in_its_device_name_is_never_shown(capsys, tmp_path,
+                                                                          monkeypatch):
+    from flextui.cost.cache import encode_cache
+    from flextui.cost.cache_records import device_kind_slug
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    name = f"cpu: Evil{ESCAPES[0]}CPU, 1 thread"
+    (tmp_path / f"{device_kind_slug(name)}.msgpack").write_bytes(encode_cache(name, {}))
+    code, out, err = run(capsys, "clusters", "--detect", "--cpu-ranks", "2", "--profiles",
+                         tmp_path)
+    assert code == 0 and "local-cpu-2" in out
+    assert not any(c in out + err for c in RAW), repr(out + err)
+    assert "task times: estimated" in out
+
+
+# -- rich markup in names -------------------------------------------------------------
+
+
+def test_markup_in_names_is_shown_as_written(capsys, tmp_path, dp_json):
+    dp_json["name"] = "[/]best[bold]"
+    _rename_op(dp_json, "fc1", "fc1[/x]")
+    path = tmp_path / "marked.json"
+    path.write_text(json.dumps(dp_json))
+    for command in ("show", "simulate"):
+        code, out, err = run(capsys, command, "-m", "lenet", "-c", "local-cpu-4", "-s", path)
+        assert code == 2 and "has no op 'fc1[/x]'" in err   # not lenet's op: refused
+    _rename_op(dp_json, "fc1[/x]", "fc1")
+    path.write_text(json.dumps(dp_json))
+    for command in ("show", "simulate"):
+        code, out, err = run(capsys, command, "-m", "lenet", "-c", "local-cpu-4", "-s", path)
+        assert code == 0 and "[/]best[bold]" in out, (out, err)
 
 
 # -- what is not a file, or is too big ------------------------------------------------

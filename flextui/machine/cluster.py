@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from flextui.errors import ClusterError
+from flextui.fields import control_problem
 from flextui.graph.tensor import FLOAT_DTYPES
 from flextui.limits import DEVICES, LINKS, NAME_CHARS, TEXT_CHARS
 from flextui.machine.routes import Router
@@ -53,9 +54,9 @@ class DeviceSpec:
     def __post_init__(self) -> None:
         if not isinstance(self.kind, str) or not self.kind:
             raise ClusterError(f"device kind must be a non-empty name, found {self.kind!r:.60}")
-        if NAME_CHARS.problem(len(self.kind)):
-            raise ClusterError(f"device kind {self.kind[:40]!r}...: "
-                               f"{NAME_CHARS.problem(len(self.kind))}")
+        problem = NAME_CHARS.problem(len(self.kind)) or control_problem(self.kind)
+        if problem:
+            raise ClusterError(f"device kind {self.kind[:40]!r}: {problem}")
         if not (isinstance(self.memory_bytes, int) and not isinstance(self.memory_bytes, bool)
                 and self.memory_bytes > 0):
             raise ClusterError(f"device kind {self.kind!r}: memory must be a positive whole "
@@ -157,12 +158,15 @@ class Cluster:
     def _validate(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise ClusterError(f"a cluster needs a non-empty name, found {self.name!r:.60}")
-        if NAME_CHARS.problem(len(self.name)):
-            raise ClusterError(f"cluster name {self.name[:40]!r}...: "
-                               f"{NAME_CHARS.problem(len(self.name))}")
+        problem = NAME_CHARS.problem(len(self.name)) or control_problem(self.name)
+        if problem:
+            raise ClusterError(f"cluster name {self.name[:40]!r}: {problem}")
         if not isinstance(self.description, str) or TEXT_CHARS.problem(len(self.description)):
             self._fail(f"description: expected a string of at most {TEXT_CHARS.value:,} "
                        "characters")
+        problem = control_problem(self.description, lines=True)
+        if problem:
+            self._fail(f"description {self.description[:40]!r}: {problem}")
         if not self.devices:
             self._fail("has no compute devices; declare at least one")
         names: set[str] = set()
@@ -211,6 +215,9 @@ class Cluster:
                     or NAME_CHARS.problem(len(link.kind)):
                 self._fail(f"link {link.name!r}: kind must be a non-empty name of at most "
                            f"{NAME_CHARS.value} characters")
+            problem = control_problem(link.kind)
+            if problem:
+                self._fail(f"link {link.name!r}: kind {link.kind!r:.60} {problem}")
             if not _positive(link.bandwidth):
                 self._fail(f"link {link.name!r}: bandwidth must be positive, "
                            f"found {link.bandwidth!r:.60}")
@@ -222,6 +229,9 @@ class Cluster:
                 or NAME_CHARS.problem(len(name)):
             self._fail(f"{what} name {name!r:.60} is not valid (non-empty, at most "
                        f"{NAME_CHARS.value} characters, no spaces around, no '->')")
+        problem = control_problem(name)
+        if problem:
+            self._fail(f"{what} name {name!r:.60} {problem}")
         if name in names:
             self._fail(f"the name {name!r} is used twice (device and switch names must be unique)")
         names.add(name)

@@ -134,10 +134,8 @@ def parse_cluster(data: dict, source: str = "<cluster>") -> Cluster:
     f.check_keys(data, TOP_KEYS, "")
     default_name = Path(source).stem if source and not source.startswith("<") else "cluster"
     name = f.string(data.get("name", default_name), "name")
-    description = data.get("description", "")
-    if not isinstance(description, str):
-        f.fail("description", f"expected a string, found {describe(description)}")
-    f.within(TEXT_CHARS, len(description), "description")
+    description = f.string(data.get("description", ""), "description", TEXT_CHARS,
+                           empty=True, lines=True)
     specs = _device_kinds(f, f.required(data, "device_kinds", "",
                                         '[device_kinds.P100] with memory, peak_flops and '
                                         'mem_bandwidth'))
