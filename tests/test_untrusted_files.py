@@ -2,7 +2,8 @@
 carries a terminal escape (a window title, the clipboard, a cleared screen) is refused
 where the file is read, in one message that shows it escaped, and nothing raw reaches
 the terminal; a "file" that is a FIFO or a device, or too big, is refused before it is
-read; what a strategy file says it was made for is checked."""
+read; what a strategy file says it was made for is checked; a figure that would
+overflow a simulation is refused, and --json output is always JSON."""
 
 from __future__ import annotations
 
@@ -17,6 +18,8 @@ import msgpack
 import pytest
 
 from flextui.cli import main
+from flextui.cli.common import emit_json
+from flextui.errors import FlextuiError
 from helpers import edit_log_header
 
 #: a window title, the clipboard (OSC 52) and a cleared screen
@@ -330,3 +333,38 @@ def test_devices_of_1e400_in_a_strategy_file_is_refused(capsys, tmp_path, dp_jso
     assert "1e400" in path.read_text()
     refused(capsys, ["show", "-m", "lenet", "-c", "local-cpu-4", "-s", path],
             "devices: expected a whole number >= 1, found inf")
+
+
+# -- figures that would overflow a simulation; --json is always JSON ----------------
+
+
+def _strict_json(text: str):
+    def refuse(constant):
+        raise AssertionError(f"{constant} is not JSON")
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.mark.parametrize("line, value, message", [
+    ('latency = "1us"', 'latency = "1e308 s"', "links[0].latency: '1e308 s' is out of range"),
+    ('bandwidth = "10 GB/s"', 'bandwidth = "1e-300 B/s"', "links[0].bandwidth"),
+    ('peak_flops = { float32 = "1 TFLOPS" }', 'peak_flops = "1e300"', "peak_flops"),
+])
+def test_a_figure_that_would_overflow_a_simulation_is_refused(capsys, tmp_path, line, value,
+                                                              message):
+    path = cluster_file(tmp_path)
+    path.write_text(path.read_text().replace(line, value, 1))
+    refused(capsys, ["simulate", "-m", "lenet", "-c", path, "--json"], message)
+
+
+def test_simulate_json_holds_null_for_a_rejected_strategys_cost(capsys):
+    code, out, _ = run(capsys, "simulate", "-m", "alexnet", "-b", "65536", "-c", "h100-single",
+                       "--memory", "reject", "--json")
+    data = _strict_json(out)
+    assert code == 0 and data["cost_s"] is None and data["memory_penalty_s"] is None
+    assert data["overflows"] and data["iteration_s"] > 0
+
+
+def test_json_output_never_holds_nan(capsys):
+    with pytest.raises(FlextuiError, match=r"devices\[1\]\.busy_s is nan"):
+        emit_json({"devices": [{"busy_s": 1.0}, {"busy_s": float("nan")}]})
+    assert capsys.readouterr().out == ""

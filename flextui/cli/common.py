@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import signal
 import sys
 import threading
@@ -40,8 +41,24 @@ def interactive() -> bool:
 
 
 def emit_json(data: Any) -> None:
-    json.dump(data, sys.stdout, indent=2)
-    sys.stdout.write("\n")
+    """``data`` as JSON on stdout, always valid JSON: an infinite figure (the cost of a
+    strategy ``--memory reject`` rejects) is null; a NaN or -infinity means nothing and
+    is refused, naming where it is, before anything is printed."""
+    text = json.dumps(_finite(data), indent=2, allow_nan=False)
+    sys.stdout.write(text + "\n")
+
+
+def _finite(value: Any, path: str = "") -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        if value == math.inf:
+            return None
+        raise FlextuiError(f"cannot print JSON: {path or 'the output'} is {value!r}, which "
+                           "JSON cannot hold (a bug in flextui: please report it)")
+    if isinstance(value, dict):
+        return {k: _finite(v, f"{path}.{k}" if path else str(k)) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v, f"{path}[{i}]") for i, v in enumerate(value)]
+    return value
 
 
 def si(value: float, unit: str = "") -> str:
