@@ -3,7 +3,8 @@ carries a terminal escape (a window title, the clipboard, a cleared screen) is r
 where the file is read, in one message that shows it escaped, and nothing raw reaches
 the terminal; a "file" that is a FIFO or a device, or too big, is refused before it is
 read; what a strategy file says it was made for is checked; a figure that would
-overflow a simulation is refused, and --json output is always JSON."""
+overflow a simulation is refused, and --json output is always JSON; a search log that
+contradicts itself is refused."""
 
 from __future__ import annotations
 
@@ -368,3 +369,34 @@ def test_json_output_never_holds_nan(capsys):
     with pytest.raises(FlextuiError, match=r"devices\[1\]\.busy_s is nan"):
         emit_json({"devices": [{"busy_s": 1.0}, {"busy_s": float("nan")}]})
     assert capsys.readouterr().out == ""
+
+
+# -- search logs that contradict themselves -------------------------------------------
+
+
+def _append(log, record):
+    from flextui.search.logformat import frame
+    with open(log, "ab") as f:
+        f.write(frame(msgpack.packb(record, use_bin_type=True)))
+
+
+def test_a_negative_cost_in_a_search_log_is_refused(capsys, tmp_path, lenet_log):
+    log = tmp_path / "bad.ffsearch"
+    rewrite_final(lenet_log, log, lambda record: record.__setitem__(4, -1.0))  # best cost
+    for argv in (["replay", log, "--headless"], ["replay", log, "--json"]):
+        refused(capsys, argv, str(log), "final best cost: expected a number >= 0, found -1.0")
+
+
+def test_steps_after_the_final_record_are_refused(capsys, tmp_path, lenet_log):
+    from flextui.search import read_search_log
+    log = tmp_path / "bad.ffsearch"
+    shutil.copy(lenet_log, log)
+    whole = read_search_log(lenet_log)
+    last = whole.steps[-1]
+    _append(log, [1, last.chain, last.iteration + 1, last.elapsed, last.op,
+                  [list(last.config.degrees), list(last.config.devices)], last.proposed,
+                  None, None, False, last.memory])
+    n = len(whole.record_offsets)
+    for argv in (["replay", log, "--headless"], ["replay", log, "--json"],
+                 ["search", "--resume", log]):
+        refused(capsys, argv, f"{log}: record {n} at byte", "after the final record")
