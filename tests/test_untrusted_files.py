@@ -21,7 +21,7 @@ import pytest
 from flextui.cli import main
 from flextui.cli.common import emit_json
 from flextui.errors import FlextuiError
-from helpers import edit_log_header
+from helpers import HANG_S, edit_log_header
 
 #: a window title, the clipboard (OSC 52) and a cleared screen
 ESCAPES = ["\x1b]0;pwned\x07", "\x1b]52;c;cHduZWQ=\x07", "\x1b[2J"]
@@ -268,9 +268,9 @@ def test_markup_in_names_is_shown_as_written(capsys, tmp_path, dp_json):
 
 def _flextui(tmp_path, *argv):
     """``flextui argv`` in a process of its own (a FIFO would block the test's own), with
-    a generous limit against a hang; the test asserts what it prints."""
+    HANG_S against a hang; the test asserts what it prints."""
     return subprocess.run([sys.executable, "-m", "flextui", *map(str, argv)], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=HANG_S)
 
 
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero", "link-to-dev-zero", "directory"])
