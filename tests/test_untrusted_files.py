@@ -297,6 +297,19 @@ def test_a_file_that_is_not_a_file_is_refused_unread(tmp_path, kind):
         assert "Traceback" not in done.stderr
 
 
+def test_a_profile_cache_that_is_a_fifo_is_refused_unread(tmp_path):
+    profiles = tmp_path / "profiles"
+    profiles.mkdir()
+    fifo = profiles / "cpu-some-cpu-1-thread.msgpack"
+    os.mkfifo(fifo)
+    for argv in (["profile", "--show", fifo],
+                 ["clusters", "--detect", "--cpu-ranks", "2", "--profiles", profiles]):
+        done = _flextui(tmp_path, *argv)
+        assert done.returncode == 2, done
+        assert f"{fifo}: a FIFO (a named pipe), not a regular file" in done.stderr
+        assert "Traceback" not in done.stderr
+
+
 def test_a_cluster_file_over_its_size_limit_is_refused_unread(capsys, tmp_path):
     path = cluster_file(tmp_path)
     with open(path, "a") as f:

@@ -40,6 +40,7 @@ from flextui.cost.cache_records import (
 from flextui.cost.files import atomic_write, file_lock
 from flextui.documents import BadDocument, DocumentFormat
 from flextui.errors import FlextuiError
+from flextui.limits import LimitError, read_file
 
 __all__ = ["PROFILES", "BadDocument", "CacheFile", "ProfileCache", "ProfileEntry",
            "ProfileKey", "decode_cache", "device_kind_slug", "encode_cache",
@@ -235,11 +236,13 @@ class ProfileCache:
 
     def _read_reference(self, path: Path) -> Entries:
         try:
-            return decode_cache(path.read_bytes(), self.device_kind).entries
+            return decode_cache(read_file(path, None), self.device_kind).entries
         except FileNotFoundError:
             return {}
         except OSError as exc:
             self._notice(f"{path}: cannot be read ({exc.strerror or exc}); ignored")
+        except LimitError as exc:   # not a file (a FIFO, a device)
+            self._notice(f"{exc}; ignored")
         except BadDocument as bad:
             upgrade = "; upgrade flextui to use it" if bad.newer_version else ""
             self._notice(f"{path}: {bad.problem}{upgrade}; ignored (a read-only reference file)")
@@ -249,7 +252,7 @@ class ProfileCache:
         """The user's file's entries (empty when missing or bad: a bad file is moved
         aside, a newer one makes ``save`` refuse). The caller holds the file's lock."""
         try:
-            return decode_cache(self.path.read_bytes(), self.device_kind).entries
+            return decode_cache(read_file(self.path, None), self.device_kind).entries
         except FileNotFoundError:
             return {}
         except BadDocument as bad:
@@ -278,7 +281,7 @@ class ProfileCache:
 
 def _read_strict(path: Path, device_kind: str | None = None) -> CacheFile:
     try:
-        return decode_cache(path.read_bytes(), device_kind)
+        return decode_cache(read_file(path, None), device_kind)
     except OSError as exc:
         raise FlextuiError(f"{path}: cannot be read ({exc.strerror or exc})") from None
     except BadDocument as bad:
