@@ -143,11 +143,14 @@ class FieldReader:
     # -- scalars -----------------------------------------------------------------------
 
     def string(self, value: object, field: str, limit: Limit | None = NAME_CHARS,
-               empty: bool = False, lines: bool = False, raw: bool = False) -> str:
+               empty: bool = False, lines: bool = False, raw: bool | None = None) -> str:
         """A string within ``limit`` (a name's length unless told; None: any length),
         not empty or blank unless ``empty``, with no control character: none at all in
         a name, tabs and newlines only with ``lines`` (a description). ``raw`` takes any
-        characters: text kept as written (a process's output), escaped where shown."""
+        characters, text kept as written and escaped where it is shown (``printable``):
+        the default for a string of any length (a process's output, an error message)."""
+        if raw is None:
+            raw = limit is None
         if type(value) is str and (empty or value) and (limit is None
                                                          or len(value) <= limit.value) \
                 and (raw or not (_CONTROL_IN_TEXT if lines else _CONTROL).search(value)):

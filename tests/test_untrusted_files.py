@@ -8,12 +8,14 @@ contradicts itself is refused."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+import zlib
 
 import msgpack
 import pytest
@@ -179,6 +181,15 @@ def _rename_device(header, escape):
         link["name"] = f"{link['src']}->{link['dst']}"
 
 
+def _profiled(base: str) -> str:
+    """A profiled cost model's identity over the cost model ``base`` names (its JSON
+    writes a control character as an escape, which reading it turns back)."""
+    from flextui.cost.profiled import IDENTITY_PREFIX
+    table = base64.b64encode(zlib.compress(msgpack.packb([]))).decode()
+    return IDENTITY_PREFIX + json.dumps({"base": base, "device": "cpu: x", "dtype": "float32",
+                                         "training": True, "torch": "2", "times": table})
+
+
 @pytest.mark.parametrize("escape", ESCAPES)
 @pytest.mark.parametrize("edit, fragment", [
     (_rename_graph_op, "an op's name"),
@@ -190,8 +201,9 @@ def _rename_device(header, escape):
     (lambda h, e: h.update(created="2024" + e), "header created"),
     (lambda h, e: h.update(flextui="0.1" + e), "header flextui version"),
     (lambda h, e: h.update(cost_model="mine" + e), "header cost_model"),
+    (lambda h, e: h.update(cost_model=_profiled("mine" + e)), "base"),
 ], ids=["op", "graph", "model", "cluster", "device", "link", "created", "version",
-        "cost-model"])
+        "cost-model", "profiled-base"])
 def test_a_search_log_with_an_escape_in_its_header_is_refused(capsys, tmp_path, lenet_log,
                                                               escape, edit, fragment):
     log = tmp_path / "evil.ffsearch"

@@ -138,8 +138,7 @@ def read_run_log(path: str | Path) -> RunLog:
         elif log is not None and tag == TAG_OUTPUT:
             _, rank, line = f.items(rec, where, 3)
             log.output.append((f.integer(rank, f"{where} rank", -1),
-                               f.string(line, f"{where} line", limit=None, empty=True,
-                                        raw=True)))
+                               f.string(line, f"{where} line", limit=None, empty=True)))
         elif log is not None:
             log.final = f.mapping(f.items(rec, where, 2)[1], where)
     if log is None:

@@ -199,7 +199,9 @@ def as_time(v: Any, what: str) -> float:
 
 
 def as_str(v: Any, what: str) -> str:
-    return RECORD.string(v, what, limit=None, empty=True)
+    """A string of any length that is shown (a cost model's identity): no control
+    characters."""
+    return RECORD.string(v, what, limit=None, empty=True, raw=False)
 
 
 def as_name(v: Any, what: str) -> str:
