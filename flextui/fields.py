@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 import reprlib
 from collections.abc import Callable, Collection
 from typing import Any, NoReturn
@@ -24,13 +25,40 @@ from typing import Any, NoReturn
 from flextui.errors import FieldError, FlextuiError
 from flextui.limits import MAX_INTEGER, NAME_CHARS, Limit, integer_problem
 
-__all__ = ["FieldReader", "FormFields", "describe"]
+__all__ = ["FieldReader", "FormFields", "control_problem", "describe", "printable"]
 
 _SHORT = reprlib.Repr()
 _SHORT.maxstring = _SHORT.maxlong = _SHORT.maxother = 60
 _TYPE_NAMES = {str: "a string", bool: "a boolean", int: "an integer", float: "a number",
                dict: "a table", list: "an array", tuple: "an array", bytes: "bytes",
                type(None): "nothing"}
+
+
+#: what a name never holds: C0 controls, DEL and C1 controls (ESC starts the terminal
+#: escapes that set a window title, write the clipboard or clear the screen), line and
+#: paragraph separators, and the bidirectional embeddings, overrides and isolates that
+#: make text display in another order than it reads
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+#: the same, letting tabs and newlines pass: multi-line text (a description)
+_CONTROL_IN_TEXT = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029"
+                              "\u202a-\u202e\u2066-\u2069]")
+
+
+def control_problem(text: str, lines: bool = False) -> str | None:
+    """None when ``text`` holds no control character (with ``lines``: none but tabs and
+    newlines), else what is wrong: the first one, as an escape, and where it is."""
+    found = (_CONTROL_IN_TEXT if lines else _CONTROL).search(text)
+    if found is None:
+        return None
+    return (f"holds the control character {found.group()!r} at character "
+            f"{found.start() + 1:,}; write it without control characters (terminal "
+            "escapes and bidirectional overrides are refused)")
+
+
+def printable(text: str) -> str:
+    """``text`` as a terminal may show it: each control character but tabs and newlines
+    written as its escape (``\\x1b``), the rest as it is."""
+    return _CONTROL_IN_TEXT.sub(lambda m: repr(m.group())[1:-1], text)
 
 
 def describe(value: object) -> str:
@@ -55,9 +83,10 @@ class FieldReader:
         self.source, self.error = source, error
 
     def fail(self, field: str, problem: str) -> NoReturn:
-        """Raise this reader's error: ``source: field: problem``."""
+        """Raise this reader's error: ``source: field: problem``, printable (a field's
+        path may hold a key as the file wrote it)."""
         where = ": ".join(part for part in (self.source, field) if part)
-        raise self.error(f"{where}: {problem}" if where else problem)
+        raise self.error(printable(f"{where}: {problem}" if where else problem))
 
     # -- shapes ------------------------------------------------------------------------
 
@@ -81,7 +110,7 @@ class FieldReader:
         for key in table:
             if key not in allowed:
                 shown = str(key)[:60]
-                path = f"{field}.{shown}" if field else shown
+                path = f"{field}.{printable(shown)}" if field else printable(shown)
                 close = difflib.get_close_matches(shown, [str(a) for a in allowed], n=1)
                 hint = f"did you mean {close[0]!r}? " if close else ""
                 where = f"[{field}]" if field else "the top level"
@@ -114,17 +143,26 @@ class FieldReader:
     # -- scalars -----------------------------------------------------------------------
 
     def string(self, value: object, field: str, limit: Limit | None = NAME_CHARS,
-               empty: bool = False) -> str:
+               empty: bool = False, lines: bool = False, raw: bool | None = None) -> str:
         """A string within ``limit`` (a name's length unless told; None: any length),
-        not empty or blank unless ``empty``."""
+        not empty or blank unless ``empty``, with no control character: none at all in
+        a name, tabs and newlines only with ``lines`` (a description). ``raw`` takes any
+        characters, text kept as written and escaped where it is shown (``printable``):
+        the default for a string of any length (a process's output, an error message)."""
+        if raw is None:
+            raw = limit is None
         if type(value) is str and (empty or value) and (limit is None
-                                                         or len(value) <= limit.value):
+                                                         or len(value) <= limit.value) \
+                and (raw or not (_CONTROL_IN_TEXT if lines else _CONTROL).search(value)):
             return value
         if not isinstance(value, str) or not (empty or value.strip()):
             kind = "a string" if empty else "a non-empty string"
             self.fail(field, f"{self.expected} {kind}, found {describe(value)}")
         if limit is not None:
             self.within(limit, len(value), field)
+        problem = None if raw else control_problem(value, lines)
+        if problem is not None:
+            self.fail(field, f"{_SHORT.repr(value)} {problem}")
         return value
 
     def integer(self, value: object, field: str, minimum: int | None = None,

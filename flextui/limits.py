@@ -17,6 +17,8 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
+import stat
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -24,13 +26,15 @@ from typing import Any
 
 from flextui.errors import FlextuiError
 
-__all__ = ["CHAINS", "DECOMPRESSED_BYTES", "DEVICES", "DIM_SIZE", "LIMITS", "LINKS", "MAX_INTEGER",
-           "NAME_CHARS", "NESTING", "TEXT_CHARS", "Limit", "LimitError", "decompress",
-           "integer_problem", "nesting_problem", "parsing", "read_json"]
+__all__ = ["CHAINS", "CLUSTER_FILE_BYTES", "DECOMPRESSED_BYTES", "DEVICES", "DIM_SIZE",
+           "FILE_BYTES", "LIMITS", "LINKS", "MAX_INTEGER", "NAME_CHARS", "NESTING", "TEXT_CHARS",
+           "Limit", "LimitError", "decompress", "integer_problem", "nesting_problem", "parsing",
+           "read_file", "read_json"]
 
 
 class LimitError(FlextuiError):
-    """Input over one of flextui's documented limits."""
+    """Input over one of flextui's documented limits, or a "file" that is not one (a
+    FIFO, a device such as /dev/zero) and so has no size to check."""
 
 
 @dataclass(frozen=True)
@@ -73,13 +77,24 @@ MAX_INTEGER = 2**63 - 1
 DECOMPRESSED_BYTES = Limit(64 * 2**20, "bytes", "of decompressed data in one field",
                            "the file is damaged or not made by flextui")
 
+#: TOML is parsed in Python at about 2 MB/s: this reads in a few seconds (about 80,000
+#: listed links; a regular layout describes any cluster in a few lines)
+CLUSTER_FILE_BYTES = Limit(8 * 2**20, "bytes", "in a cluster file",
+                           "describe a large cluster with a regular layout ([nodes]) "
+                           "instead of listing every device and link")
+#: a strategy file lists every op's devices: 10,000 ops over 1,024 devices fit
+FILE_BYTES = Limit(256 * 2**20, "bytes", "in a strategy or host file",
+                   "the file is damaged or not the file meant")
+
 #: every limit's value, by the name the README's table gives it
 LIMITS = {"devices per cluster": DEVICES.value, "directed links per cluster": LINKS.value,
           "characters in a name": NAME_CHARS.value,
           "characters in a description or path": TEXT_CHARS.value,
           "elements along a tensor dim": DIM_SIZE.value, "chains per search": CHAINS.value,
           "nesting depth": NESTING.value, "integer magnitude": MAX_INTEGER,
-          "decompressed bytes per field": DECOMPRESSED_BYTES.value}
+          "decompressed bytes per field": DECOMPRESSED_BYTES.value,
+          "bytes in a cluster file": CLUSTER_FILE_BYTES.value,
+          "bytes in a strategy or host file": FILE_BYTES.value}
 
 
 def _shown(value: int) -> str:
@@ -175,3 +190,35 @@ def decompress(data: bytes, where: str) -> bytes:
     if not inflater.eof:
         raise zlib.error("incomplete or truncated stream")
     return out
+
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (a named pipe)"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISSOCK, "a socket"))
+
+
+def read_file(path: str | os.PathLike[str], limit: Limit | None) -> bytes:
+    """The bytes of the regular file at ``path`` (a link is followed), at most
+    ``limit.value`` of them (None: any number). What is not a regular file (a FIFO,
+    which would wait for a writer forever, /dev/zero, which never ends, a directory) or
+    is over the limit is refused (LimitError naming ``path``) before it is read;
+    OSError (FileNotFoundError...) passes through for the caller to word."""
+    shown = os.fsdecode(path)
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)  # a FIFO opens at once
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            kind = next((what for test, what in _KINDS if test(info.st_mode)),
+                        "an unknown kind of file")
+            raise LimitError(f"{shown}: {kind}, not a regular file; give the path of a file")
+        if limit is not None and limit.problem(info.st_size) is not None:
+            raise LimitError(f"{shown}: {limit.problem(info.st_size)}")
+        chunks, size = [], 0
+        while chunk := os.read(fd, 1 << 20):   # the size it has now, or as it grows
+            chunks.append(chunk)
+            size += len(chunk)
+            if limit is not None and limit.problem(size) is not None:
+                raise LimitError(f"{shown}: {limit.problem(os.fstat(fd).st_size)}")
+    finally:
+        os.close(fd)
+    return b"".join(chunks)

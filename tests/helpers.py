@@ -12,6 +12,11 @@ import time
 from flextui.graph.library import load_model
 from flextui.machine import Cluster, Device, DeviceSpec, Link, load_named_cluster
 
+#: hang protection, never an assertion: a test waits for an event (a record in a file,
+#: a process's exit), and gives up only after this many seconds, far beyond what any
+#: step takes on a loaded two-core machine; reaching it means a hang, not slowness
+HANG_S = 900.0
+
 #: a device kind for hand-built clusters (tests give their own cost models)
 TEST_SPEC = DeviceSpec("test", 2**40, {"float32": 1e12}, 1e12)
 
@@ -44,9 +49,9 @@ def line_cluster(n: int, bandwidth: float = 1e6, latency: float = 0.1,
     return Cluster(f"line{n}", devices, links)
 
 
-async def wait_for(pilot, condition, timeout=60.0):
+async def wait_for(pilot, condition, timeout=HANG_S):
     """Let a Pilot-driven app run until ``condition()`` holds (a test failure after
-    ``timeout`` seconds)."""
+    ``timeout`` seconds: a hang)."""
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:

@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from flextui.cli import main
+from helpers import HANG_S
 
 
 def run(capsys, *argv):
@@ -91,5 +92,5 @@ def test_bad_cluster_file_names_file_and_field(capsys, tmp_path):
 def test_python_dash_m_and_help_on_every_subcommand():
     for argv in ([], ["models"], ["clusters"], ["show"]):
         out = subprocess.run([sys.executable, "-m", "flextui", *argv, "--help"],
-                             capture_output=True, text=True, timeout=60)
+                             capture_output=True, text=True, timeout=HANG_S)
         assert out.returncode == 0 and "usage: flextui" in out.stdout

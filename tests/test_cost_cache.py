@@ -26,6 +26,7 @@ from flextui.cost.cache import (
 from flextui.cost.cache_dirs import reference_profile_dir, user_profile_dir
 from flextui.errors import FlextuiError
 from flextui.graph import GraphBuilder
+from helpers import HANG_S
 
 H100 = "NVIDIA H100 80GB HBM3"
 A100 = "NVIDIA A100-SXM4-80GB"
@@ -276,7 +277,7 @@ def test_concurrent_saves_from_two_processes_keep_both_sets_of_entries(tmp_path)
     for p in procs:
         p.start()
     for p in procs:
-        p.join(60)
+        p.join(HANG_S)
     assert [p.exitcode for p in procs] == [0, 0]
     cache = ProfileCache(H100, [tmp_path])
     assert len(decode_cache((tmp_path / H100_FILE).read_bytes()).entries) == 100

@@ -30,7 +30,7 @@ from flextui.machine import detect_local
 from flextui.machine.detect import cpu_ranks
 from flextui.sim import DeltaSimulator, Simulator, TaskKind
 from flextui.strategy import builtin_strategy, random_config
-from helpers import cluster, model
+from helpers import HANG_S, cluster, model
 from nvtopo_samples import SAMPLES, fake_gpus
 
 TABLE = ((1000, 1.0), (2000, 3.0), (4000, 4.0))
@@ -185,17 +185,17 @@ def test_a_calibration_that_runs_out_of_time_ends_in_a_clear_error():
 def test_a_rank_that_dies_ends_in_a_clear_error_and_the_others_are_stopped():
     context = mp.get_context("spawn")
     results = context.Queue()
-    procs = [context.Process(target=time.sleep, args=(60,), daemon=True),
+    procs = [context.Process(target=time.sleep, args=(HANG_S,), daemon=True),
              context.Process(target=os._exit, args=(3,), daemon=True)]
     plan = comm._Plan(("cpu", "cpu"), (4096,), 1, 0, "gloo", 1, 60.0)
     for proc in procs:
         proc.start()
     try:
         with pytest.raises(FlextuiError, match=r"rank 1 \(cpu\) exited with code 3"):
-            comm._gather(procs, results, plan, None, time.monotonic() + 60)
+            comm._gather(procs, results, plan, None, time.monotonic() + HANG_S)
         results.put(("error", 0, "RuntimeError: connection closed"))
         with pytest.raises(FlextuiError, match="rank 0 .* failed: RuntimeError: connection"):
-            comm._gather(procs, results, plan, None, time.monotonic() + 60)
+            comm._gather(procs, results, plan, None, time.monotonic() + HANG_S)
     finally:
         comm._stop(procs)
     assert not any(p.is_alive() for p in procs)

@@ -12,6 +12,7 @@ import torch
 from flextui.cli import main
 from flextui.cost import estimate
 from flextui.cost.estimate import ProfileClock, duration
+from helpers import HANG_S
 
 
 def test_the_time_left_scales_the_tasks_left_by_how_the_done_ones_ran():
@@ -89,7 +90,7 @@ def test_ctrl_c_says_what_was_not_measured_and_exits_130(tmp_path):
             if " tasks " in line and "/" in line:     # the first progress line
                 break
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=120)
+        out, err = proc.communicate(timeout=HANG_S)
     finally:
         if proc.poll() is None:
             proc.kill()

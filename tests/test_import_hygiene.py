@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import HANG_S
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -42,7 +44,8 @@ def test_core_imports_without_textual():
         assert not any(m == "textual" or m.startswith("textual.") for m in sys.modules)
         print(len(core))
     """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=HANG_S)
     assert out.returncode == 0, out.stderr
     assert int(out.stdout) >= 20  # every core module was imported
 
@@ -54,7 +57,7 @@ def started(*argv: str) -> tuple[str, set[str]]:
     """``flextui ARGV``'s output, and the top-level packages its process imported (as
     Python reports them with -X importtime: what a real start-up loaded)."""
     out = subprocess.run([sys.executable, "-X", "importtime", "-m", "flextui", *argv],
-                         capture_output=True, text=True, timeout=60)
+                         capture_output=True, text=True, timeout=HANG_S)
     assert out.returncode == 0, out.stderr
     imported = {line.rpartition("|")[2].strip() for line in out.stderr.splitlines()
                 if line.startswith("import time:")}
@@ -87,6 +90,6 @@ def test_the_app_imports_without_torch():
     detecting GPUs, profiling and launching, all after the first frame."""
     code = "import sys, flextui.tui.app; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=120)
+                         timeout=HANG_S)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"

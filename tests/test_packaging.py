@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from helpers import HANG_S
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -20,7 +22,7 @@ def test_wheel_contains_the_libraries(tmp_path):
     shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
         ".git", ".venv", "build", "*.egg-info", ".*_cache", "__pycache__", "*.so", "*.pyd"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                    "-q", "-w", str(tmp_path), str(source)], check=True, timeout=300,
+                    "-q", "-w", str(tmp_path), str(source)], check=True, timeout=HANG_S,
                    cwd=tmp_path)
     wheel, = tmp_path.glob("flextui-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())

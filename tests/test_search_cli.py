@@ -12,10 +12,11 @@ import pytest
 
 from flextui.cli import main
 from flextui.cost import AnalyticCostModel
+from flextui.errors import SearchLogError
 from flextui.search import read_search_log
 from flextui.sim import taskstore
 from flextui.strategy import builtin_strategy
-from helpers import cluster, edit_log_header, model
+from helpers import HANG_S, cluster, edit_log_header, model
 
 
 def run(capsys, *argv):
@@ -147,34 +148,54 @@ def test_resume_checks_the_model(capsys, tmp_path):
     assert code == 0 and read_search_log(torn).final is not None
 
 
-def _start(tmp_path, budget):
+#: an iteration budget no search started here reaches: the test ends it, by a signal
+FOREVER = "1000000000"
+
+
+def _start(tmp_path, *argv):
+    """``flextui search`` of lenet logging to run.ffsearch (``argv``: a resume instead),
+    running until the test ends it."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.Popen([sys.executable, "-m", "flextui", "search", "-m", "lenet",
-                             "--budget", budget, "--no-early-stop", "--out", "run.ffsearch"],
-                            cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    argv = argv or ("-m", "lenet", "--out", "run.ffsearch")
+    return subprocess.Popen([sys.executable, "-m", "flextui", "search", *argv, "--budget",
+                             FOREVER, "--no-early-stop"], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _wait_for_steps(path, n=20, timeout=30):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if len(read_search_log(path).steps) >= n:
-                return
-        except Exception:  # noqa: BLE001 (not written yet)
-            pass
-        time.sleep(0.2)
-    raise AssertionError("the search did not log steps in time")
+def _wait_until(proc, condition, what: str) -> None:
+    """Until ``condition()`` holds while the search ``proc`` runs: however slow the
+    machine, the test waits for the event, not for a time; a search that ends first
+    fails the test with what it said, and HANG_S guards against a hang."""
+    deadline = time.monotonic() + HANG_S
+    while not condition():
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            raise AssertionError(f"the search ended before {what}:\n{out}\n{err}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no {what} after {HANG_S:.0f} s: the search hangs")
+        time.sleep(0.1)
+
+
+def _logged(path, holds) -> bool:
+    """Whether the search log at ``path`` exists and ``holds(log)``."""
+    try:
+        return holds(read_search_log(path))
+    except SearchLogError:   # not there yet, or no header yet
+        return False
+
+
+def _wait_for_steps(proc, path, n=20):
+    _wait_until(proc, lambda: _logged(path, lambda log: len(log.steps) >= n), f"{n} steps")
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("signum, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_ends_cleanly_exports_and_exits_with_the_signals_status(tmp_path, signum,
                                                                           status):
-    proc = _start(tmp_path, "60s")
-    _wait_for_steps(tmp_path / "run.ffsearch")
+    proc = _start(tmp_path)
+    _wait_for_steps(proc, tmp_path / "run.ffsearch")
     proc.send_signal(signum)
-    out, err = proc.communicate(timeout=30)
+    out, err = proc.communicate(timeout=HANG_S)
     assert proc.returncode == status, err
     log = read_search_log(tmp_path / "run.ffsearch")
     assert log.final is not None and log.final.reason == "interrupted"
@@ -183,19 +204,24 @@ def test_a_signal_ends_cleanly_exports_and_exits_with_the_signals_status(tmp_pat
 
 @pytest.mark.slow
 def test_sigkill_leaves_a_log_that_resumes(tmp_path):
-    proc = _start(tmp_path, "60s")
-    _wait_for_steps(tmp_path / "run.ffsearch")
-    time.sleep(1.5)
+    """Killed once it has checkpointed past its start (the log gains a checkpoint record
+    after iteration 0), the search resumes from its log and finishes it."""
+    path = tmp_path / "run.ffsearch"
+    proc = _start(tmp_path)
+    _wait_until(proc, lambda: _logged(path, lambda log: len(log.steps) >= 20 and any(
+        cp.iteration > 0 for cp in log.checkpoints)), "checkpoint after the first steps")
     proc.kill()
-    proc.communicate(timeout=30)
-    log = read_search_log(tmp_path / "run.ffsearch")
-    assert log.final is None and len(log.steps) >= 20
+    proc.communicate(timeout=HANG_S)
+    killed = read_search_log(path)
+    assert killed.final is None and len(killed.steps) >= 20
+    last = max(e.iteration for e in killed.steps)
     done = subprocess.run([sys.executable, "-m", "flextui", "search", "--resume", "run.ffsearch",
-                           "--budget", "2s", "--json"], cwd=tmp_path, capture_output=True,
-                          text=True, timeout=120)
+                           "--budget", str(last + 50), "--json"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=HANG_S)
     assert done.returncode == 0, done.stderr
-    log = read_search_log(tmp_path / "run.ffsearch")
-    assert log.final is not None and len(log.steps) > 20
+    log = read_search_log(path)
+    assert log.final is not None and log.final.reason in ("iterations", "converged")
+    assert max(e.iteration for e in log.steps) > last
 
 
 def test_search_says_when_the_c_core_is_not_in_use(capsys, tmp_path, monkeypatch):
@@ -214,21 +240,17 @@ def test_search_says_when_the_c_core_is_not_in_use(capsys, tmp_path, monkeypatch
 # -- one writer per log ------------------------------------------------------------------
 
 
-def _wait_for_lock(path, pid, timeout=60):
-    """Until the process ``pid`` says it holds the log at ``path``."""
+def _wait_for_lock(proc, path):
+    """Until the search ``proc`` says it holds the log at ``path``."""
     pid_file = path.with_name(path.name + ".lock")
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if pid_file.exists() and pid_file.read_text().strip() == str(pid):
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"process {pid} did not lock {path} in time")
+    _wait_until(proc, lambda: pid_file.exists() and pid_file.read_text().strip()
+                == str(proc.pid), f"the lock on {path}")
 
 
 def _stop(proc):
     """End a search started by the test (by its PID), and check it is gone."""
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    out, err = proc.communicate(timeout=HANG_S)
     assert proc.poll() is not None and "Traceback" not in err
     return out, err
 
@@ -247,10 +269,10 @@ def test_a_log_being_written_is_refused_to_a_second_search_and_to_the_app(capsys
     from flextui.session.live_search import LiveSearch
     monkeypatch.chdir(tmp_path)
     log = tmp_path / "run.ffsearch"
-    proc = _start(tmp_path, "60s")
+    proc = _start(tmp_path)
     try:
-        _wait_for_steps(log)
-        _wait_for_lock(log, proc.pid)
+        _wait_for_steps(proc, log)
+        _wait_for_lock(proc, log)
         before = read_search_log(log)
         _assert_refused(capsys, ["search", "-m", "lenet", "--budget", "20", "--out", str(log)],
                         log, proc.pid)
@@ -259,7 +281,7 @@ def test_a_log_being_written_is_refused_to_a_second_search_and_to_the_app(capsys
         live = LiveSearch(h.graph, h.cluster, AnalyticCostModel(), SearchOptions(iterations=20),
                           log_path=log, processes=False)
         live.start()
-        assert live.join(60)
+        assert live.join(HANG_S)
         view = live.view()
         assert view.state == "failed" and f"(process {proc.pid})" in view.message
     finally:
@@ -273,12 +295,9 @@ def test_a_log_being_written_is_refused_to_a_second_search_and_to_the_app(capsys
     other = tmp_path / "other.ffsearch"
     other.write_bytes(log.read_bytes()[:done.record_offsets[-1]])
     unfinished = read_search_log(other)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "flextui", "search", "--resume", str(other),
-                             "--budget", "60s"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = _start(tmp_path, "--resume", str(other))
     try:
-        _wait_for_lock(other, proc.pid)
+        _wait_for_lock(proc, other)
         _assert_refused(capsys, ["search", "--resume", str(other)], other, proc.pid)
     finally:
         _stop(proc)
@@ -301,7 +320,7 @@ def _search_with_file_limit(tmp_path, *argv):
     return subprocess.run([sys.executable, "-m", "flextui", "search", "-m", "lenet", "--budget",
                            "5000", "--no-early-stop", "--out", "run.ffsearch", *argv],
                           cwd=tmp_path, env=env, preexec_fn=limit_files, capture_output=True,
-                          text=True, timeout=300)
+                          text=True, timeout=HANG_S)
 
 
 def _assert_stopped_cleanly(err, log, shown):

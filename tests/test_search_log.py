@@ -8,9 +8,9 @@ import math
 import random
 import subprocess
 import sys
-import time
 import zlib
 from pathlib import Path
+from types import SimpleNamespace
 
 import msgpack
 import pytest
@@ -18,7 +18,7 @@ import pytest
 from flextui.cost import AnalyticCostModel
 from flextui.cost.profiled import IDENTITY_PREFIX as PROFILED_PREFIX
 from flextui.errors import FlextuiError, SearchLogError
-from flextui.search import SearchOptions, runner
+from flextui.search import SearchOptions, logwriter, runner
 from flextui.search.events import StepEvent
 from flextui.search.log import (
     FORMAT_VERSION,
@@ -34,7 +34,7 @@ from flextui.search.logfile import scan_frames
 from flextui.search.logformat import frame
 from flextui.search.logwriter import SearchLogWriter
 from flextui.strategy import ParallelConfig, Strategy, data_parallel, random_config
-from helpers import cluster, edit_log_header, model
+from helpers import HANG_S, cluster, edit_log_header, model
 
 
 def setting():
@@ -214,17 +214,19 @@ def test_flushed_but_unclosed_log_is_readable(tmp_path):
         w.restart(0, 1)
 
 
-def test_auto_flush(tmp_path):
+def test_auto_flush(tmp_path, monkeypatch):
     path = tmp_path / "a.ffsearch"
     w, t = run_search(path, close=False, flush_interval=0)
     assert_matches(read_search_log(path), t, final=False)   # every record already on disk
     w.close()
 
+    now = [100.0]      # the writer's clock, moved by the test: a slow machine changes nothing
+    monkeypatch.setattr(logwriter, "time", SimpleNamespace(monotonic=lambda: now[0]))
     path2 = tmp_path / "b.ffsearch"
     w = SearchLogWriter(path2, header(), flush_interval=0.05)
     w.restart(0, 0)
     assert read_search_log(path2).restarts == []
-    time.sleep(0.06)
+    now[0] += 0.06
     w.restart(0, 1)                           # more than flush_interval since the last flush
     assert read_search_log(path2).restarts == [(0, 0), (0, 1)]
     w.close()
@@ -535,7 +537,7 @@ def finish(procs):
         if proc.poll() is None:
             go(proc)
     for proc in procs:
-        proc.communicate(timeout=60)
+        proc.communicate(timeout=HANG_S)
         assert proc.returncode == 0
     assert all(proc.poll() is not None for proc in procs)
 
@@ -574,7 +576,7 @@ def test_a_killed_writer_never_blocks(tmp_path):
     go(child)
     assert child.stdout.readline() == "locked\n"
     child.kill()
-    child.communicate(timeout=60)
+    child.communicate(timeout=HANG_S)
     assert (tmp_path / "a.ffsearch.lock").exists()   # a stale PID file, which cannot block
     with SearchLogWriter.resume(read_search_log(path)) as w:
         w.restart(0, 1)

@@ -101,9 +101,19 @@ def _write(tmp_path, data):
     (lambda d: d["ops"].pop("fc1"), "no config for 1 ops"),
     (lambda d: d.update(format="something-else"), "is not a flextui strategy file"),
     (lambda d: d.update(version=99), r"newer flextui \(strategy format version 99; "),
-    (lambda d: d["ops"]["fc1"].update(devices="0-3"), "must be integers"),
-    (lambda d: d["ops"]["fc1"].update(devices=0.5), "must be integers"),
-    (lambda d: d.update(name=["best"]), "field \"name\" must be a string"),
+    (lambda d: d["ops"]["fc1"].update(devices="0-3"), "ops.fc1.devices: expected a list"),
+    (lambda d: d["ops"]["fc1"].update(devices=[0.5]), "ops.fc1.devices: expected a whole"),
+    (lambda d: d.update(name=["best"]), "name: expected a string"),
+    # what a file says it was made for is checked, and a typo is not ignored
+    *[(lambda d, v=v: d.update(devices=v), "devices: expected a whole number >= 1")
+      for v in (0, -1, float("nan"), float("inf"), 2.5, "16")],
+    (lambda d: d.update(graph=None), "graph: expected a non-empty string, found None"),
+    (lambda d: d.update(graph="0123"), "graph: expected the fingerprint"),
+    (lambda d: d.update(devcies=16), "unknown key 'devcies'; did you mean 'devices'"),
+    (lambda d: d["ops"]["fc1"].update(degree={"sample": 2}),
+     "ops.fc1.degree: unknown key 'degree'; did you mean 'degrees'"),
+    (lambda d: d["ops"]["fc1"]["degrees"].update(sample=0), "degrees.sample: expected a whole"),
+    (lambda d: d["ops"]["fc1"].pop("devices"), "missing required field 'ops.fc1.devices'"),
 ])
 def test_bad_strategy_files_name_file_and_field(tmp_path, edit, message):
     graph, p100 = model("lenet"), cluster("p100-4x4")
@@ -120,7 +130,7 @@ def test_bad_strategy_files_name_file_and_field(tmp_path, edit, message):
     ("[" * 5000 + "]" * 5000, "nested deeper than flextui's limit of 32"),
     ('{"format": "flextui-strategy", "version": ' + "9" * 5000 + "}", "(5,000 digits)"),
     (json.dumps({"format": "flextui-strategy", "version": 1, "ops": {}, "name": "x" * 10**7}),
-     "at most 256 characters"),
+     "10,000,000 characters in a name is over flextui's limit of 256"),
 ], ids=["nested", "huge-integer", "huge-name"])
 def test_strategy_files_past_the_limits_are_one_clear_error(tmp_path, text, message):
     path = _write(tmp_path, text)

@@ -19,7 +19,7 @@ from flextui.tui.screens.dialogs import ErrorDialog
 from flextui.tui.screens.profile import ProfileScreen
 from flextui.tui.screens.search import SearchScreen
 from flextui.tui.screens.setup import SetupScreen
-from helpers import model, wait_for
+from helpers import HANG_S, model, wait_for
 
 CPU_PAIR = """
 name = "cpu-pair"
@@ -127,7 +127,7 @@ class Ending(BackgroundJob):
         self.release = threading.Event()
 
     def _work(self):
-        self.release.wait(30)
+        self.release.wait(HANG_S)
         self._state = JobState.STOPPED
 
     def _failed(self, message):
@@ -150,12 +150,12 @@ def test_a_profile_waits_for_an_earlier_one_to_end_before_it_measures(monkeypatc
     live = LiveProfile(model("lenet", batch_size=4), 1, device="cpu", warmup=0, repeats=1,
                        after=[earlier])
     live.start()
-    deadline = time.monotonic() + 10
-    while live.view().state != "waiting" and time.monotonic() < deadline:
+    deadline = time.monotonic() + HANG_S   # until the profile leaves its start, however slowly
+    while live.view().state == "starting" and time.monotonic() < deadline:
         time.sleep(0.01)
     assert live.view().state == "waiting" and not prepared.is_set()
     earlier.release.set()
-    assert live.join(60) and prepared.is_set() and live.view().state == "finished"
+    assert live.join(HANG_S) and prepared.is_set() and live.view().state == "finished"
 
 
 def test_a_waiting_profile_stops_when_asked():
@@ -164,9 +164,9 @@ def test_a_waiting_profile_stops_when_asked():
     live = LiveProfile(model("lenet", batch_size=4), 1, device="cpu", after=[earlier])
     live.start()
     live.stop()
-    assert live.join(10) and live.view().state == "stopped"
+    assert live.join(HANG_S) and live.view().state == "stopped"
     earlier.release.set()
-    assert earlier.join(10)
+    assert earlier.join(HANG_S)
 
 
 async def test_a_profile_started_while_a_left_one_ends_waits_for_it(tmp_path):
@@ -182,5 +182,5 @@ async def test_a_profile_started_while_a_left_one_ends_waits_for_it(tmp_path):
         await wait_for(pilot, lambda: "waiting" in stats_text(app))
         assert live.view().done == 0 and not live.done
         ending.release.set()
-        await wait_for(pilot, lambda: live.done, timeout=120)
+        await wait_for(pilot, lambda: live.done)
         assert live.view().state == "finished"

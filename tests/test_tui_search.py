@@ -22,7 +22,7 @@ from flextui.tui.screens.search import SearchScreen, SearchSetup
 from flextui.tui.screens.setup import SetupScreen
 from flextui.tui.widgets.chart import Chart
 from flextui.tui.widgets.strategy import StrategyTable
-from helpers import edit_log_header, lenet_node, start_lenet_search, wait_for
+from helpers import HANG_S, edit_log_header, lenet_node, start_lenet_search, wait_for
 
 
 async def test_live_search_shows_what_the_search_found(tmp_path):
@@ -119,7 +119,7 @@ async def test_a_replay_shows_the_app_at_once_and_reads_its_log_behind_it(lenet_
 
     def slow_read(path):
         reading.append(threading.current_thread())
-        read.wait(timeout=30)
+        read.wait(timeout=HANG_S)
         return read_search_log(path)
 
     monkeypatch.setattr("flextui.tui.app.read_search_log", slow_read)

@@ -20,6 +20,7 @@ from termios import TIOCSCTTY, TIOCSWINSZ
 import pytest
 
 from flextui.search import read_search_log
+from helpers import HANG_S
 
 pytestmark = pytest.mark.slow
 
@@ -74,7 +75,7 @@ class AppInTerminal:
             self.output.extend(data)
             wait = 0
 
-    def wait_until(self, condition, what: str, timeout: float = 60) -> None:
+    def wait_until(self, condition, what: str, timeout: float = HANG_S) -> None:
         deadline = time.monotonic() + timeout
         while not condition():
             if time.monotonic() > deadline:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from flextui import __version__
 from flextui.cli.common import interactive
 from flextui.errors import FlextuiError
+from flextui.fields import printable
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -97,8 +98,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from rich.console import Console
     try:
         return handler(args, Console()) or 0
-    except FlextuiError as exc:
-        print(f"flextui: error: {exc}", file=sys.stderr)
+    except FlextuiError as exc:   # printable: no message carries a terminal escape
+        print(f"flextui: error: {printable(str(exc))}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         return 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import signal
 import sys
 import threading
@@ -43,8 +44,24 @@ def interactive() -> bool:
 
 
 def emit_json(data: Any) -> None:
-    json.dump(data, sys.stdout, indent=2)
-    sys.stdout.write("\n")
+    """``data`` as JSON on stdout, always valid JSON: an infinite figure (the cost of a
+    strategy ``--memory reject`` rejects) is null; a NaN or -infinity means nothing and
+    is refused, naming where it is, before anything is printed."""
+    text = json.dumps(_finite(data), indent=2, allow_nan=False)
+    sys.stdout.write(text + "\n")
+
+
+def _finite(value: Any, path: str = "") -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        if value == math.inf:
+            return None
+        raise FlextuiError(f"cannot print JSON: {path or 'the output'} is {value!r}, which "
+                           "JSON cannot hold (a bug in flextui: please report it)")
+    if isinstance(value, dict):
+        return {k: _finite(v, f"{path}.{k}" if path else str(k)) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v, f"{path}[{i}]") for i, v in enumerate(value)]
+    return value
 
 
 def si(value: float, unit: str = "") -> str:
@@ -54,8 +71,9 @@ def si(value: float, unit: str = "") -> str:
     return f"{value:.0f} {unit}".rstrip()
 
 
-def load_strategy(name: str, graph, cluster):
-    """A built-in strategy by name, or a strategy file, checked against graph and cluster.
+def load_strategy(name: str, graph, cluster, same_graph: bool = False):
+    """A built-in strategy by name, or a strategy file, checked against graph and cluster
+    (with ``same_graph``, a file must have been made for this graph: its fingerprint).
     A name that is not built in is a file when it exists or looks like a path (a
     ``.json`` suffix or a directory part), so a missing file is reported as missing."""
     from pathlib import Path
@@ -63,7 +81,7 @@ def load_strategy(name: str, graph, cluster):
     from flextui.strategy import BUILTIN_STRATEGIES, builtin_strategy, load_strategy
     path = Path(name)
     if name not in BUILTIN_STRATEGIES and (path.exists() or path.suffix or len(path.parts) > 1):
-        return load_strategy(path, graph, cluster)
+        return load_strategy(path, graph, cluster, same_graph)
     strategy = builtin_strategy(name, graph, cluster)
     strategy.check(graph, cluster.num_devices)
     return strategy

@@ -14,6 +14,7 @@ from rich.table import Table
 
 from flextui.cli.common import dtype_arg, emit_json, load_graph, model_args, stop_on_signals
 from flextui.errors import FlextuiError
+from flextui.limits import read_file
 
 PROGRESS_S = 1.0  # how often the plain (piped) progress prints a line
 
@@ -141,7 +142,7 @@ def _show(args, console: Console) -> None:
     from flextui.cost.cache import BadDocument, decode_cache
     path = Path(args.show)
     try:
-        data = decode_cache(path.read_bytes())
+        data = decode_cache(read_file(path, None))
     except OSError as exc:
         raise FlextuiError(f"{path}: cannot be read ({exc.strerror or exc})") from None
     except BadDocument as bad:
@@ -203,7 +204,7 @@ def _merge(args, console: Console) -> None:
     from flextui.cost.cache_dirs import user_profile_dir
     first = Path(args.merge[0])
     try:
-        kind = decode_cache(first.read_bytes()).device_kind
+        kind = decode_cache(read_file(first, None)).device_kind
     except Exception:  # noqa: BLE001 (merge_cache_files reports what is wrong with it)
         kind = first.stem
     out = user_profile_dir(args.profiles) / f"{kind}.msgpack"

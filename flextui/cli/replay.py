@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from flextui.cli.common import emit_json
@@ -88,14 +89,15 @@ def _replay_headless(args: argparse.Namespace, console: Console) -> None:
     _print(summary, strategy, header, console)
     for flag, what in ((args.export_strategy, "strategy"), (args.trace, "timeline trace")):
         if flag:
-            console.print(f"wrote the {what} to {flag}")
+            console.print(f"wrote the {what} to {escape(flag)}")
 
 
 def _print(summary, strategy, header, console: Console) -> None:
     state = f"finished ({summary['reason']})" if summary["finished"] else \
         "not finished" + (" (its last record was cut off)" if summary["truncated"] else "")
-    console.print(f"[bold]{summary['log']}[/]: {summary['model']} on {summary['cluster']}, "
-                  f"seed {summary['seed']}, flextui {summary['flextui_version']}, {state}")
+    console.print(f"[bold]{escape(summary['log'])}[/]: {escape(summary['model'])} on "
+                  f"{escape(summary['cluster'])}, seed {summary['seed']}, flextui "
+                  f"{escape(summary['flextui_version'])}, {state}")
     console.print(f"{summary['iterations']:,} steps in {summary['elapsed_s']:.1f} s, "
                   f"acceptance {summary['acceptance_rate']:.0%}; best "
                   f"{summary['best_s'] * 1e3:.3f} ms vs data parallel "
@@ -113,7 +115,7 @@ def _print(summary, strategy, header, console: Console) -> None:
     step = summary.get("step")
     if step is not None:
         console.print(f"strategy after step {step['iteration']:,} of chain {step['chain']}: "
-                      f"{step['cost_s'] * 1e3:.3f} ms ({strategy.name})")
+                      f"{step['cost_s'] * 1e3:.3f} ms ({escape(strategy.name)})")
     table = Table(title=f"{'this' if step else 'best'} strategy (ops not split over the sample "
                   "dim only)")
     for col in ("op", "degrees", "devices"):
@@ -122,7 +124,7 @@ def _print(summary, strategy, header, console: Console) -> None:
         config = strategy[op.name]
         split = [(d, n) for d, n in zip(op.space, config.degrees) if n > 1]
         if any(d.kind != DimKind.SAMPLE for d, _ in split):
-            table.add_row(op.name, " ".join(f"{d.name}={n}" for d, n in split),
+            table.add_row(escape(op.name), " ".join(f"{d.name}={n}" for d, n in split),
                           device_list(config.devices))
     console.print(table if table.row_count else "best strategy: every op is data parallel "
                   "(or unsplit)")

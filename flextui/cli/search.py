@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from flextui.cli.common import (
     DEFAULT_CLUSTER,
@@ -282,7 +283,7 @@ def _report(result, graph, cluster, cost_model, options, log_path, export, args,
     if console.is_terminal:
         console.print()
     console.print(
-        f"[bold]{summary['model']}[/] on {summary['cluster']}: best "
+        f"[bold]{escape(summary['model'])}[/] on {escape(summary['cluster'])}: best "
         f"{summary['best_s'] * 1e3:.3f} ms per iteration after {summary['iterations']:,} "
         f"steps in {summary['elapsed_s']:.1f} s ({summary['reason']}); data parallel "
         f"{summary['data_parallel_s'] * 1e3:.3f} ms "
@@ -299,9 +300,10 @@ def _report(result, graph, cluster, cost_model, options, log_path, export, args,
     if note:
         console.print(f"[yellow]{note}[/]")
     if log_path:
-        console.print(f"log: {log_path}  (flextui replay {shlex.quote(str(log_path))} "
-                      "--headless)")
-    console.print(f"best strategy: {export}  ({_simulate_hint(args, graph, cluster, export)})")
+        console.print(escape(f"log: {log_path}  (flextui replay {shlex.quote(str(log_path))} "
+                             "--headless)"))
+    console.print(escape(f"best strategy: {export}  "
+                         f"({_simulate_hint(args, graph, cluster, export)})"))
 
 
 def _simulate_hint(args, graph, cluster, export) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from flextui.cli.common import (
@@ -79,7 +80,7 @@ def cmd_clusters(args: argparse.Namespace, console: Console) -> None:
             emit_json({"detected": info, "cluster": cluster.summary()})
             return
         for key, value in info.items():
-            console.print(f"[bold]{key}[/]: {value}")
+            console.print(f"[bold]{key}[/]: {escape(str(value))}")
         _print_cluster_table(console, [cluster], "Local machine")
         return
     clusters = [load_named_cluster(name) for name in cluster_names()]
@@ -100,26 +101,28 @@ def _cpu_ranks(args: argparse.Namespace, console: Console) -> None:
     if args.json:
         emit_json({"cluster": cluster.summary(), "measured": figures})
         return
-    console.print(f"[bold]{cluster.name}[/]: {cluster.description}", highlight=False)
+    console.print(f"[bold]{escape(cluster.name)}[/]: {escape(cluster.description)}",
+                  highlight=False)
     _print_cluster_table(console, [cluster], "CPU ranks of this machine")
     for p in figures["profiles"]:
-        console.print(f"task times: {p['tasks']:,} tasks measured on {p['device']} "
-                      f"({p['file']})", highlight=False)
+        console.print(f"task times: {p['tasks']:,} tasks measured on {escape(p['device'])} "
+                      f"({escape(p['file'])})", highlight=False)
     if not figures["profiles"]:
         console.print("task times: estimated; no CPU profiles measured with a rank's threads "
                       "yet: flextui profile --device cpu -m MODEL --max-devices "
                       f"{cluster.num_devices}", highlight=False)
     for c in figures["calibrations"]:
-        console.print(f"{c['link_kind']}: calibrated ({c['backend']}, {c['world_size']} ranks): "
+        console.print(f"{escape(c['link_kind'])}: calibrated ({escape(c['backend'])}, "
+                      f"{c['world_size']} ranks): "
                       f"latency {c['latency_s'] * 1e6:,.1f} us, bandwidth "
                       f"{c['bandwidth'] / 1e9:,.2f} GB/s (fit)", highlight=False)
     if cluster.links and not figures["calibrations"]:
         console.print("loopback: estimated; calibrate it: flextui profile --comm --device cpu",
                       highlight=False)
     if figures["profiles"] or figures["calibrations"]:
-        console.print(f"use them: flextui search -c {cluster.name} --cost profiled "
-                      f"{'--profiles ' + args.profiles + ' ' if args.profiles else ''}...",
-                      highlight=False)
+        profiles = f"--profiles {args.profiles} " if args.profiles else ""
+        console.print(escape(f"use them: flextui search -c {cluster.name} --cost profiled "
+                             f"{profiles}..."), highlight=False)
 
 
 def _print_cluster_table(console: Console, clusters, title: str) -> None:
@@ -130,7 +133,8 @@ def _print_cluster_table(console: Console, clusters, title: str) -> None:
         s = c.summary()
         kinds = ", ".join(f"{n}× {k}" for k, n in s["device_kinds"].items())
         links = ", ".join(f"{k} {v['bandwidth'] / 1e9:.0f} GB/s" for k, v in s["links"].items())
-        table.add_row(c.name, str(s["devices"]), str(s["nodes"]), kinds, links or "-")
+        table.add_row(escape(c.name), str(s["devices"]), str(s["nodes"]), escape(kinds),
+                      escape(links) or "-")
     console.print(table)
 
 
@@ -150,7 +154,8 @@ def _show_graph(graph, args: argparse.Namespace, console: Console) -> None:
     if args.json:
         emit_json({"summary": summary, "ops": rows})
         return
-    console.print(f"[bold]{summary['model']}[/] ({summary['family'] or 'custom'}): "
+    family = summary["family"] or "custom"
+    console.print(f"[bold]{escape(summary['model'])}[/] ({escape(family)}): "
                   f"{summary['ops']} ops, {summary['parameters']:,} parameters "
                   f"({summary['parameter_bytes'] / 2**20:.1f} MiB), batch {summary['batch_size']}, "
                   f"{si(summary['forward_flops'], 'FLOP')} forward / "
@@ -162,7 +167,7 @@ def _show_graph(graph, args: argparse.Namespace, console: Console) -> None:
     for row in rows[: args.limit or None]:
         dims = " ".join(f"{_KIND_MARK[d['kind']]}{d['size']}" for d in row["dims"])
         params = f"{row['parameters']:,}" + (" (shared)" if row["shared"] else "")
-        table.add_row(row["name"], row["type"], dims, params, si(row["forward_flops"]))
+        table.add_row(escape(row["name"]), row["type"], dims, params, si(row["forward_flops"]))
     console.print(table)
     if args.limit and len(rows) > args.limit:
         console.print(f"... {len(rows) - args.limit} more ops (--limit 0 shows all)")
@@ -176,7 +181,7 @@ def _show_strategy(graph, args: argparse.Namespace, console: Console) -> None:
     from flextui.strategy import save_strategy
     from flextui.strategy.summary import device_list, strategy_rows, strategy_summary
     cluster = load_named_cluster(args.cluster)
-    strategy = load_strategy(args.strategy, graph, cluster)
+    strategy = load_strategy(args.strategy, graph, cluster, same_graph=True)
     if args.export:
         save_strategy(args.export, strategy, graph, cluster)
     summary, rows = strategy_summary(strategy, graph), strategy_rows(strategy, graph)
@@ -185,7 +190,8 @@ def _show_strategy(graph, args: argparse.Namespace, console: Console) -> None:
                                 "cluster": cluster.name, "valid": True}, "ops": rows})
         return
     kinds = ", ".join(f"{n} {k}" for k, n in summary["parallelism"].items())
-    console.print(f"[bold]{strategy.name}[/] for {graph.name} on {cluster.name} "
+    console.print(f"[bold]{escape(strategy.name)}[/] for {escape(graph.name)} on "
+                  f"{escape(cluster.name)} "
                   f"({cluster.num_devices} devices): valid; {summary['tasks']} tasks on "
                   f"{len(summary['devices_used'])} devices; ops: {kinds}")
     table = Table()
@@ -193,9 +199,9 @@ def _show_strategy(graph, args: argparse.Namespace, console: Console) -> None:
         table.add_column(col)
     for row in rows[: args.limit or None]:
         degrees = " ".join(f"{k}={v}" for k, v in row["degrees"].items()) or "1"
-        table.add_row(row["op"], row["type"], degrees, device_list(row["devices"]))
+        table.add_row(escape(row["op"]), row["type"], degrees, device_list(row["devices"]))
     console.print(table)
     if args.limit and len(rows) > args.limit:
         console.print(f"... {len(rows) - args.limit} more ops (--limit 0 shows all)")
     if args.export:
-        console.print(f"wrote {args.export}")
+        console.print(f"wrote {escape(args.export)}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from flextui.cli.common import (
@@ -57,20 +58,23 @@ def cmd_simulate(args: argparse.Namespace, console: Console) -> None:
         emit_json(summary)
         return
     rate = summary["throughput_samples_per_s"]
-    console.print(f"[bold]{summary['strategy']}[/] for {summary['model']} on {cluster.name}: "
+    console.print(f"[bold]{escape(summary['strategy'])}[/] for {escape(summary['model'])} on "
+                  f"{escape(cluster.name)}: "
                   f"{summary['iteration_s'] * 1e3:.3f} ms per "
                   f"{'training' if summary['training'] else 'inference'} iteration, "
                   f"{rate:,.0f} samples/s, {summary['communication_bytes'] / 2**20:,.1f} MiB moved "
                   f"over links, {summary['tasks']:,} tasks")
     if summary["overflows"]:
-        over = ", ".join(f"{k} by {v / 2**20:,.0f} MiB" for k, v in summary["overflows"].items())
+        over = escape(", ".join(f"{k} by {v / 2**20:,.0f} MiB"
+                                for k, v in summary["overflows"].items()))
         console.print(f"[red]over memory[/]: {over} (+{summary['memory_penalty_s'] * 1e3:.1f} ms "
                       f"penalty; --memory reject rejects such strategies)")
     table = Table(title="devices")
     for col in ("device", "busy", "sent", "received", "memory"):
         table.add_column(col, justify="left" if col == "device" else "right")
     for d in summary["devices"]:
-        table.add_row(d["name"], f"{d['utilization']:.0%}", f"{d['bytes_sent'] / 2**20:,.1f} MiB",
+        table.add_row(escape(d["name"]), f"{d['utilization']:.0%}",
+                      f"{d['bytes_sent'] / 2**20:,.1f} MiB",
                       f"{d['bytes_received'] / 2**20:,.1f} MiB",
                       f"{d['memory_bytes'] / 2**30:,.2f} / {d['capacity_bytes'] / 2**30:,.0f} GiB")
     console.print(table)
@@ -78,7 +82,7 @@ def cmd_simulate(args: argparse.Namespace, console: Console) -> None:
     table.add_column("op")
     table.add_column("time", justify="right")
     for row in summary["top_ops"]:
-        table.add_row(row["op"], f"{row['compute_s'] * 1e3:.3f} ms")
+        table.add_row(escape(row["op"]), f"{row['compute_s'] * 1e3:.3f} ms")
     console.print(table)
     if args.trace:
-        console.print(f"wrote {args.trace} (open it in Perfetto or chrome://tracing)")
+        console.print(f"wrote {escape(args.trace)} (open it in Perfetto or chrome://tracing)")

@@ -48,6 +48,7 @@ from flextui.cost.cache_v1 import split_updates
 from flextui.cost.files import atomic_write, file_lock
 from flextui.documents import BadDocument, DocumentFormat
 from flextui.errors import FlextuiError
+from flextui.limits import LimitError, read_file
 
 __all__ = ["PROFILES", "BadDocument", "CacheFile", "ProfileCache", "ProfileEntry",
            "ProfileKey", "Records", "UpdateEntry", "UpdateKey", "decode_cache",
@@ -295,11 +296,13 @@ class ProfileCache:
 
     def _read_reference(self, path: Path) -> Records:
         try:
-            return decode_cache(path.read_bytes(), self.device_kind)
+            return decode_cache(read_file(path, None), self.device_kind)
         except FileNotFoundError:
             return Records()
         except OSError as exc:
             self._notice(f"{path}: cannot be read ({exc.strerror or exc}); ignored")
+        except LimitError as exc:   # not a file (a FIFO, a device)
+            self._notice(f"{exc}; ignored")
         except BadDocument as bad:
             upgrade = "; upgrade flextui to use it" if bad.newer_version else ""
             self._notice(f"{path}: {bad.problem}{upgrade}; ignored (a read-only reference file)")
@@ -309,7 +312,7 @@ class ProfileCache:
         """The user's file's records (empty when missing or bad: a bad file is moved
         aside, a newer one makes ``save`` refuse). The caller holds the file's lock."""
         try:
-            return decode_cache(self.path.read_bytes(), self.device_kind)
+            return decode_cache(read_file(self.path, None), self.device_kind)
         except FileNotFoundError:
             return Records()
         except BadDocument as bad:
@@ -338,7 +341,7 @@ class ProfileCache:
 
 def _read_strict(path: Path, device_kind: str | None = None) -> CacheFile:
     try:
-        return decode_cache(path.read_bytes(), device_kind)
+        return decode_cache(read_file(path, None), device_kind)
     except OSError as exc:
         raise FlextuiError(f"{path}: cannot be read ({exc.strerror or exc})") from None
     except BadDocument as bad:

@@ -30,6 +30,7 @@ from flextui.cost.files import atomic_write, file_lock
 from flextui.documents import BadDocument, DocumentFormat
 from flextui.errors import FlextuiError
 from flextui.fields import FieldReader
+from flextui.limits import read_file
 
 #: version 1 has no checksum (a checksum would make it version 2)
 CALIBRATIONS = DocumentFormat("flextui-comm-calibration", 1, "communication calibration",
@@ -173,7 +174,7 @@ def read_calibrations(path: str | Path) -> list[CommCalibration]:
     path = Path(path)
     redo = "delete it and run the communication calibration again"
     try:
-        data = path.read_bytes()
+        data = read_file(path, None)
     except OSError as exc:
         raise FlextuiError(f"cannot read communication calibration {path}: "
                            f"{exc.strerror or exc}") from None

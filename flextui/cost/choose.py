@@ -31,6 +31,7 @@ from flextui.cost.model import CostModel
 from flextui.cost.signatures import DTYPE_NAMES
 from flextui.errors import FlextuiError
 from flextui.graph import OpGraph
+from flextui.limits import LimitError, read_file
 from flextui.machine import Cluster
 from flextui.machine.cpus import is_cpu
 from flextui.machine.detect import rank_threads
@@ -68,8 +69,8 @@ def profile_files(dirs: list[Path]) -> tuple[dict[str, Path], list[str]]:
                                f"e.g. {device_kind_slug(path.stem)}.msgpack); ignored")
                 continue
             try:
-                name = decode_cache(path.read_bytes(), path.stem).device_name
-            except (OSError, BadDocument):
+                name = decode_cache(read_file(path, None), path.stem).device_name
+            except (OSError, BadDocument, LimitError):
                 bad_kinds.append(path.stem)
                 continue
             found.setdefault(name, path)
@@ -168,7 +169,7 @@ def measured_figures(cluster: Cluster, profiles: str | None = None) -> dict[str,
     for kind in sorted({d.spec.kind for d in cluster.devices}):
         for name, path in files.items():
             if same_device_kind(kind, name) and _right_threads(kind, name):
-                tasks = len(decode_cache(path.read_bytes(), path.stem).entries)
+                tasks = len(decode_cache(read_file(path, None), path.stem).entries)
                 found["profiles"].append({"kind": kind, "device": name, "file": str(path),
                                           "tasks": tasks})
                 break

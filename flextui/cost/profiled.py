@@ -166,7 +166,7 @@ def parse_identity(identity: str
                                   FIELDS.string(body["device"], "device"),
                                   FIELDS.string(body["torch"], "torch"),
                                   FIELDS.string(math, "math") if math else "")
-        return (measurement, times, FIELDS.string(body["base"], "base", limit=None),
+        return (measurement, times, FIELDS.string(body["base"], "base", limit=None, raw=False),
                 _updates(body.get("updates", [])))
     except (ValueError, KeyError, TypeError, zlib.error, msgpack.UnpackException) as exc:
         raise FlextuiError(f"{where}: its recorded times cannot be read "

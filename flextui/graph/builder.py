@@ -19,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from flextui.errors import GraphError
+from flextui.fields import control_problem
 from flextui.graph.graph import OpGraph
 from flextui.graph.op import Op
 from flextui.graph.tensor import DTYPE_BYTES, Parameter, Tensor
@@ -225,12 +226,13 @@ class GraphBuilder:
 
 
 def _check_name(name: object, what: str) -> None:
-    """Refuse a name that is not a string or is longer than flextui's limit."""
+    """Refuse a name that is not a string, is longer than flextui's limit or holds a
+    control character (a terminal escape in an op's name from a search log)."""
     if not isinstance(name, str):
         raise GraphError(f"{what} must be a string, found {name!r:.60}")
-    problem = NAME_CHARS.problem(len(name))
+    problem = NAME_CHARS.problem(len(name)) or control_problem(name)
     if problem is not None:
-        raise GraphError(f"{what} {name[:40]!r}...: {problem}")
+        raise GraphError(f"{what} {name[:40]!r}: {problem}")
 
 
 def _check_shape(op: Op, what: str, shape: tuple) -> None:
@@ -256,8 +258,15 @@ def _check_meta(graph: str, meta: dict[str, Any]) -> None:
     if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= MAX_INTEGER:
         raise GraphError(f"graph {graph!r}: meta batch_size must be a positive whole number, "
                          f"found {batch!r:.40}")
-    if not isinstance(meta.get("options", {}), dict):
+    options = meta.get("options", {})
+    if not isinstance(options, dict):
         raise GraphError(f"graph {graph!r}: meta options must be a mapping")
+    for key, value in options.items():
+        _check_name(key, f"graph {graph!r}: a model option's name")
+        problem = control_problem(value) if isinstance(value, str) else None
+        if problem is not None:
+            raise GraphError(f"graph {graph!r}: model option {key!r}: {value[:40]!r} "
+                             f"{problem}")
 
 
 def _attr(value: IntOrPair) -> int | list[int]:

@@ -21,20 +21,18 @@ from dataclasses import dataclass
 from typing import Any, NoReturn
 
 from flextui.errors import ClusterError
+from flextui.fields import control_problem
 from flextui.graph.tensor import FLOAT_DTYPES
 from flextui.limits import DEVICES, LINKS, NAME_CHARS, TEXT_CHARS
 from flextui.machine.cpus import is_cpu
 from flextui.machine.routes import Router
+from flextui.machine.units import BANDWIDTH, FLOPS, LATENCY_MOST
 
 __all__ = ["DeviceSpec", "Device", "Link", "Cluster"]
 
 
-def _is_number(x: object) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
-
-
-def _positive(x: object) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+def _within(x: object, least: float, most: float) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and least <= x <= most
 
 
 #: what a device's peak FLOP/s may be given for: the float dtypes, and ``tfloat32``,
@@ -54,9 +52,9 @@ class DeviceSpec:
     def __post_init__(self) -> None:
         if not isinstance(self.kind, str) or not self.kind:
             raise ClusterError(f"device kind must be a non-empty name, found {self.kind!r:.60}")
-        if NAME_CHARS.problem(len(self.kind)):
-            raise ClusterError(f"device kind {self.kind[:40]!r}...: "
-                               f"{NAME_CHARS.problem(len(self.kind))}")
+        problem = NAME_CHARS.problem(len(self.kind)) or control_problem(self.kind)
+        if problem:
+            raise ClusterError(f"device kind {self.kind[:40]!r}: {problem}")
         if not (isinstance(self.memory_bytes, int) and not isinstance(self.memory_bytes, bool)
                 and self.memory_bytes > 0):
             raise ClusterError(f"device kind {self.kind!r}: memory must be a positive whole "
@@ -68,12 +66,14 @@ class DeviceSpec:
             if dtype not in PEAK_NAMES:
                 raise ClusterError(f"device kind {self.kind!r}: peak_flops has unknown dtype "
                                    f"{dtype!r:.60}; use {', '.join(PEAK_NAMES)}")
-            if not _positive(rate):
+            if not _within(rate, *FLOPS):
                 raise ClusterError(f"device kind {self.kind!r}: peak_flops.{dtype} must be "
-                                   f"positive, found {rate!r:.60}")
-        if not _positive(self.mem_bandwidth):
-            raise ClusterError(f"device kind {self.kind!r}: mem_bandwidth must be positive, "
-                               f"found {self.mem_bandwidth!r:.60}")
+                                   f"from {FLOPS[0]:g} to {FLOPS[1]:g} FLOP/s, found "
+                                   f"{rate!r:.60}")
+        if not _within(self.mem_bandwidth, *BANDWIDTH):
+            raise ClusterError(f"device kind {self.kind!r}: mem_bandwidth must be from "
+                               f"{BANDWIDTH[0]:g} to {BANDWIDTH[1]:g} bytes/s, found "
+                               f"{self.mem_bandwidth!r:.60}")
         # Own copy (never alias the caller's dict), floats, canonical dtype order.
         flops = {str(d): float(self.peak_flops[d]) for d in PEAK_NAMES if d in self.peak_flops}
         object.__setattr__(self, "peak_flops", flops)
@@ -162,12 +162,15 @@ class Cluster:
     def _validate(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise ClusterError(f"a cluster needs a non-empty name, found {self.name!r:.60}")
-        if NAME_CHARS.problem(len(self.name)):
-            raise ClusterError(f"cluster name {self.name[:40]!r}...: "
-                               f"{NAME_CHARS.problem(len(self.name))}")
+        problem = NAME_CHARS.problem(len(self.name)) or control_problem(self.name)
+        if problem:
+            raise ClusterError(f"cluster name {self.name[:40]!r}: {problem}")
         if not isinstance(self.description, str) or TEXT_CHARS.problem(len(self.description)):
             self._fail(f"description: expected a string of at most {TEXT_CHARS.value:,} "
                        "characters")
+        problem = control_problem(self.description, lines=True)
+        if problem:
+            self._fail(f"description {self.description[:40]!r}: {problem}")
         if not self.devices:
             self._fail("has no compute devices; declare at least one")
         names: set[str] = set()
@@ -216,17 +219,24 @@ class Cluster:
                     or NAME_CHARS.problem(len(link.kind)):
                 self._fail(f"link {link.name!r}: kind must be a non-empty name of at most "
                            f"{NAME_CHARS.value} characters")
-            if not _positive(link.bandwidth):
-                self._fail(f"link {link.name!r}: bandwidth must be positive, "
-                           f"found {link.bandwidth!r:.60}")
-            if not (_is_number(link.latency) and math.isfinite(link.latency) and link.latency >= 0):
-                self._fail(f"link {link.name!r}: latency must be >= 0, found {link.latency!r:.60}")
+            problem = control_problem(link.kind)
+            if problem:
+                self._fail(f"link {link.name!r}: kind {link.kind!r:.60} {problem}")
+            if not _within(link.bandwidth, *BANDWIDTH):
+                self._fail(f"link {link.name!r}: bandwidth must be from {BANDWIDTH[0]:g} to "
+                           f"{BANDWIDTH[1]:g} bytes/s, found {link.bandwidth!r:.60}")
+            if not _within(link.latency, 0.0, LATENCY_MOST):
+                self._fail(f"link {link.name!r}: latency must be from 0 to {LATENCY_MOST:g} s, "
+                           f"found {link.latency!r:.60}")
 
     def _check_name(self, name: object, names: set[str], what: str) -> None:
         if not isinstance(name, str) or not name or "->" in name or name != name.strip() \
                 or NAME_CHARS.problem(len(name)):
             self._fail(f"{what} name {name!r:.60} is not valid (non-empty, at most "
                        f"{NAME_CHARS.value} characters, no spaces around, no '->')")
+        problem = control_problem(name)
+        if problem:
+            self._fail(f"{what} name {name!r:.60} {problem}")
         if name in names:
             self._fail(f"the name {name!r} is used twice (device and switch names must be unique)")
         names.add(name)

@@ -86,7 +86,7 @@ from pathlib import Path
 
 from flextui.errors import ClusterError
 from flextui.fields import describe
-from flextui.limits import TEXT_CHARS, nesting_problem, parsing
+from flextui.limits import CLUSTER_FILE_BYTES, TEXT_CHARS, nesting_problem, parsing, read_file
 from flextui.machine.cluster import PEAK_NAMES, Cluster, DeviceSpec
 from flextui.machine.explicit import build_explicit
 from flextui.machine.fields import Fields
@@ -105,7 +105,7 @@ def load_cluster(path: str | Path) -> Cluster:
     """Read and parse a cluster file; every problem is a ClusterError naming the file."""
     p = Path(path)
     try:
-        raw = p.read_bytes()
+        raw = read_file(p, CLUSTER_FILE_BYTES)
     except FileNotFoundError:
         raise ClusterError(f"{p}: no such cluster file; give a path to a .toml file or a "
                            f"built-in cluster name (see `flextui clusters`)") from None
@@ -134,10 +134,8 @@ def parse_cluster(data: dict, source: str = "<cluster>") -> Cluster:
     f.check_keys(data, TOP_KEYS, "")
     default_name = Path(source).stem if source and not source.startswith("<") else "cluster"
     name = f.string(data.get("name", default_name), "name")
-    description = data.get("description", "")
-    if not isinstance(description, str):
-        f.fail("description", f"expected a string, found {describe(description)}")
-    f.within(TEXT_CHARS, len(description), "description")
+    description = f.string(data.get("description", ""), "description", TEXT_CHARS,
+                           empty=True, lines=True)
     specs = _device_kinds(f, f.required(data, "device_kinds", "",
                                         '[device_kinds.P100] with memory, peak_flops and '
                                         'mem_bandwidth'))

@@ -20,7 +20,14 @@ import re
 
 from flextui.limits import integer_problem
 
-__all__ = ["format_bytes", "parse_bytes", "parse_bandwidth", "parse_duration", "parse_flops"]
+__all__ = ["BANDWIDTH", "FLOPS", "LATENCY_MOST", "format_bytes", "parse_bytes",
+           "parse_bandwidth", "parse_duration", "parse_flops"]
+
+#: the figures a cluster may give, least and most: beyond them a simulated time
+#: overflows to infinity (a latency of 1e308 s) or a transfer takes forever (1e-300 B/s)
+BANDWIDTH = (1.0, 1e18)       # bytes/s: 1 B/s to 1 EB/s
+FLOPS = (1.0, 1e21)           # FLOP/s: to 1 ZFLOP/s
+LATENCY_MOST = 3600.0         # seconds
 
 _NUMBER = r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?"
 _QUANTITY = re.compile(rf"^\s*(?P<num>{_NUMBER})\s*(?P<unit>\S*?)\s*$")
@@ -52,6 +59,16 @@ def _split(value: object, what: str, example: str) -> tuple[float, str]:
         raise ValueError(f"{value!r:.60} is not {what}: it must not be negative; "
                          f"write e.g. {example}")
     return number, unit
+
+
+def _within(value: object, result: float, what: str, most: float, unit: str, example: str,
+            least: float = 0.0) -> float:
+    """``result`` when it is 0 or from ``least`` to ``most``: a figure beyond them (a
+    latency of 1e308 s) would make a simulated time overflow to infinity."""
+    if result and not least <= result <= most:
+        raise ValueError(f"{value!r:.60} is out of range for {what}: flextui takes "
+                         f"{least:g} to {most:g} {unit}; write e.g. {example}")
+    return result
 
 
 def _prefix(prefix: str) -> float | None:
@@ -87,6 +104,7 @@ def _whole_bytes(value: object, nbytes: float) -> int:
 
 
 _BANDWIDTH_EXAMPLE = '"25 GB/s" or "100 Gb/s"'
+_BANDWIDTH_RANGE = (BANDWIDTH[1], "bytes/s", _BANDWIDTH_EXAMPLE, BANDWIDTH[0])
 _BANDWIDTH_UNIT = re.compile(r"^(?P<prefix>[A-Za-z]i?)??"
                              r"(?P<unit>B|b|bit|bits|Byte|Bytes|byte|bytes)(?P<per>/s|ps)$")
 
@@ -95,13 +113,14 @@ def parse_bandwidth(value: object) -> float:
     """A bandwidth in bytes/s: ``"25GB/s"``, ``"100Gb/s"`` (bits: /8), ``"12.5 GB/s"``, ``25e9``."""
     number, unit = _split(value, "a bandwidth", _BANDWIDTH_EXAMPLE)
     if unit == "":
-        return number
+        return _within(value, number, "a bandwidth", *_BANDWIDTH_RANGE)
     m = _BANDWIDTH_UNIT.match(unit)
     if m:
         scale = _prefix(m["prefix"] or "")
         if scale is not None:
             bits = m["unit"] == "b" or m["unit"].startswith("bit")
-            return number * scale / (8 if bits else 1)
+            return _within(value, number * scale / (8 if bits else 1), "a bandwidth",
+                           *_BANDWIDTH_RANGE)
     hint = ""
     if not unit.endswith("/s") and not unit.endswith("ps"):
         hint = " (a bandwidth needs a per-second unit)"
@@ -120,10 +139,12 @@ def parse_duration(value: object) -> float:
     if scale is None:
         raise ValueError(f"{value!r:.60} is not a duration (unknown unit {unit!r}); "
                          f"write e.g. {_DURATION_EXAMPLE}")
-    return number * scale
+    return _within(value, number * scale, "a duration", LATENCY_MOST, "s (an hour)",
+                   _DURATION_EXAMPLE)
 
 
 _FLOPS_EXAMPLE = '"10.6 TFLOPS", "312 TFLOP/s" or 9.3e12'
+_FLOPS_RANGE = (FLOPS[1], "FLOP/s", _FLOPS_EXAMPLE, FLOPS[0])
 _FLOPS_UNIT = re.compile(r"^(?P<prefix>[A-Za-z])?(?:flops|flop/s)$", re.IGNORECASE)
 
 
@@ -131,12 +152,12 @@ def parse_flops(value: object) -> float:
     """A compute rate in FLOP/s: ``"10.6 TFLOPS"``, ``"9.3e12"``, ``9.3e12``."""
     number, unit = _split(value, "a FLOP/s rate", _FLOPS_EXAMPLE)
     if unit == "":
-        return number
+        return _within(value, number, "a FLOP/s rate", *_FLOPS_RANGE)
     m = _FLOPS_UNIT.match(unit)
     if m:
         scale = _DECIMAL.get((m["prefix"] or "").lower())
         if scale is not None:
-            return number * scale
+            return _within(value, number * scale, "a FLOP/s rate", *_FLOPS_RANGE)
     raise ValueError(f"{value!r:.60} is not a FLOP/s rate (unknown unit {unit!r}); "
                      f"write e.g. {_FLOPS_EXAMPLE}")
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from flextui.errors import FlextuiError
+from flextui.limits import FILE_BYTES, read_file
 from flextui.machine import Cluster
 
 #: what a host name may hold: a DNS name, an IPv4 address, or user@host; never an ssh
@@ -52,7 +53,7 @@ def parse_host_list(text: str) -> list[Host]:
 def read_hostfile(path: str | Path) -> list[Host]:
     """The hosts of a hostfile; FlextuiError naming the file and line of a bad one."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = read_file(path, FILE_BYTES).decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         why = getattr(exc, "strerror", None) or exc
         raise FlextuiError(f"cannot read hostfile {path}: {why}") from None

@@ -11,6 +11,7 @@ from typing import Any
 
 from flextui.documents import BadDocument, unpack
 from flextui.errors import SearchLogError
+from flextui.limits import read_file
 from flextui.search.events import StepEvent, StopReason
 from flextui.search.logfile import scan_frames
 from flextui.search.logformat import (
@@ -27,10 +28,11 @@ from flextui.search.logformat import (
     FinalRecord,
     FrontierPoint,
     SearchHeader,
-    as_float,
+    as_cost,
     as_int,
     as_list,
     as_str,
+    as_time,
     decode_header,
     rng_state,
 )
@@ -195,8 +197,7 @@ def read_search_log(path: str | Path) -> SearchLog:
     every complete record before it read; anything else wrong raises SearchLogError."""
     path = Path(path)
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = read_file(path, None)
     except OSError as exc:
         raise SearchLogError(f"cannot read search log {path}: {exc.strerror or exc}") from None
     if data[:len(MAGIC)] != MAGIC:
@@ -228,6 +229,9 @@ def read_search_log(path: str | Path) -> SearchLog:
     hist = log._history
     for n, (offset, rec) in enumerate(records[1:], start=1):
         try:
+            if log.final is not None:   # a finished search is never resumed
+                raise BadRecord(f"a record after the final record (record {n - 1}); the "
+                                "search log was changed by hand or is damaged")
             _record(log, dec, num_ops, hist, rec)
         except BadRecord as exc:
             raise SearchLogError(f"{path}: record {n} at byte {offset}: {exc}") from None
@@ -261,20 +265,19 @@ def _record(log: SearchLog, dec: Decoder, num_ops: int, hist: dict, rec: Any) ->
             o, c = as_list(pair, f"step others change {k}", 2)
             o = _op_index(o, num_ops, f"step others change {k} op")
             others.append((o, dec.config(o, c, f"step others change {k} config")))
-        proposed = as_float(proposed, "step proposed cost")
-        current = proposed if current is None else as_float(current, "step current cost")
-        best = current if best is None else as_float(best, "step best cost")
+        proposed = as_cost(proposed, "step proposed cost")
+        current = proposed if current is None else as_cost(current, "step current cost")
+        best = current if best is None else as_cost(best, "step best cost")
         if type(accepted) is not bool:
             raise BadRecord("step accepted must be a boolean")
         event = StepEvent(chain, as_int(it, "step iteration", 1),
-                          as_float(elapsed, "step elapsed", True), op,
+                          as_time(elapsed, "step elapsed"), op,
                           dec.config(op, cfg, "step config"), proposed, current, best, accepted,
                           as_int(memory, "step memory"), tuple(others), len(rec) == 13)
         log.steps.append(event)
         h = hist.setdefault(chain, [])
         _supersede(h, event.iteration, inclusive=True)
         h.append(("s", event))
-        log.final = None
     elif tag == TAG_RESTART:
         if len(rec) != 3:
             raise BadRecord(f"a restart record has 3 fields, found {len(rec)}")
@@ -283,17 +286,16 @@ def _record(log: SearchLog, dec: Decoder, num_ops: int, hist: dict, rec: Any) ->
         h = hist.setdefault(chain, [])
         _supersede(h, it, inclusive=False)
         h.append(("r", it))
-        log.final = None
     elif tag == TAG_CHECKPOINT:
         if len(rec) != 10:
             raise BadRecord(f"a checkpoint record has 10 fields, found {len(rec)}")
         cp = Checkpoint(chain=as_int(rec[1], "checkpoint chain"),
                         iteration=as_int(rec[2], "checkpoint iteration"),
-                        elapsed=as_float(rec[3], "checkpoint elapsed", True),
+                        elapsed=as_time(rec[3], "checkpoint elapsed"),
                         current=dec.strategy(rec[4], "checkpoint current strategy"),
-                        current_cost=as_float(rec[5], "checkpoint current cost"),
+                        current_cost=as_cost(rec[5], "checkpoint current cost"),
                         best=dec.strategy(rec[6], "checkpoint best strategy"),
-                        best_cost=as_float(rec[7], "checkpoint best cost"),
+                        best_cost=as_cost(rec[7], "checkpoint best cost"),
                         rng_state=rng_state(rec[8]))
         frontier = dec.frontier(rec[9], "checkpoint frontier")
         log.checkpoints.append(cp)
@@ -301,7 +303,6 @@ def _record(log: SearchLog, dec: Decoder, num_ops: int, hist: dict, rec: Any) ->
         h = hist.setdefault(cp.chain, [])
         _supersede(h, cp.iteration, inclusive=False)
         h.append(("c", cp))
-        log.final = None
     elif tag == TAG_FINAL:
         if len(rec) != 8:
             raise BadRecord(f"a final record has 8 fields, found {len(rec)}")
@@ -311,8 +312,8 @@ def _record(log: SearchLog, dec: Decoder, num_ops: int, hist: dict, rec: Any) ->
             raise BadRecord(f"final reason {rec[1]!r:.40} is not one of "
                             f"{', '.join(StopReason)}") from None
         log.final = FinalRecord(reason=reason, iterations=as_int(rec[2], "final iterations"),
-                                elapsed=as_float(rec[3], "final elapsed", True),
-                                best_cost=as_float(rec[4], "final best cost"),
+                                elapsed=as_time(rec[3], "final elapsed"),
+                                best_cost=as_cost(rec[4], "final best cost"),
                                 best=dec.strategy(rec[5], "final best strategy"),
                                 best_chain=as_int(rec[6], "final best chain"),
                                 frontier=dec.frontier(rec[7], "final frontier"))

@@ -187,13 +187,21 @@ def as_int(v: Any, what: str, lo: int | None = 0) -> int:
     return RECORD.integer(v, what, lo)
 
 
-def as_float(v: Any, what: str, nonneg: bool = False) -> float:
-    """A cost or a time: infinite costs pass (a strategy rejected for its memory)."""
-    return RECORD.number(v, what, 0.0 if nonneg else None, finite=False)
+def as_cost(v: Any, what: str) -> float:
+    """A simulated cost (seconds), never negative: infinite costs pass (a strategy
+    rejected for its memory)."""
+    return RECORD.number(v, what, 0.0, finite=False)
+
+
+def as_time(v: Any, what: str) -> float:
+    """Seconds a search has run: finite, never negative."""
+    return RECORD.number(v, what, 0.0)
 
 
 def as_str(v: Any, what: str) -> str:
-    return RECORD.string(v, what, limit=None, empty=True)
+    """A string of any length that is shown (a cost model's identity): no control
+    characters."""
+    return RECORD.string(v, what, limit=None, empty=True, raw=False)
 
 
 def as_name(v: Any, what: str) -> str:
@@ -263,7 +271,7 @@ class Decoder:
         points = []
         for k, p in enumerate(as_list(data, what)):
             p = as_list(p, f"{what} point {k}", 3)
-            points.append(FrontierPoint(as_float(p[0], f"{what} point {k} time", True),
+            points.append(FrontierPoint(as_cost(p[0], f"{what} point {k} time"),
                                         as_int(p[1], f"{what} point {k} memory"),
                                         self.strategy(p[2], f"{what} point {k} strategy")))
         return points
@@ -274,7 +282,7 @@ def rng_state(data: Any) -> tuple:
     version, internal, gauss = data
     internal = as_list(internal, "rng state")
     if gauss is not None:
-        gauss = as_float(gauss, "rng gauss")
+        gauss = RECORD.number(gauss, "rng gauss")
     state = (as_int(version, "rng version"), tuple(internal), gauss)
     try:
         random.Random().setstate(state)

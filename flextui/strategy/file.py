@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
 from flextui.documents import BadDocument, DocumentFormat
 from flextui.errors import StrategyError
+from flextui.fields import FieldReader
 from flextui.graph import Op, OpGraph
-from flextui.limits import NAME_CHARS, read_json
+from flextui.limits import DEVICES, FILE_BYTES, read_file, read_json
 from flextui.machine import Cluster
 from flextui.strategy.config import ParallelConfig
 from flextui.strategy.strategy import Strategy
@@ -59,24 +61,26 @@ def save_strategy(path: str | Path, strategy: Strategy, graph: OpGraph, cluster:
         raise StrategyError(f"cannot write strategy file {path}: {exc.strerror}") from None
 
 
-def config_from_json(op: Op, data: Any, where: str) -> ParallelConfig:
-    if not isinstance(data, dict) or set(data) - {"degrees", "devices"}:
-        raise StrategyError(f"{where}: expected {{\"degrees\": {{...}}, \"devices\": [...]}}, "
-                            f"got {data!r:.80}")
-    degrees_by_name = data.get("degrees", {})
+#: the keys of a strategy file and of each op's entry (any other is a typo, refused)
+TOP_KEYS = ("format", "version", "name", "model", "graph", "cluster", "devices", "ops")
+OP_KEYS = ("degrees", "devices")
+_FINGERPRINT = re.compile(r"[0-9a-f]{16}")
+
+
+def config_from_json(op: Op, data: Any, f: FieldReader, field: str) -> ParallelConfig:
+    """One op's entry, ``{"degrees": {dim: degree}, "devices": [...]}``."""
+    f.check_keys(f.mapping(data, field), OP_KEYS, field)
     names = [d.name for d in op.space]
-    if not isinstance(degrees_by_name, dict):
-        raise StrategyError(f"{where}.degrees: expected an object of dim name -> degree")
-    unknown = set(degrees_by_name) - set(names)
-    if unknown:
-        raise StrategyError(f"{where}.degrees: op {op.name!r} has no dim "
-                            f"{sorted(unknown)[0]!r:.60}; its dims are {', '.join(names)}")
-    degrees = tuple(degrees_by_name.get(name, 1) for name in names)
-    devices = data.get("devices")
-    if not isinstance(devices, list) or not all(
-            isinstance(v, int) and not isinstance(v, bool) for v in (*degrees, *devices)):
-        raise StrategyError(f"{where}: degrees and devices must be integers (devices a list)")
-    return ParallelConfig(degrees, tuple(devices))
+    degrees_by_name = f.mapping(data.get("degrees", {}), f"{field}.degrees")
+    for dim, degree in degrees_by_name.items():
+        if dim not in names:
+            f.fail(f"{field}.degrees", f"op {op.name!r} has no dim {dim!r:.60}; its dims are "
+                                       f"{', '.join(names)}")
+        f.integer(degree, f"{field}.degrees.{dim}", 1)
+    devices = f.items(f.required(data, "devices", field, '"devices": [0, 1]'),
+                      f"{field}.devices")
+    return ParallelConfig(tuple(degrees_by_name.get(name, 1) for name in names),
+                          tuple(f.integer(d, f"{field}.devices", 0) for d in devices))
 
 
 def strategy_from_json(data: Any, graph: OpGraph, cluster: Cluster, source: str,
@@ -89,22 +93,28 @@ def strategy_from_json(data: Any, graph: OpGraph, cluster: Cluster, source: str,
     except BadDocument as bad:
         upgrade = "; upgrade flextui to read it" if bad.newer_version else ""
         raise StrategyError(f"{source}: {bad.problem}{upgrade}") from None
+    f = FieldReader(source, StrategyError)
+    f.check_keys(data, TOP_KEYS, "")
+    name = f.string(data.get("name", Path(source).stem), "name", empty=True)
+    for key in ("model", "cluster"):
+        if key in data:
+            f.string(data[key], key)
+    if "graph" in data and not _FINGERPRINT.fullmatch(f.string(data["graph"], "graph")):
+        f.fail("graph", f"expected the fingerprint of the graph the strategy was made for "
+                        f"(16 hex digits, as `flextui show --json` prints it), found "
+                        f"{data['graph']!r:.60}")
+    if "devices" in data:
+        f.integer(data["devices"], "devices", 1, DEVICES.value)
     if same_graph:
         _check_made_for(data, graph, cluster, source)
-    ops = data.get("ops")
-    if not isinstance(ops, dict):
-        raise StrategyError(f"{source}: field \"ops\" must be an object of op name -> config")
+    ops = f.mapping(f.required(data, "ops", "", '"ops": {"fc1": {"degrees": {"sample": 4}, '
+                                                '"devices": [0, 1, 2, 3]}}'), "ops")
     configs = {}
-    for name, entry in ops.items():
-        if name not in graph:
-            raise StrategyError(f"{source}: ops.{name:.60}: graph {graph.name!r} has no op "
-                                f"{name!r:.60}; was this strategy made for another model or "
-                                "batch size?")
-        configs[name] = config_from_json(graph.op(name), entry, f"{source}: ops.{name}")
-    name = data.get("name", Path(source).stem)
-    if not isinstance(name, str) or NAME_CHARS.problem(len(name)):
-        raise StrategyError(f"{source}: field \"name\" must be a string of at most "
-                            f"{NAME_CHARS.value} characters")
+    for op_name, entry in ops.items():
+        if f.string(op_name, "ops") not in graph:
+            f.fail(f"ops.{op_name}", f"graph {graph.name!r} has no op {op_name!r:.60}; was "
+                                     "this strategy made for another model or batch size?")
+        configs[op_name] = config_from_json(graph.op(op_name), entry, f, f"ops.{op_name}")
     strategy = Strategy(configs, name)
     try:
         strategy.check(graph, cluster.num_devices)
@@ -117,11 +127,16 @@ def _check_made_for(data: dict, graph: OpGraph, cluster: Cluster, source: str) -
     """Refuse a strategy file made for another graph (another model, batch or options:
     its fingerprint) or for more devices than ``cluster`` has."""
     fingerprint = data.get("graph")
+    if fingerprint is None:
+        raise StrategyError(f"{source} does not say which graph it was made for (no "
+                            f"\"graph\" field); if it was made for this one, add \"graph\": "
+                            f"\"{graph.fingerprint}\" ({graph.name!r} at batch "
+                            f"{graph.batch_size})")
     if fingerprint != graph.fingerprint:
         model = data.get("model")
         made_for = f" (model {model!r:.60})" if isinstance(model, str) else ""
         raise StrategyError(f"{source} was made for another graph{made_for}, fingerprint "
-                            f"{str(fingerprint)[:40]!r}; this is {graph.name!r} at batch "
+                            f"{fingerprint!r}; this is {graph.name!r} at batch "
                             f"{graph.batch_size} ({graph.fingerprint}): search a strategy for "
                             "this model, batch size and options")
     devices = data.get("devices")
@@ -139,7 +154,7 @@ def load_strategy(path: str | Path, graph: OpGraph, cluster: Cluster,
     that)."""
     path = Path(path)
     try:
-        data = read_json(path.read_text(), str(path))
+        data = read_json(read_file(path, FILE_BYTES).decode(), str(path))
     except FileNotFoundError:
         raise StrategyError(f"strategy file {path} does not exist") from None
     except (OSError, UnicodeDecodeError) as exc:

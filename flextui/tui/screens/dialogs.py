@@ -62,7 +62,7 @@ class OpenLogDialog(ModalScreen[Path | None]):
         with Vertical(id="open-dialog", classes="dialog"):
             yield Label("Replay a saved search", classes="dialog-title")
             yield Input(placeholder="path/to/run.ffsearch", id="log-path")
-            yield Static("", id="open-error")
+            yield Static("", id="open-error", markup=False)
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         path = Path(event.value.strip()).expanduser()

@@ -30,13 +30,13 @@ def profile_table(view: ProfileView) -> Table:
     grid.add_column(style="dim", no_wrap=True, min_width=9)
     grid.add_column(overflow="fold")
     grid.add_row("state", Text(view.state, style=STATE_STYLES[view.state]))
-    grid.add_row("device", view.device or "…")
+    grid.add_row("device", Text(view.device or "…"))   # names from files, never markup
     left = f", {duration(view.remaining_s)} left" if view.remaining_s is not None else ""
     grid.add_row("tasks", f"{view.done:,} of {view.total:,}  ({view.elapsed:,.1f} s{left})")
     grid.add_row("measured", f"{view.measured:,} now, {view.cached:,} from the cache"
                  + (f", {view.oom:,} out of memory" if view.oom else ""))
-    grid.add_row("task", view.current or "—")
-    grid.add_row("cache", view.cache_path or "—")
+    grid.add_row("task", Text(view.current or "—"))
+    grid.add_row("cache", Text(view.cache_path or "—"))
     for notice in view.notices:
         grid.add_row("note", Text(notice, style="yellow"))
     if view.message:

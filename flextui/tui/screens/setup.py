@@ -173,7 +173,7 @@ class SetupScreen(KeyScreen):
 
     @staticmethod
     def _part(part: str, title: str, rows: list[Widget]) -> Vertical:
-        box = Vertical(*rows, Static(id=f"{part}-error", classes="setup-error"),
+        box = Vertical(*rows, Static(id=f"{part}-error", classes="setup-error", markup=False),
                        id=f"setup-{part}", classes="panel setup-part")
         box.border_title = title
         return box

@@ -131,11 +131,11 @@ class TimelineScreen(KeyScreen):
     def on_gantt_task_selected(self, message: Gantt.TaskSelected) -> None:
         panel, task = self.query_one("#timeline-details"), self.query_one("#timeline-task", Static)
         if message.task is None:
-            panel.border_title = message.lane.name
+            panel.border_title = Text(message.lane.name)   # a name, never markup
             task.update("no tasks on this lane")
             return
         shown = task_details(message.task, self.graph, self.showing.strategy)
-        panel.border_title = shown.title
+        panel.border_title = Text(shown.title)
         task.update(Flow(shown.groups))
 
     def on_gantt_view_changed(self) -> None:

@@ -105,7 +105,7 @@ class DeviceTable(Vertical):
             busy = (f"{d.busy_s * 1e3:,.2f}", "n/a" if d.simulated_busy_s is None
                     else f"{d.simulated_busy_s * 1e3:,.2f}") if wide else ()
             rows.append((
-                d.name, f"{d.samples_per_s:,.0f}",
+                Text(d.name), f"{d.samples_per_s:,.0f}",
                 sparkline(history, WIDE_SPARK_WIDTH if wide else SPARK_WIDTH),
                 f"{d.step_s * 1e3:,.2f}", shares,
                 f"{d.peak_memory / 2**20:,.0f}M {bar(used, 4)}",

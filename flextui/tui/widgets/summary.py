@@ -34,7 +34,7 @@ def _grid(rows: list[tuple[str, str]]) -> Table:
     grid.add_column(style="dim", no_wrap=True, min_width=10)
     grid.add_column(overflow="fold")
     for label, value in rows:
-        grid.add_row(label, value)
+        grid.add_row(label, Text(value))   # names from files, never markup
     return grid
 
 
