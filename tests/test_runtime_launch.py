@@ -89,3 +89,15 @@ def test_a_failure_quoting_brackets_is_printed_as_said(tmp_path, capsys, monkeyp
                  "--run-log", str(tmp_path / "run.ffrun")])
     out, err = capsys.readouterr()
     assert code == 1 and said in out and "Traceback" not in err
+
+
+def test_a_name_no_file_can_have_is_refused_by_every_command(capsys):
+    """``simulate`` and ``show`` asked the file system about a 10,000-character cluster or
+    strategy name (``OSError: File name too long``, a traceback)."""
+    for argv, said in ((["simulate", "-m", "lenet", "-c", "c" * 300],
+                        "cluster has a part of 300 bytes"),
+                       (["show", "-m", "lenet", "-s", "s" * 10_000],
+                        "strategy is 10,000 characters long")):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert said in err and len(err.strip().splitlines()) == 1, err
