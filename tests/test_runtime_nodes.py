@@ -5,6 +5,7 @@ nothing started; a node killed mid-run or a failing rank ends the launch on ever
 host; every process a test starts is checked gone by its PID."""
 
 import os
+import re
 import signal
 import socket
 import sys
@@ -46,9 +47,9 @@ def test_a_hostfile_reads_hosts_and_slots_as_deepspeed_writes_them():
 @pytest.mark.parametrize("text, problem", [
     ("node-1 slots=4\nnode-2 gpus=4\n", "line 2: 'node-2 gpus=4' is not 'HOST' or"),
     ("node-1 slots=x\n", "line 1: 'node-1 slots=x' is not"),
-    ("node-1 slots=0\n", "line 1: slots must be at least 1"),
+    ("node-1 slots=0\n", "line 1: slots=0: give from 1 to 1,024 ranks on one host"),
     ("node-1 slots=2 slots=2\n", "line 1:"),
-    ("-oProxyCommand=evil\n", "line 1: '-oProxyCommand=evil' is not a host name"),
+    ("-oProxyCommand=evil\n", "line 1: '-oProxyCommand=evil' starts with '-', which ssh"),
     ("a\nb\na\n", "host a is listed twice"),
     ("# nothing\n\n", "lists no host"),
 ])
@@ -70,10 +71,55 @@ def test_the_ssh_command_comes_from_the_flag_then_the_environment(monkeypatch):
     monkeypatch.setenv(SSH_ENV, "ssh -p 2222")
     assert Remote.choose().command(Host("n1"))[:3] == ["ssh", "-p", "2222"]
     assert Remote.choose("myssh -F cfg", "/opt/py").command(Host("n1")) == [
-        "myssh", "-F", "cfg", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "n1",
+        "myssh", "-F", "cfg", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "--", "n1",
         "/opt/py -m flextui.runtime.node"]
     with pytest.raises(FlextuiError, match="--ssh \"'\": No closing quotation"):
         Remote.choose("'")
+
+
+@pytest.mark.parametrize("name", ["-Fevil@h1", "-oProxyCommand=evil", "me@-h1", "-h1:22"])
+def test_a_host_never_reaches_ssh_as_an_option(name):
+    """A host starting with '-' was passed to ssh, which read it as an option."""
+    with pytest.raises(FlextuiError, match="--hosts: .* (starts with '-'|is not a host name)"):
+        parse_host_list(f"h0,{name}")
+    with pytest.raises(FlextuiError, match="hostfile hf line 2: "):
+        parse_hostfile(f"h0\n{name}\n", "hf")
+    ssh = Remote.choose("ssh").command(Host("me@h1"))
+    assert ssh[ssh.index("--") + 1:] == ["me@h1", f"{sys.executable} -m flextui.runtime.node"]
+
+
+def test_a_host_given_with_its_port_is_reached_there():
+    assert Host.parse("me@h1:2222", "x").destination == "ssh://me@h1:2222"
+    assert Host.parse("[fe80::1]:22", "x").destination == "ssh://[fe80::1]:22"
+    assert [Host.parse(n, "x").address for n in ("me@h1:22", "[fe80::1]:22", "fe80::1")] == \
+        ["h1", "fe80::1", "fe80::1"]
+    with pytest.raises(FlextuiError, match="'h1:99999' is not a host name"):
+        Host.parse("h1:99999", "x")
+
+
+@pytest.mark.parametrize("hosts, twice", [
+    ("h1,H1", "H1 is listed twice (as h1)"), ("h1,h1.", "h1. is listed twice (as h1)"),
+    ("h1,h1:22", "h1:22 is listed twice (as h1)"), ("me@h1,you@H1.:2222", "twice (as me@h1)"),
+])
+def test_one_host_named_two_ways_is_listed_twice(hosts, twice):
+    with pytest.raises(FlextuiError, match=re.escape(twice)):
+        parse_host_list(hosts)
+
+
+def test_the_host_count_and_slots_are_bounded_before_any_work(tmp_path, capsys):
+    """5,000 hosts started 5,000 ssh sessions at once; slots=999999 built a cluster of
+    two million devices (118 s, 4 GB) before preflight refused it."""
+    many = ",".join(f"h{i}" for i in range(5000))
+    with pytest.raises(FlextuiError, match="--hosts lists more than 4,096 hosts"):
+        parse_host_list(many)
+    with pytest.raises(FlextuiError, match="hostfile hf lists more than 4,096 hosts"):
+        parse_hostfile("\n".join(many.split(",")), "hf")
+    code = main(["launch", "-m", "lenet", "--hostfile",
+                 hostfile(tmp_path, "h1 slots=999999", "h2 slots=999999"), "--ssh", FAKE_SSH,
+                 "--headless"])
+    err = capsys.readouterr().err
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "line 1: slots=999,999: give from 1 to 1,024 ranks on one host" in err
 
 
 # -- preflight: one line naming the host, exit 2, nothing started -------------------------
@@ -144,7 +190,7 @@ def test_a_dry_run_over_hosts_prints_each_hosts_command(capsys):
     out = capsys.readouterr().out.splitlines()
     assert len(out) >= 2
     for k, host in enumerate(TWO_NODES.split(",")):
-        assert f"ConnectTimeout=10 {host} " in out[k] and f"--node-rank {k}" in out[k]
+        assert f"ConnectTimeout=10 -- {host} " in out[k] and f"--node-rank {k}" in out[k]
         assert "--rdzv-backend static --nproc-per-node 2 --rdzv-endpoint localhost:" in out[k]
 
 

@@ -2,7 +2,7 @@
 any rank starts, and the run that starts the node program (``runtime.node``) on every
 host and follows them all to the end.
 
-Each host is reached with ``ssh -o BatchMode=yes HOST python -m flextui.runtime.node``
+Each host is reached with ``ssh -o BatchMode=yes -- HOST python -m flextui.runtime.node``
 (the ssh command is ``--ssh``, else ``FLEXTUI_SSH``, else ``ssh``; the Python is the
 launcher's own path unless ``--remote-python`` says another). The launch plan travels
 over the session's stdin. Ending a run closes every session's stdin, which ends the
@@ -71,7 +71,9 @@ class Remote:
         return cls(words, python or sys.executable)
 
     def command(self, host: Host) -> list[str]:
-        return [*self.ssh, *SSH_OPTIONS, host.name,
+        """ssh to ``host`` running the node program; ``--`` ends ssh's options, so
+        nothing after it is read as one."""
+        return [*self.ssh, *SSH_OPTIONS, "--", host.destination,
                 shlex.join([self.python, "-m", "flextui.runtime.node"])]
 
 

@@ -1,6 +1,7 @@
-"""A stand-in for ssh in tests: ``fake_ssh.py [-o OPTION]... HOST COMMAND`` runs COMMAND
-on this machine through a shell, its stdin and stdout those of the session, as ssh runs
-it on HOST. Some host names act out what goes wrong on a cluster:
+"""A stand-in for ssh in tests: ``fake_ssh.py [-o OPTION]... [--] DESTINATION COMMAND``
+runs COMMAND on this machine through a shell, its stdin and stdout those of the
+session, as ssh runs it on the destination (``[user@]host`` or
+``ssh://[user@]host[:port]``). Some host names act out what goes wrong on a cluster:
 
 - ``down*``: nothing answers (ssh's "Connection refused", exit 255);
 - ``locked*``: the host wants a password, which BatchMode refuses (exit 255);
@@ -8,14 +9,22 @@ it on HOST. Some host names act out what goes wrong on a cluster:
 """
 
 import os
+import re
 import sys
 from pathlib import Path
 
 args = sys.argv[1:]
 while args and args[0].startswith("-"):
-    if args.pop(0) == "-o":
+    option = args.pop(0)
+    if option == "--":
+        break
+    if option == "-o":
         args.pop(0)
-host, command = args[0], " ".join(args[1:])
+if not args:
+    print("usage: fake_ssh.py [-o OPTION]... [--] DESTINATION COMMAND", file=sys.stderr)
+    sys.exit(255)
+destination, command = args[0], " ".join(args[1:])
+host = re.sub(r":\d+$", "", destination.removeprefix("ssh://").rpartition("@")[2])
 if host.startswith("down"):
     print(f"ssh: connect to host {host} port 22: Connection refused", file=sys.stderr)
     sys.exit(255)
