@@ -190,8 +190,8 @@ def test_a_dry_run_over_hosts_prints_each_hosts_command(capsys):
     out = capsys.readouterr().out.splitlines()
     assert len(out) >= 2
     for k, host in enumerate(TWO_NODES.split(",")):
-        assert f"ConnectTimeout=10 -- {host} " in out[k] and f"--node-rank {k}" in out[k]
-        assert "--rdzv-backend static --nproc-per-node 2 --rdzv-endpoint localhost:" in out[k]
+        assert f"ConnectTimeout=10 -- {host} " in out[k] and f"--rdzv-conf rank={k}" in out[k]
+        assert "--rdzv-backend flextui" in out[k] and "--rdzv-endpoint localhost:" in out[k]
 
 
 # -- real runs over two fake nodes ------------------------------------------------------

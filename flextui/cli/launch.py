@@ -250,12 +250,11 @@ def _check_graph(args: argparse.Namespace, graph, strategy):
 
 
 def _dry_run(prepared, console: Console) -> int:
-    from flextui.runtime.launch import Torchrun
-    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in
-                   Torchrun.environment(launcher_pid=0).items())
     for command in prepared.commands():
-        print(f"{env} {shlex.join(command)}" if prepared.nodes is None
-              else shlex.join(command))
+        if prepared.nodes is None:
+            env = prepared.torchrun(Path("<plan dir>")).environment(launcher_pid=0)
+            print(" ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()), end=" ")
+        print(shlex.join(command))
     where = ("the plan travels over each ssh session's stdin to the node program, which "
              "writes it to a temporary directory" if prepared.nodes else
              "the plan file is written to a temporary directory when the run starts")

@@ -152,7 +152,7 @@ def _run(request: dict[str, Any]) -> int:
         sys.stdout.flush()
         proc = subprocess.Popen(torchrun.command(), stdin=subprocess.DEVNULL,
                                 stderr=subprocess.STDOUT, start_new_session=True,
-                                env={**os.environ, **Torchrun.environment(os.getpid())})
+                                env={**os.environ, **torchrun.environment(os.getpid())})
         _say(started=True, pid=os.getpid(), torchrun_pid=proc.pid)
         while proc.poll() is None:
             if stop.wait(0.1):
