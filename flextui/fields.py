@@ -23,10 +23,11 @@ from collections.abc import Callable, Collection
 from typing import Any, NoReturn
 
 from flextui.errors import FieldError, FlextuiError
-from flextui.limits import MAX_INTEGER, NAME_CHARS, Limit, integer_problem
+from flextui.limits import MAX_INTEGER, NAME_CHARS, Limit, integer_problem, path_problem
 
 __all__ = ["FieldReader", "FormFields", "control_problem", "describe", "printable"]
 
+MAX_PORT = 65_535
 _SHORT = reprlib.Repr()
 _SHORT.maxstring = _SHORT.maxlong = _SHORT.maxother = 60
 _TYPE_NAMES = {str: "a string", bool: "a boolean", int: "an integer", float: "a number",
@@ -200,6 +201,19 @@ class FieldReader:
         if maximum is not None and not value <= maximum:
             self.fail(field, f"{self.expected} a number <= {maximum:g}, found {value!r:.40}")
         return value
+
+    def path(self, value: object, field: str) -> str:
+        """A name or path a person typed (a cluster, a strategy, a file): a non-empty
+        string that can name a file, checked before any file is looked at."""
+        text = self.string(value, field, limit=None)
+        problem = path_problem(text)
+        if problem is not None:
+            self.fail(field, problem)
+        return text
+
+    def port(self, value: object, field: str) -> int:
+        """A TCP port: a whole number from 1 to 65535."""
+        return self.integer(value, field, 1, MAX_PORT, example="29500")
 
     def choice(self, value: object, field: str, choices: Collection[str]) -> str:
         """One of ``choices`` (names of a closed set, such as an enum's)."""

@@ -27,8 +27,9 @@ from typing import Any
 from flextui.errors import FlextuiError
 
 __all__ = ["CHAINS", "CLUSTER_FILE_BYTES", "DECOMPRESSED_BYTES", "DEVICES", "DIM_SIZE",
-           "FILE_BYTES", "LIMITS", "LINKS", "MAX_INTEGER", "NAME_CHARS", "NESTING", "TEXT_CHARS",
-           "Limit", "LimitError", "decompress", "integer_problem", "nesting_problem", "parsing",
+           "FILE_BYTES", "FILE_NAME_BYTES", "HOSTS", "LIMITS", "LINKS", "MAX_INTEGER",
+           "NAME_CHARS", "NESTING", "RANKS_PER_HOST", "TEXT_CHARS", "Limit", "LimitError",
+           "decompress", "integer_problem", "nesting_problem", "parsing", "path_problem",
            "read_file", "read_json"]
 
 
@@ -72,6 +73,13 @@ DIM_SIZE = Limit(2**40, "elements", "along one tensor dim",
                  "the model or the file describing it is wrong")
 CHAINS = Limit(256, "chains", "in one search",
                "each chain is a worker process of its own; run fewer")
+#: a launch holds an ssh session open to each host while it runs
+HOSTS = Limit(4_096, "hosts", "in one launch", "launch over fewer hosts")
+#: ranks one host (or this machine) runs: one process each
+RANKS_PER_HOST = Limit(1_024, "ranks", "on one host",
+                       "run fewer ranks on each host, or spread them over more hosts")
+#: the longest file name (one part of a path) file systems take, in bytes
+FILE_NAME_BYTES = 255
 #: the largest integer flextui reads (what a search log, msgpack, can store)
 MAX_INTEGER = 2**63 - 1
 DECOMPRESSED_BYTES = Limit(64 * 2**20, "bytes", "of decompressed data in one field",
@@ -91,6 +99,7 @@ LIMITS = {"devices per cluster": DEVICES.value, "directed links per cluster": LI
           "characters in a name": NAME_CHARS.value,
           "characters in a description or path": TEXT_CHARS.value,
           "elements along a tensor dim": DIM_SIZE.value, "chains per search": CHAINS.value,
+          "hosts per launch": HOSTS.value, "ranks per host": RANKS_PER_HOST.value,
           "nesting depth": NESTING.value, "integer magnitude": MAX_INTEGER,
           "decompressed bytes per field": DECOMPRESSED_BYTES.value,
           "bytes in a cluster file": CLUSTER_FILE_BYTES.value,
@@ -114,6 +123,19 @@ def integer_problem(value: int) -> str | None:
         return None
     return (f"{_shown(value)} is larger than flextui's limit of {MAX_INTEGER:,} (what a "
             "search log can store)")
+
+
+def path_problem(text: str) -> str | None:
+    """None when ``text`` can name a file (at most TEXT_CHARS.value characters, no part
+    longer than FILE_NAME_BYTES), else what is wrong; the text itself is never shown."""
+    if len(text) > TEXT_CHARS.value:
+        return (f"is {_shown(len(text))} characters long, over flextui's limit of "
+                f"{TEXT_CHARS.value:,} for a name or path; {TEXT_CHARS.fix}")
+    longest = max(len(part.encode(errors="surrogateescape")) for part in text.split("/"))
+    if longest > FILE_NAME_BYTES:
+        return (f"has a part of {longest:,} bytes, longer than a file name may be "
+                f"({FILE_NAME_BYTES} bytes); {TEXT_CHARS.fix}")
+    return None
 
 
 def nesting_problem(data: Any) -> str | None:

@@ -3,6 +3,8 @@ threads (the thread count part of their identity), found by the ``cpu-rank`` dev
 ``local-cpu-N`` with the loopback calibration, and ``flextui clusters --detect
 --cpu-ranks N`` saying what they are measured by."""
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -38,7 +40,8 @@ def threads(monkeypatch):
 def test_a_rank_computes_with_the_threads_a_launch_gives_it(threads, value, expected):
     threads(value)
     assert rank_threads() == expected
-    assert int(Torchrun.environment(1)["OMP_NUM_THREADS"]) == expected
+    torchrun = Torchrun(Path("plan"), 2, 29500, "run", Path("ranks"))
+    assert int(torchrun.environment(1)["OMP_NUM_THREADS"]) == expected
 
 
 @pytest.mark.parametrize("value", ["0", "two", ""])

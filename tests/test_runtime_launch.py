@@ -6,6 +6,7 @@ import socket
 import pytest
 
 from flextui.cli import main
+from flextui.machine.detect import usable_cpus
 
 
 def run(capsys, *argv):
@@ -57,17 +58,54 @@ def test_no_torchrun_is_one_message(capsys, monkeypatch):
     assert code == 2 and "torchrun (torch.distributed.run) is missing" in err
 
 
-def test_bad_numbers_are_refused(capsys):
-    assert run(capsys, "-m", "lenet", "--steps", "0")[0] == 2
-    assert run(capsys, "-m", "lenet", "--nproc-per-node", "0")[0] == 2
+@pytest.mark.parametrize("option, value, said", [
+    ("--steps", "0", "--steps must be a whole number >= 1, found 0"),
+    ("--steps", str(10**23), "--steps 100,000,000,000,000,000,000,000 is larger than "
+                             "flextui's limit of 9,223,372,036,854,775,807"),
+    ("--warmup", "-1", "--warmup must be a whole number >= 0"),
+    ("--seed", str(-10**19), "--seed -10,000,000,000,000,000,000 is larger than"),
+    ("--port", "-1", "--port must be a whole number >= 1, found -1"),
+    ("--port", "70000", "--port must be a whole number <= 65,535, found 70,000"),
+    ("--lr", "nan", "--lr must be a finite number, found nan"),
+    ("--lr", "1e400", "--lr must be a finite number, found inf"),
+    ("--nproc-per-node", "0", "--nproc-per-node must be at least 1"),
+    ("--nproc-per-node", "65536", "--nproc-per-node must be at most 1,024"),
+    ("--nproc-per-node", str(usable_cpus() + 1),
+     f"this machine has {usable_cpus()} CPU cores; the launch puts {usable_cpus() + 1} ranks"),
+    ("--cluster", "c" * 10_000, "--cluster is 10,000 characters long, over flextui's limit of "
+                                "4,096 for a name or path"),
+    ("--strategy", "s" * 10_000, "--strategy is 10,000 characters long"),
+    ("--cluster", "c" * 300, "--cluster has a part of 300 bytes, longer than a file name"),
+    ("--strategy", f"dir/{'s' * 300}.json", "--strategy has a part of 305 bytes"),
+    ("--run-log", "r" * 300, "--run-log has a part of 300 bytes"),
+    ("--hosts=-Fevil@h1", None, "--hosts: '-Fevil@h1' starts with '-', which ssh would read"),
+])
+def test_a_bad_option_is_one_line_before_any_work(tmp_path, monkeypatch, capsys, option, value,
+                                                  said):
+    """Each gave a traceback (a port out of range, a step count msgpack cannot store,
+    which left an empty run log behind that blocked its name), ran 90 s before a word
+    (65,536 ranks), started more ranks than cores, or was refused by the ranks after
+    they started (a NaN learning rate)."""
+    monkeypatch.chdir(tmp_path)
+    code = main(["launch", "-m", "lenet", "--headless", option, *([value] if value else [])])
+    err = capsys.readouterr().err
+    assert code == 2 and said in " ".join(err.split()), err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_check_may_run_more_ranks_than_cores(capsys):
+    """A check times nothing, so its ranks may share cores; a timed run may not."""
+    ranks = str(usable_cpus() + 1)
+    assert run(capsys, "-m", "lenet", "--nproc-per-node", ranks, "--check", "--dry-run")[0] == 0
 
 
 def test_a_dry_run_prints_the_torchrun_command_and_starts_nothing(capsys):
-    code, out, _ = run(capsys, "-m", "lenet", "--nproc-per-node", "4", "--dry-run")
+    code, out, _ = run(capsys, "-m", "lenet", "--nproc-per-node", "2", "--dry-run")
     assert code == 0
-    for part in ("-m torch.distributed.run", "--nproc-per-node 4", "--rdzv-backend c10d",
-                 "--max-restarts 0", "-m flextui.runtime.worker", "FLEXTUI_LAUNCHER_PID=",
-                 "OMP_NUM_THREADS="):
+    for part in ("-m flextui.runtime.rendezvous", "--nproc-per-node 2", "--rdzv-backend flextui",
+                 "--rdzv-endpoint 127.0.0.1:", "--max-restarts 0", "-m flextui.runtime.worker",
+                 "FLEXTUI_LAUNCHER_PID=", "OMP_NUM_THREADS=", "GLOO_SOCKET_IFNAME=lo"):
         assert part in out, part
 
 
@@ -89,3 +127,32 @@ def test_a_failure_quoting_brackets_is_printed_as_said(tmp_path, capsys, monkeyp
                  "--run-log", str(tmp_path / "run.ffrun")])
     out, err = capsys.readouterr()
     assert code == 1 and said in out and "Traceback" not in err
+
+
+def test_a_name_no_file_can_have_is_refused_by_every_command(capsys):
+    """``simulate`` and ``show`` asked the file system about a 10,000-character cluster or
+    strategy name (``OSError: File name too long``, a traceback)."""
+    for argv, said in ((["simulate", "-m", "lenet", "-c", "c" * 300],
+                        "cluster has a part of 300 bytes"),
+                       (["show", "-m", "lenet", "-s", "s" * 10_000],
+                        "strategy is 10,000 characters long")):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert said in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_the_app_launches_no_more_cpu_ranks_than_cores_either():
+    """The rule preflight keeps on every host holds on this machine, wherever the launch
+    comes from (the app launches a ``local-cpu-N`` cluster)."""
+    from flextui.cost.analytic import AnalyticCostModel
+    from flextui.errors import FlextuiError
+    from flextui.machine.detect import cpu_ranks
+    from flextui.runtime.job import prepare
+    from flextui.runtime.spec import Training
+    from flextui.strategy import builtin_strategy
+    from helpers import model
+
+    graph, cluster = model("lenet"), cpu_ranks(usable_cpus() + 1)
+    with pytest.raises(FlextuiError, match=f"this machine has {usable_cpus()} CPU cores"):
+        prepare(graph, builtin_strategy("data-parallel", graph, cluster), cluster, Training(),
+                AnalyticCostModel())

@@ -4,9 +4,15 @@ loopback. Hostfiles and preflight failures end with one line naming the host, ex
 nothing started; a node killed mid-run or a failing rank ends the launch on every
 host; every process a test starts is checked gone by its PID."""
 
+import io
+import ipaddress
+import json
 import os
+import re
 import signal
 import socket
+import struct
+import subprocess
 import sys
 import threading
 import time
@@ -18,17 +24,28 @@ from flextui.cli import main
 from flextui.cost.analytic import AnalyticCostModel
 from flextui.errors import FlextuiError
 from flextui.machine.detect import cpu_ranks, usable_cpus
+from flextui.runtime import nodes
 from flextui.runtime.hosts import Host, parse_host_list, parse_hostfile, place
-from flextui.runtime.job import execute, prepare
-from flextui.runtime.launch import RunStatus
-from flextui.runtime.nodes import SSH_ENV, Remote
+from flextui.runtime.job import prepare
+from flextui.runtime.launch import RunStatus, free_port
+from flextui.runtime.node import (
+    NODE_REQUEST,
+    HostFacts,
+    PreflightRequest,
+    RunRequest,
+    frame,
+    read_request,
+)
 from flextui.runtime.runlog import read_run_log
 from flextui.runtime.spec import Training
+from flextui.runtime.target import SSH_ENV, LaunchTarget, Remote
+from flextui.session.launching import launch_request
 from flextui.strategy import builtin_strategy
 from helpers import model
-from processes import end, wait_gone
+from processes import Follow, children, end, listening, wait_gone
 
 FAKE_SSH = f"{sys.executable} {Path(__file__).parent / 'fake_hosts' / 'fake_ssh.py'}"
+SESSION = "fake_ssh.py"  # in the command line of a session the fake ssh holds
 TWO_NODES = "localhost,127.0.0.1"
 
 
@@ -46,9 +63,9 @@ def test_a_hostfile_reads_hosts_and_slots_as_deepspeed_writes_them():
 @pytest.mark.parametrize("text, problem", [
     ("node-1 slots=4\nnode-2 gpus=4\n", "line 2: 'node-2 gpus=4' is not 'HOST' or"),
     ("node-1 slots=x\n", "line 1: 'node-1 slots=x' is not"),
-    ("node-1 slots=0\n", "line 1: slots must be at least 1"),
+    ("node-1 slots=0\n", "line 1: slots=0: give from 1 to 1,024 ranks on one host"),
     ("node-1 slots=2 slots=2\n", "line 1:"),
-    ("-oProxyCommand=evil\n", "line 1: '-oProxyCommand=evil' is not a host name"),
+    ("-oProxyCommand=evil\n", "line 1: '-oProxyCommand=evil' starts with '-', which ssh"),
     ("a\nb\na\n", "host a is listed twice"),
     ("# nothing\n\n", "lists no host"),
 ])
@@ -70,10 +87,93 @@ def test_the_ssh_command_comes_from_the_flag_then_the_environment(monkeypatch):
     monkeypatch.setenv(SSH_ENV, "ssh -p 2222")
     assert Remote.choose().command(Host("n1"))[:3] == ["ssh", "-p", "2222"]
     assert Remote.choose("myssh -F cfg", "/opt/py").command(Host("n1")) == [
-        "myssh", "-F", "cfg", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "n1",
+        "myssh", "-F", "cfg", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "--", "n1",
         "/opt/py -m flextui.runtime.node"]
     with pytest.raises(FlextuiError, match="--ssh \"'\": No closing quotation"):
         Remote.choose("'")
+
+
+@pytest.mark.parametrize("name", ["-Fevil@h1", "-oProxyCommand=evil", "me@-h1", "-h1:22"])
+def test_a_host_never_reaches_ssh_as_an_option(name):
+    """A host starting with '-' was passed to ssh, which read it as an option."""
+    with pytest.raises(FlextuiError, match="--hosts: .* (starts with '-'|is not a host name)"):
+        parse_host_list(f"h0,{name}")
+    with pytest.raises(FlextuiError, match="hostfile hf line 2: "):
+        parse_hostfile(f"h0\n{name}\n", "hf")
+    ssh = Remote.choose("ssh").command(Host("me@h1"))
+    assert ssh[ssh.index("--") + 1:] == ["me@h1", f"{sys.executable} -m flextui.runtime.node"]
+
+
+def test_a_host_given_with_its_port_is_reached_there():
+    assert Host.parse("me@h1:2222", "x").destination == "ssh://me@h1:2222"
+    assert Host.parse("[fe80::1]:22", "x").destination == "ssh://[fe80::1]:22"
+    assert [Host.parse(n, "x").address for n in ("me@h1:22", "[fe80::1]:22", "fe80::1")] == \
+        ["h1", "fe80::1", "fe80::1"]
+    with pytest.raises(FlextuiError, match="'h1:99999' is not a host name"):
+        Host.parse("h1:99999", "x")
+
+
+@pytest.mark.parametrize("hosts, twice", [
+    ("h1,H1", "H1 is listed twice (as h1)"), ("h1,h1.", "h1. is listed twice (as h1)"),
+    ("h1,h1:22", "h1:22 is listed twice (as h1)"), ("me@h1,you@H1.:2222", "twice (as me@h1)"),
+])
+def test_one_host_named_two_ways_is_listed_twice(hosts, twice):
+    with pytest.raises(FlextuiError, match=re.escape(twice)):
+        parse_host_list(hosts)
+
+
+def test_the_host_count_and_slots_are_bounded_before_any_work(tmp_path, capsys):
+    """5,000 hosts started 5,000 ssh sessions at once; slots=999999 built a cluster of
+    two million devices (118 s, 4 GB) before preflight refused it."""
+    many = ",".join(f"h{i}" for i in range(5000))
+    with pytest.raises(FlextuiError, match="--hosts lists more than 4,096 hosts"):
+        parse_host_list(many)
+    with pytest.raises(FlextuiError, match="hostfile hf lists more than 4,096 hosts"):
+        parse_hostfile("\n".join(many.split(",")), "hf")
+    for lines, problem in ((["h1 slots=999999", "h2 slots=999999"],
+                            "line 1: slots=999,999: give from 1 to 1,024 ranks on one host"),
+                           ([f"h{i} slots=1024" for i in range(100)],
+                            "100 hosts of 1,024 ranks: 102,400 devices in one cluster is "
+                            "over flextui's limit")):
+        code = main(["launch", "-m", "lenet", "--hostfile", hostfile(tmp_path, *lines),
+                     "--ssh", FAKE_SSH, "--headless"])
+        err = capsys.readouterr().err
+        assert code == 2 and problem in err and len(err.strip().splitlines()) == 1, err
+
+
+def framed(body: dict) -> io.BytesIO:
+    data = NODE_REQUEST.encode(body)
+    return io.BytesIO(struct.pack(">I", len(data)) + data)
+
+
+def test_a_node_request_is_decoded_once_into_its_class():
+    run = RunRequest(b"plan", 2, 1, 2, "10.0.0.1", 29500, "abc")
+    preflight = PreflightRequest("h1", None)
+    assert read_request(io.BytesIO(frame(run))) == run
+    assert read_request(io.BytesIO(frame(preflight))) == preflight
+    assert run.torchrun(Path("d")).command()[-1] == str(Path("d") / "plan.msgpack")
+    for change, problem in (({"node_rank": 2}, "node_rank: expected a whole number <= 1"),
+                            ({"port": 0}, "port: expected a whole number >= 1"),
+                            ({"plan": "text"}, "plan: expected bytes"),
+                            ({"ranks": 10**6}, "ranks: expected a whole number <= 1,024"),
+                            ({"extra": 1}, "unknown 'extra'"),
+                            ({"action": "exec"}, "action: expected one of preflight, run")):
+        with pytest.raises(FlextuiError, match=f"request: {re.escape(problem)}"):
+            read_request(framed({**run.to_dict(), **change}))
+
+
+def test_a_hosts_facts_are_checked_when_they_arrive():
+    facts = HostFacts("n1", "1.0", "2.0", "3.11", 0, 4, 29500, True, ("10.0.0.1",))
+    said = json.loads(json.dumps(facts.to_dict()))
+    versions = {"flextui": "1.0", "torch": "2.0"}
+    assert HostFacts.decode(said, "host n1", versions) == facts
+    with pytest.raises(FlextuiError, match="host n1 has flextui 0.9 and torch 2.0, this"):
+        HostFacts.decode({**said, "flextui": "0.9"}, "host n1", versions)
+    with pytest.raises(FlextuiError, match="host n1: cpus: expected a whole number >= 0"):
+        HostFacts.decode({**said, "cpus": -1}, "host n1", versions)
+    with pytest.raises(FlextuiError, match="host n1: facts: missing first_addresses"):
+        HostFacts.decode({k: v for k, v in said.items() if k != "first_addresses"},
+                         "host n1", versions)
 
 
 # -- preflight: one line naming the host, exit 2, nothing started -------------------------
@@ -90,6 +190,8 @@ def hostfile(tmp_path, *lines) -> str:
                          "port 22: Connection refused"),
     ("locked-1,localhost", "host locked-1: ssh cannot log in without a password (BatchMode)"),
     ("localhost,old-1", "host old-1 has flextui 0.1.0 and torch 1.13.1, this machine"),
+    ("first.invalid,localhost", "host localhost cannot resolve first.invalid, the first "
+                                "host, where every node meets"),
 ])
 def test_preflight_names_the_host_that_is_not_ready(tmp_path, capsys, hosts, problem):
     log = tmp_path / "never.ffrun"
@@ -144,8 +246,104 @@ def test_a_dry_run_over_hosts_prints_each_hosts_command(capsys):
     out = capsys.readouterr().out.splitlines()
     assert len(out) >= 2
     for k, host in enumerate(TWO_NODES.split(",")):
-        assert f"ConnectTimeout=10 {host} " in out[k] and f"--node-rank {k}" in out[k]
-        assert "--rdzv-backend static --nproc-per-node 2 --rdzv-endpoint localhost:" in out[k]
+        assert f"ConnectTimeout=10 -- {host} " in out[k] and f"--rdzv-conf rank={k}" in out[k]
+        assert "--rdzv-backend flextui" in out[k] and "--rdzv-endpoint 127.0.0.1:" in out[k]
+
+
+def mute_hosts(count: int) -> LaunchTarget:
+    """Hosts whose connections hang: preflight waits on each until it ends it."""
+    return LaunchTarget(tuple(Host(f"mute-{i}") for i in range(count)), Remote.choose(FAKE_SSH))
+
+
+def test_preflight_holds_a_few_sessions_at_once_and_ends_them_when_stopped(monkeypatch):
+    """Preflight started every host's ssh at once (5,000 hosts: load 41), and a stopped
+    launcher left them running."""
+    monkeypatch.setattr(nodes, "PREFLIGHT_SESSIONS", 3)
+    stop, raised, seen = threading.Event(), [], set()
+
+    def ask() -> None:
+        try:
+            nodes.preflight(mute_hosts(12), [1] * 12, Training(), stop=stop)
+        except BaseException as exc:  # noqa: BLE001 (what preflight raised, checked below)
+            raised.append(exc)
+    thread = threading.Thread(target=ask)
+    thread.start()
+    try:
+        counts = []
+        while len(counts) < 20 and thread.is_alive():  # sessions open, seen by PID
+            now = children(running=SESSION)
+            seen.update(now)
+            if len(now) >= 3 or counts:
+                counts.append(len(now))
+            time.sleep(0.05)
+        assert counts and max(counts) == 3, counts
+    finally:
+        stop.set()
+        thread.join(60)
+    assert not thread.is_alive() and isinstance(raised[0], nodes.PreflightStopped), raised
+    assert wait_gone(seen) == [] and children(running=SESSION) == []
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_launcher_stopped_during_preflight_ends_every_session_it_started(tmp_path, signum):
+    """A launcher stopped during preflight left every ssh session it had started
+    running (1,340 of 5,000 hosts')."""
+    hosts = ",".join(f"mute-{i}" for i in range(3))
+    proc = subprocess.Popen([sys.executable, "-m", "flextui", "launch", "-m", "lenet",
+                             "--hosts", hosts, "--ssh", FAKE_SSH, "--headless"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen: set[int] = set()
+    try:
+        while len(seen) < 3 and proc.poll() is None:  # every session open, seen by PID
+            seen.update(children(proc.pid, running=SESSION))
+            time.sleep(0.05)
+        proc.send_signal(signum)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 128 + signum, err
+        assert "stopped during preflight; every ssh session it started has ended" in err
+        assert wait_gone(seen) == []
+    finally:
+        end([proc.pid, *seen])
+
+
+@pytest.mark.slow
+def test_a_host_that_never_starts_its_node_program_ends_the_launch(tmp_path, monkeypatch):
+    """A host that passed preflight and then said nothing gave 120 s of silence."""
+    monkeypatch.setattr(nodes, "NODE_START_S", 3.0)
+    graph, cluster = model("lenet", batch_size=8), cpu_ranks(1, nodes=1)
+    target = LaunchTarget((Host("silent-1"),), Remote.choose(FAKE_SSH))
+    prepared = prepare(graph, builtin_strategy("data-parallel", graph, cluster), cluster,
+                       Training(steps=3, warmup=1), AnalyticCostModel(), target,
+                       run_log=tmp_path / "run.ffrun")
+    with Follow(prepared) as follow:
+        outcome, _, _ = follow.finish()
+        assert outcome.status == RunStatus.FAILED
+        assert outcome.message.startswith("host silent-1 did not start its node program in "
+                                          "3 s"), outcome.message
+        assert wait_gone(follow.pids()) == []
+    assert read_run_log(tmp_path / "run.ffrun").final["status"] == "failed"
+
+
+def test_the_baseline_runs_on_the_same_hosts_port_and_python(tmp_path):
+    """``b`` on the Launch screen ran data parallelism here, or refused a cluster of two
+    nodes (it prepared the baseline without the launch's hosts)."""
+    graph, cluster = model("lenet", batch_size=8), cpu_ranks(2, nodes=2)
+    remote = Remote.choose(FAKE_SSH, sys.executable)
+    port = free_port()
+    target = LaunchTarget(tuple(parse_host_list(TWO_NODES)), remote, port)
+    request = launch_request(graph, builtin_strategy("expert", graph, cluster), cluster,
+                             AnalyticCostModel(), "lenet", tmp_path,
+                             Training(steps=3, warmup=1), target)
+    baseline = request.baseline().prepared
+    assert baseline.spec.strategy.name == "data-parallel"
+    assert (baseline.target.hosts, baseline.target.remote, baseline.target.port) == \
+        (target.hosts, remote, port) == \
+        (request.prepared.target.hosts, request.prepared.target.remote,
+         request.prepared.target.port)
+    assert baseline.target.run_id != request.prepared.target.run_id
+    assert baseline.nodes is not None and baseline.nodes.ranks == (2, 2)
+    assert all(f"--rdzv-endpoint 127.0.0.1:{port}" in " ".join(command)
+               for command in baseline.commands())
 
 
 # -- real runs over two fake nodes ------------------------------------------------------
@@ -162,55 +360,9 @@ def two_nodes(monkeypatch):
             monkeypatch.setenv(name, value)
         return prepare(graph, builtin_strategy("data-parallel", graph, cluster), cluster,
                        Training(steps=steps, warmup=1), AnalyticCostModel(),
-                       run_log=tmp_path / "run.ffrun", hosts=parse_host_list(TWO_NODES),
-                       remote=Remote.choose(FAKE_SSH))
+                       LaunchTarget(tuple(parse_host_list(TWO_NODES)), Remote.choose(FAKE_SSH)),
+                       run_log=tmp_path / "run.ffrun")
     return launch
-
-
-class Follow:
-    """Runs a launch on a thread, keeping its run and records, so a test can act
-    mid-run and then check every process of it is gone; as a context, ends them all
-    however the test ends."""
-
-    def __init__(self, prepared) -> None:
-        self.stop = threading.Event()
-        self.records: list[dict] = []
-        self.run = None
-        self.result = None
-        self.thread = threading.Thread(target=self._go, args=(prepared,), daemon=True)
-        self.thread.start()
-
-    def _go(self, prepared) -> None:
-        self.result = execute(prepared, self.stop, self.records.append,
-                              on_start=lambda run: setattr(self, "run", run))
-
-    def wait_for_steps(self, ranks: int = 4, timeout: float = 120.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and self.thread.is_alive():
-            if len({r["rank"] for r in list(self.records) if r["kind"] == "steps"}) == ranks:
-                return
-            time.sleep(0.1)
-        raise AssertionError(f"the ranks did not step: {self.records[-3:]}")
-
-    def pids(self) -> list[int]:
-        assert self.run is not None
-        return [pid for group in self.run.pids().values() for pid in group] + \
-            list(self.run.worker_pids.values())
-
-    def finish(self, timeout: float = 120.0):
-        self.thread.join(timeout)
-        assert not self.thread.is_alive(), "the launch did not end"
-        return self.result
-
-    def __enter__(self) -> "Follow":
-        return self
-
-    def __exit__(self, *_) -> None:
-        """However the test ended: the launch stopped, every process of it killed."""
-        self.stop.set()
-        self.thread.join(30)
-        end(self.pids() if self.run else [])
-
 
 
 @pytest.mark.slow
@@ -256,6 +408,21 @@ def test_a_failing_rank_on_the_second_node_is_named_with_its_host(tmp_path, two_
         assert outcome.message.startswith("rank 3 on 127.0.0.1 failed"), outcome.message
         assert "fails at step 2" in outcome.message
         assert wait_gone(follow.pids()) == []
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("gloo")
+def test_two_nodes_listen_on_the_first_hosts_address_only(tmp_path, two_nodes):
+    """torchrun's rendezvous store listened on every interface (``*:PORT``), without
+    authentication, for the whole run; now the first host's store listens on the
+    address the other hosts reach it at, and the ranks' sockets on their hosts'."""
+    with Follow(two_nodes(tmp_path, steps=100_000)) as follow:
+        follow.wait_for("start", 4)
+        found = listening(follow.pids())
+        first = follow.run.pids()["torchrun"][0]
+        assert [(address, port) for address, port, pid in found if pid == first] == \
+            [("127.0.0.1", follow.run.nodes.target.port)]
+        assert not [f for f in found if ipaddress.ip_address(f[0]).is_unspecified], found
 
 
 @pytest.mark.slow

@@ -16,7 +16,7 @@ import pytest
 
 from flextui.runtime.launch import free_port
 from flextui.runtime.runlog import read_run_log
-from processes import end, parent_of, wait_gone
+from processes import end, listening, parent_of, wait_gone
 from runtime_models import SMALL_MODELS, STRATEGIES
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("gloo")]
@@ -119,6 +119,26 @@ def test_a_signal_stops_every_rank(tmp_path, signum):
         assert read_run_log(log).final["status"] == "stopped"
     finally:
         end([proc.pid, *pids.values()])
+
+
+def test_a_launch_listens_on_loopback_only(tmp_path):
+    """torchrun's rendezvous stores listened on every interface (``*:PORT``, twice),
+    without authentication, for the whole run: now its one store listens on 127.0.0.1,
+    and so do the ranks' gloo sockets (``GLOO_SOCKET_IFNAME`` is the loopback)."""
+    log = tmp_path / "listen.ffrun"
+    proc = launch(tmp_path, "-m", "lenet", "--nproc-per-node", "2", "--steps", "1000000",
+                  "--run-log", str(log))
+    started: list[int] = []
+    try:
+        pids = wait_for_starts(log, 2, proc)
+        torchrun = parent_of(pids[0])
+        started = [torchrun, *pids.values()]
+        found = listening([proc.pid, *started])
+        assert {pid for *_, pid in found} == set(started), found
+        assert {address for address, *_ in found} == {"127.0.0.1"}, found
+    finally:
+        end([proc.pid, *started])
+    assert wait_gone(started) == []
 
 
 def test_a_failing_rank_is_named_and_every_rank_ends(tmp_path):

@@ -78,7 +78,10 @@ def load_strategy(name: str, graph, cluster, same_graph: bool = False):
     ``.json`` suffix or a directory part), so a missing file is reported as missing."""
     from pathlib import Path
 
+    from flextui.fields import FormFields
     from flextui.strategy import BUILTIN_STRATEGIES, builtin_strategy, load_strategy
+    if name not in BUILTIN_STRATEGIES:
+        FormFields().path(name, "strategy")  # before the file system is asked about it
     path = Path(name)
     if name not in BUILTIN_STRATEGIES and (path.exists() or path.suffix or len(path.parts) > 1):
         return load_strategy(path, graph, cluster, same_graph)

@@ -37,6 +37,7 @@ from flextui.cli.common import (
     strategy_arg,
 )
 from flextui.errors import FlextuiError
+from flextui.limits import DEVICES, RANKS_PER_HOST
 
 PROGRESS_S = 1.0
 EXIT_FAILED = 1
@@ -93,30 +94,33 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_launch(args: argparse.Namespace, console: Console) -> int:
+    from dataclasses import replace
+
     from flextui.runtime import job
-    from flextui.runtime.spec import Training
+    from flextui.runtime.nodes import PreflightStopped
     from flextui.session.launching import launch_request, launch_strategy
 
-    for flag, value, least in (("--steps", args.steps, 1), ("--warmup", args.warmup, 0),
-                               ("--nproc-per-node", args.nproc_per_node, 1)):
-        if value is not None and value < least:
-            raise FlextuiError(f"{flag} must be at least {least}")
+    training, target = _asked(args)
     record_profile.check(args)
     graph = load_graph(args)
-    hosts = _hosts(args)
-    cluster = _cluster(args, hosts)
+    cluster = _cluster(args, training, target.hosts)
     strategy = launch_strategy(args.strategy, graph, cluster)
-    backend = job.choose_backend(cluster, args.backend, on_hosts=bool(hosts))
-    training = Training(steps=args.steps, warmup=args.warmup, seed=args.seed, lr=args.lr,
-                        backend=backend, record_tasks=args.record_profile)
+    backend = job.choose_backend(cluster, args.backend, on_hosts=not target.local)
+    training = replace(training, backend=backend)
     cost_model = load_cost_model(args, graph, cluster, training=True)
     run_log = Path(args.run_log) if args.run_log else _beside_strategy(args.strategy, graph,
                                                                         cluster)
-    where = f" over {', '.join(h.name for h in hosts)}" if hosts else ""
-    request = launch_request(graph, strategy, cluster, cost_model,
-                             f"{graph.name} on {cluster.name}{where}", training=training,
-                             run_log=run_log, port=args.port, hosts=hosts,
-                             remote=_remote(args, hosts))
+    where = "" if target.local else f" over {', '.join(target.host_names())}"
+    stop = threading.Event()
+    with stop_on_signals(stop) as caught:  # a stop during preflight ends its ssh sessions
+        try:
+            request = launch_request(graph, strategy, cluster, cost_model,
+                                     f"{graph.name} on {cluster.name}{where}", training=training,
+                                     target=target, run_log=run_log, stop=stop)
+        except PreflightStopped as stopped:
+            print(f"flextui: {stopped}", file=sys.stderr)
+    if caught.exit_status:
+        return caught.exit_status
     prepared = request.prepared
     if args.check:
         small = _check_graph(args, graph, strategy)
@@ -157,31 +161,45 @@ def cmd_launch(args: argparse.Namespace, console: Console) -> int:
 # -- what is launched -------------------------------------------------------------------
 
 
-def _hosts(args: argparse.Namespace):
+def _asked(args: argparse.Namespace):
+    """How to train and where, as the options say, every value checked before any work
+    (the backend is chosen once the cluster is known)."""
+    from flextui.errors import FieldError
+    from flextui.fields import FormFields
     from flextui.runtime.hosts import parse_host_list, read_hostfile
+    from flextui.runtime.spec import Training
+    from flextui.runtime.target import LaunchTarget, Remote
+    from flextui.search.options import parse_whole
+    from flextui.strategy import BUILTIN_STRATEGIES
 
-    if args.hostfile:
-        return read_hostfile(args.hostfile)
-    if args.hosts is not None:
-        return parse_host_list(args.hosts)
-    if args.ssh or args.remote_python:
-        raise FlextuiError("--ssh and --remote-python are for a launch over hosts: give "
-                           "--hosts or --hostfile")
-    return None
+    form = FormFields()
+    try:
+        for flag in ("cluster", "run_log", "hostfile", "remote_python"):
+            if getattr(args, flag) is not None:
+                form.path(getattr(args, flag), flag)
+        if args.strategy not in BUILTIN_STRATEGIES:
+            form.path(args.strategy, "strategy")
+        if args.nproc_per_node is not None:
+            parse_whole("nproc_per_node", args.nproc_per_node, 1, RANKS_PER_HOST.value)
+        training = Training(steps=args.steps, warmup=args.warmup, seed=args.seed, lr=args.lr,
+                            check=args.check, record_tasks=args.record_profile)
+        hosts = read_hostfile(args.hostfile) if args.hostfile else \
+            parse_host_list(args.hosts) if args.hosts is not None else []
+        remote = Remote.choose(args.ssh, args.remote_python) \
+            if hosts or args.ssh or args.remote_python else None
+        return training, LaunchTarget(tuple(hosts), remote, args.port)
+    except FieldError as e:
+        raise FlextuiError(e.flag_message) from None
 
 
-def _remote(args: argparse.Namespace, hosts):
-    from flextui.runtime.nodes import Remote
-
-    return Remote.choose(args.ssh, args.remote_python) if hosts else None
-
-
-def _cluster(args: argparse.Namespace, hosts):
+def _cluster(args: argparse.Namespace, training, hosts):
     """The launch's devices: --cluster, else this machine's GPUs, else CPU processes
-    (as many as the strategy file was made for, --nproc-per-node, or 2); over hosts
-    without --cluster, CPU processes on each (their slots, --nproc-per-node, or 2)."""
+    (as many as the strategy file was made for, --nproc-per-node, or 2, a core each);
+    over hosts without --cluster, CPU processes on each (their slots, --nproc-per-node,
+    or 2). Counts are checked before the cluster is built."""
     from flextui.machine import load_named_cluster
-    from flextui.machine.detect import cpu_ranks, detect_local
+    from flextui.machine.detect import cpu_ranks, detect_local, usable_cpus
+    from flextui.runtime.target import check_ranks_fit
 
     if hosts and not args.cluster:
         slots = {h.slots for h in hosts if h.slots is not None} | \
@@ -189,7 +207,11 @@ def _cluster(args: argparse.Namespace, hosts):
         if len(slots) > 1:
             raise FlextuiError(f"the hosts ask for different numbers of ranks ({sorted(slots)})"
                                ": give --cluster with a node of that many devices per host")
-        return cpu_ranks(slots.pop() if slots else 2, nodes=len(hosts))
+        ranks = slots.pop() if slots else 2
+        problem = DEVICES.problem(ranks * len(hosts))
+        if problem:
+            raise FlextuiError(f"{len(hosts):,} hosts of {ranks:,} ranks: {problem}")
+        return cpu_ranks(ranks, nodes=len(hosts))
     name = args.cluster or _file_cluster(args.strategy)
     if name is not None:
         cluster = load_named_cluster(name)
@@ -204,7 +226,9 @@ def _cluster(args: argparse.Namespace, hosts):
                                f"{local.num_devices} GPUs of this machine (set "
                                "CUDA_VISIBLE_DEVICES to use fewer)")
         return local
-    return cpu_ranks(args.nproc_per_node or 2)
+    ranks = args.nproc_per_node or 2
+    check_ranks_fit("this machine", ranks, training, 0, usable_cpus())
+    return cpu_ranks(ranks)
 
 
 def _file_cluster(strategy: str) -> str | None:
@@ -250,12 +274,11 @@ def _check_graph(args: argparse.Namespace, graph, strategy):
 
 
 def _dry_run(prepared, console: Console) -> int:
-    from flextui.runtime.launch import Torchrun
-    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in
-                   Torchrun.environment(launcher_pid=0).items())
     for command in prepared.commands():
-        print(f"{env} {shlex.join(command)}" if prepared.nodes is None
-              else shlex.join(command))
+        if prepared.nodes is None:
+            env = prepared.torchrun(Path("<plan dir>")).environment(launcher_pid=0)
+            print(" ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()), end=" ")
+        print(shlex.join(command))
     where = ("the plan travels over each ssh session's stdin to the node program, which "
              "writes it to a temporary directory" if prepared.nodes else
              "the plan file is written to a temporary directory when the run starts")

@@ -8,6 +8,7 @@ from importlib.resources import files
 from pathlib import Path
 
 from flextui.errors import ClusterError
+from flextui.limits import RANKS_PER_HOST, path_problem
 from flextui.machine.cluster import Cluster
 from flextui.machine.toml import load_cluster, parse_cluster
 
@@ -17,7 +18,7 @@ __all__ = ["LOCAL", "cluster_names", "cpu_ranks_name", "load_named_cluster", "re
 LOCAL = "local"
 #: N CPU processes of this machine (``machine.detect.cpu_ranks``): ``local-cpu-4``
 _CPU_RANKS = re.compile(r"local-cpu-(?P<ranks>\d{1,5})")
-MAX_CPU_RANKS = 1024
+MAX_CPU_RANKS = RANKS_PER_HOST.value
 
 
 def cpu_ranks_name(ranks: int) -> str:
@@ -56,6 +57,9 @@ def load_named_cluster(name_or_path: str | Path, nodes: int | None = None) -> Cl
     paper's P100 cluster at 4 GPUs is ``load_named_cluster("p100-4x4", nodes=1)``, which
     is also ``load_named_cluster("p100-4x4@1node")``: a resized cluster's own name."""
     text = str(name_or_path)
+    problem = path_problem(text)
+    if problem is not None:  # before any file is looked at
+        raise ClusterError(f"cluster {problem}")
     if nodes is not None:
         return _resized(text, nodes)
     base, count = split_resized(text)

@@ -10,7 +10,6 @@ import importlib.util
 import math
 import tempfile
 import threading
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -21,12 +20,14 @@ from flextui.errors import FlextuiError, StrategyError
 from flextui.graph import DimKind, OpGraph
 from flextui.graph.library import require_source
 from flextui.machine import Cluster
-from flextui.runtime.hosts import Host, place
+from flextui.machine.detect import usable_cpus
+from flextui.runtime.hosts import place
 from flextui.runtime.launch import Outcome, Run, Torchrun, free_port, port_is_free
-from flextui.runtime.nodes import Nodes, NodesRun, Remote, preflight
+from flextui.runtime.nodes import Nodes, NodesRun, preflight
 from flextui.runtime.runlog import RunLogWriter
 from flextui.runtime.spec import Backend, LaunchSpec, RunDtype, Training
 from flextui.runtime.summary import RunSummary, summarize
+from flextui.runtime.target import LaunchTarget, check_ranks_fit
 from flextui.search.files import default_log_path
 from flextui.sim import Simulator
 from flextui.strategy import Strategy
@@ -36,18 +37,22 @@ RUN_SUFFIX = ".ffrun"
 
 @dataclass(frozen=True)
 class Prepared:
-    """A launch ready to start: what ranks get, where the log goes, what to expect."""
+    """A launch ready to start: what ranks get, where they run (``target``, its port
+    chosen), where the log goes, what to expect; over hosts, ``nodes`` is what their
+    preflight found (for the same target)."""
 
     spec: LaunchSpec
     cluster: Cluster
-    port: int
+    target: LaunchTarget
     run_log: Path
     simulated: dict[str, Any]
-    nodes: Nodes | None = None  # a launch over hosts, after their preflight
+    nodes: Nodes | None = None
 
     def torchrun(self, directory: Path) -> Torchrun:
-        return Torchrun(directory / "plan.msgpack", self.spec.num_ranks, self.port,
-                        uuid.uuid4().hex[:12], directory / "ranks")
+        """This machine's torchrun, its plan in ``directory``."""
+        assert self.target.port is not None, "prepare chose the port"
+        return Torchrun(directory / "plan.msgpack", self.spec.num_ranks, self.target.port,
+                        self.target.run_id, directory / "ranks")
 
     def commands(self) -> list[list[str]]:
         """What starts the run: torchrun here, or per host ssh with the node program
@@ -55,9 +60,10 @@ class Prepared:
         where = Path("<plan dir>")
         if self.nodes is None:
             return [self.torchrun(where).command()]
-        return [[*self.nodes.remote.command(host), "->",
-                 *self.nodes.torchrun(k, where, "<run id>").command()]
-                for k, host in enumerate(self.nodes.hosts)]
+        remote = self.target.remote
+        assert remote is not None, "a target over hosts has a remote"
+        return [[*remote.command(host), "->", *self.nodes.request(k, b"").torchrun(where)
+                 .command()] for k, host in enumerate(self.nodes.hosts)]
 
 
 def choose_backend(cluster: Cluster, asked: str | None = None, on_hosts: bool = False
@@ -66,12 +72,10 @@ def choose_backend(cluster: Cluster, asked: str | None = None, on_hosts: bool = 
     processes; ``asked`` ("nccl", "gloo") overrides, and NCCL without a GPU per rank is
     refused. ``on_hosts``: the launch runs on other hosts, NCCL for a GPU cluster (their
     preflight counts their GPUs)."""
-    import torch
-
     gpu_cluster = not cluster.devices[0].spec.is_cpu
     if on_hosts:
         return Backend(asked) if asked else Backend.NCCL if gpu_cluster else Backend.GLOO
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    gpus = local_gpus()
     backend = Backend(asked) if asked else \
         (Backend.NCCL if gpu_cluster and gpus >= cluster.num_devices else Backend.GLOO)
     if backend == Backend.NCCL and gpus < cluster.num_devices:
@@ -82,15 +86,18 @@ def choose_backend(cluster: Cluster, asked: str | None = None, on_hosts: bool = 
 
 
 def prepare(graph: OpGraph, strategy: Strategy, cluster: Cluster, training: Training,
-            cost_model: CostModel, *, run_log: Path | None = None, port: int | None = None,
-            hosts: list[Host] | None = None, remote: Remote | None = None) -> Prepared:
-    """Check everything a launch needs before a rank starts; FlextuiError says what is
-    wrong (a cluster of several nodes without hosts, a strategy for more devices than
-    the launch has, a busy port, no torchrun, a host that fails its preflight, an
-    imported model with no source the user gave)."""
+            cost_model: CostModel, target: LaunchTarget | None = None, *,
+            run_log: Path | None = None, stop: threading.Event | None = None) -> Prepared:
+    """Check everything a launch on ``target`` (default: this machine, a free port)
+    needs before a rank starts; FlextuiError says what is wrong (a cluster of several
+    nodes without hosts, a strategy for more devices than the launch has, more ranks
+    than the machine has cores or GPUs, a busy port, no torchrun, a host that fails its
+    preflight: ``stop`` ends that early, an imported model with no source the user
+    gave)."""
     require_source(graph)
+    target = target or LaunchTarget()
     nodes = {d.node for d in cluster.devices}
-    if len(nodes) > 1 and not hosts:
+    if len(nodes) > 1 and target.local:
         raise FlextuiError(f"cluster {cluster.name!r} has {len(nodes)} nodes: give their hosts "
                            "with --hosts or --hostfile (one host per node), or a one-node "
                            "cluster to run on this machine")
@@ -104,22 +111,32 @@ def prepare(graph: OpGraph, strategy: Strategy, cluster: Cluster, training: Trai
         raise FlextuiError("torchrun (torch.distributed.run) is missing from this Python; "
                            "install a torch with distributed support")
     placed = None
-    if hosts:
+    if not target.local:
         module = graph.source.module if graph.source is not None else None
-        placed = preflight(hosts, place(hosts, cluster), training.backend,
-                           remote or Remote.choose(), port, modules=(module,) if module else ())
-        port = placed.port
-    elif port is None:
-        port = free_port()
-    elif not port_is_free(port):
-        raise FlextuiError(f"port {port} is in use on localhost; leave --port out to use a "
-                           "free one")
+        placed = preflight(target, place(target.hosts, cluster), training, stop=stop,
+                           modules=(module,) if module else ())
+        target = placed.target
+    else:
+        check_ranks_fit("this machine", cluster.num_devices, training, local_gpus(),
+                        usable_cpus())
+        if target.port is None:
+            target = target.with_port(free_port())
+        elif not port_is_free(target.port):
+            raise FlextuiError(f"port {target.port} is in use on this machine; leave --port "
+                               "out to use a free one")
     timeline = Simulator(graph, cluster, cost_model).simulate(strategy)
     simulated = {"iteration_s": timeline.makespan, "cost_model": cost_model.identity,
                  "busy_s": [d.busy_s for d in timeline.devices]}
     path = run_log or default_log_path(graph, cluster, suffix=RUN_SUFFIX)
-    return Prepared(LaunchSpec(graph, strategy, cluster.num_devices, training), cluster, port,
-                    path, simulated, placed)
+    return Prepared(LaunchSpec(graph, strategy, cluster.num_devices, training), cluster,
+                    target, path, simulated, placed)
+
+
+def local_gpus() -> int:
+    """The GPUs this process sees."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
 def check_batch(graph: OpGraph, strategy: Strategy) -> int:
@@ -206,6 +223,6 @@ def _header(prepared: Prepared) -> dict[str, Any]:
     spec = prepared.spec
     return {**spec.to_dict(), "graph_hash": spec.graph.fingerprint,
             "cluster": prepared.cluster.to_dict(),
-            "commands": prepared.commands(),
-            "hosts": [h.name for h in prepared.nodes.hosts] if prepared.nodes else ["localhost"],
+            "commands": prepared.commands(), "hosts": prepared.target.host_names(),
+            "target": prepared.target.to_dict(),
             "simulated": prepared.simulated}

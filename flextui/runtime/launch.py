@@ -1,10 +1,11 @@
 """Starting a run with torchrun on this machine and following it to its end.
 
-torchrun (``python -m torch.distributed.run``) starts one worker per rank with c10d
-rendezvous on a free localhost port and ``--max-restarts 0``; its output, the ranks'
-own lines tagged ``[rankN]:`` (``--tee``), is read on a thread: metrics records go to
-``on_record``, every other line to ``on_output``, and the last lines of each rank are
-kept to name what a failed rank said.
+torchrun (``python -m torch.distributed.run``, through ``runtime.rendezvous``) starts
+one worker per rank, meeting on a free port of the loopback address, with
+``--max-restarts 0``; its output, the ranks' own lines tagged ``[rankN]:`` (``--tee``),
+is read on a thread: metrics records go to ``on_record``, every other line to
+``on_output``, and the last lines of each rank are kept to name what a failed rank
+said.
 
 Teardown. torchrun runs in a session of its own, so stopping a run (Ctrl-C, SIGTERM,
 the app quitting) signals its whole process group: SIGTERM, then SIGKILL after a grace
@@ -31,7 +32,9 @@ from pathlib import Path
 from typing import IO, Any
 
 from flextui.runtime.metrics import decode
+from flextui.runtime.rendezvous import BACKEND
 from flextui.runtime.spec import LAUNCHER_PID
+from flextui.runtime.target import LOOPBACK, loopback_interface
 
 GRACE_S = 5.0
 TAIL_LINES = 20
@@ -49,51 +52,56 @@ class RunStatus(StrEnum):
 @dataclass(frozen=True)
 class Torchrun:
     """One node's torchrun: ``plan`` (the launch plan file) on ``ranks`` local
-    processes, its logs under ``log_dir``. One node: c10d rendezvous on localhost's
-    ``port``. Several: static rendezvous at ``master``:``port`` (the first host) with
-    this node's ``node_rank``, so node *k*'s ranks follow node *k-1*'s and device *i*
-    of the cluster is global rank *i* on the host its node names (c10d would number
-    the nodes in the order of their host names)."""
+    processes, its logs under ``log_dir``, node ``node_rank`` of ``nnodes`` meeting the
+    others at ``master``:``port`` (one node: this machine's loopback) under ``run_id``.
+    torchrun runs through ``flextui.runtime.rendezvous``, whose rendezvous store on node
+    0 listens on ``master`` alone; the nodes are numbered as the launch gives them, so
+    device *i* of the cluster is global rank *i* on the host its node names."""
 
     plan: Path
     ranks: int
     port: int
     run_id: str
     log_dir: Path
-    master: str = "localhost"
+    master: str = LOOPBACK
     nnodes: int = 1
     node_rank: int = 0
 
     def command(self) -> list[str]:
-        rendezvous = (["--nnodes", "1", "--rdzv-backend", "c10d"] if self.nnodes == 1 else
-                      ["--nnodes", str(self.nnodes), "--node-rank", str(self.node_rank),
-                       "--rdzv-backend", "static"])
-        return [sys.executable, "-m", "torch.distributed.run", *rendezvous,
-                "--nproc-per-node", str(self.ranks),
-                "--rdzv-endpoint", f"{self.master}:{self.port}", "--rdzv-id", self.run_id,
+        endpoint = f"[{self.master}]" if ":" in self.master else self.master
+        return [sys.executable, "-m", "flextui.runtime.rendezvous",
+                "--nnodes", str(self.nnodes), "--rdzv-backend", BACKEND,
+                "--rdzv-conf", f"rank={self.node_rank}", "--nproc-per-node", str(self.ranks),
+                "--rdzv-endpoint", f"{endpoint}:{self.port}", "--rdzv-id", self.run_id,
                 "--max-restarts", "0", "--role", "rank", "--tee", "3",
                 "--log-dir", str(self.log_dir), "-m", "flextui.runtime.worker", str(self.plan)]
 
-    @staticmethod
-    def environment(launcher_pid: int) -> dict[str, str]:
+    def environment(self, launcher_pid: int) -> dict[str, str]:
         """What the launch adds to the environment: the launcher's PID (ranks watch it),
-        one thread per rank unless asked otherwise, unbuffered output."""
-        return {LAUNCHER_PID: str(launcher_pid),
-                "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
-                "PYTHONUNBUFFERED": "1"}
+        one thread per rank unless asked otherwise, unbuffered output; on one node, the
+        ranks' own sockets (gloo's, NCCL's) on the loopback interface."""
+        env = {LAUNCHER_PID: str(launcher_pid),
+               "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+               "PYTHONUNBUFFERED": "1"}
+        loopback = loopback_interface() if self.nnodes == 1 else None
+        if loopback is not None:
+            env |= {"GLOO_SOCKET_IFNAME": loopback, "NCCL_SOCKET_IFNAME": loopback}
+        return env
 
 
 def free_port() -> int:
-    """A TCP port of localhost nobody listens on now."""
+    """A TCP port nobody listens on now, on any address of this machine."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind(("", 0))
         return int(s.getsockname()[1])
 
 
 def port_is_free(port: int) -> bool:
+    """Whether nothing listens on ``port`` on any address of this machine (bound, never
+    listened on, so nothing is reachable while it is asked)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         try:
-            s.bind(("127.0.0.1", port))
+            s.bind(("", port))
         except OSError:
             return False
     return True
@@ -230,7 +238,7 @@ class Run:
         self._proc = subprocess.Popen(
             self.torchrun.command(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True,
-            env={**os.environ, **Torchrun.environment(os.getpid())})
+            env={**os.environ, **self.torchrun.environment(os.getpid())})
         assert self._proc.stdout is not None
         self._reader = threading.Thread(target=self._read, args=(self._proc.stdout,),
                                         name="flextui-launch-output", daemon=True)

@@ -6,13 +6,16 @@ framing, ``search.logformat.frame``: a length, a CRC-32 of the body and a CRC-16
 head, so a torn last record reads as a log cut short and damage as damage)::
 
     [0, {"version", "flextui", "created", "graph", "graph_hash", "cluster",
-         "strategy", "num_ranks", "training", "commands", "hosts", "simulated"}]  header
+         "strategy", "num_ranks", "training", "commands", "hosts", "target",
+         "simulated"}]                                                            header
     [1, record]            a rank's metrics record (``runtime.metrics``), as it came
     [2, rank, line]        a line of a rank's other output (rank -1: torchrun's own)
     [3, {"status", "exit_code", "failed_rank", "message", "elapsed_s"}]     final
 
 ``commands`` start the run (torchrun here, or per host ssh -> the node program's
-torchrun), ``hosts`` are where (["localhost"] on this machine). ``simulated`` is what
+torchrun), ``hosts`` are where (["localhost"] on this machine); ``target`` is the
+launch's ``LaunchTarget``: ``{"hosts", "port", "run_id", "ssh", "python"}`` (no hosts,
+ssh or python on this machine). ``simulated`` is what
 the simulator predicted for the strategy on the cluster:
 ``{"iteration_s", "busy_s": [per device], "cost_model"}``. ``status`` is "finished",
 "failed" or "stopped". The launcher is the only writer; each record is flushed as it is

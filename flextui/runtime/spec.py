@@ -16,7 +16,7 @@ from typing import Any
 
 from flextui.documents import BadDocument, DocumentFormat
 from flextui.errors import FlextuiError
-from flextui.fields import FieldReader
+from flextui.fields import FieldReader, FormFields
 from flextui.graph import OpGraph, graph_from_dict
 from flextui.graph.model_source import ModelSource
 from flextui.strategy import ParallelConfig, Strategy
@@ -57,6 +57,17 @@ class Training:
     backend: Backend = Backend.GLOO
     check: bool = False
     record_tasks: bool = False
+
+    def __post_init__(self) -> None:
+        """Every number in range (a FieldError names the field, ``--steps`` on the command
+        line), so a Training that exists can be written to a plan and trained: no
+        step count past flextui's integers, no NaN learning rate."""
+        f = FormFields()
+        f.integer(self.steps, "steps", 1)
+        f.integer(self.warmup, "warmup", 0)
+        f.integer(self.seed, "seed")
+        f.number(self.lr, "lr", 0.0)
+        f.number(self.momentum, "momentum", 0.0, 1.0)
 
 
 @dataclass(frozen=True)

@@ -1,22 +1,25 @@
 """Launches as a person asks for them, for both front ends: a strategy on a cluster's
-devices here, prepared with the defaults a person expects (a short timed run, the
-backend the machine allows, a run log beside the searches'), and the data-parallel
-baseline on the same devices."""
+devices, here or on hosts (a ``LaunchTarget``), prepared with the defaults a person
+expects (a short timed run, the backend the machine allows, a run log beside the
+searches'), and the data-parallel baseline on the same devices and target."""
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from flextui.cost.model import CostModel
+from flextui.fields import FormFields
 from flextui.graph import OpGraph
 from flextui.graph.library import with_source
 from flextui.graph.model_source import ModelSource
 from flextui.machine import Cluster
 from flextui.runtime.job import RUN_SUFFIX, Prepared, choose_backend, prepare
 from flextui.runtime.spec import Backend, Training
+from flextui.runtime.target import LaunchTarget
 from flextui.search.files import default_log_path
 from flextui.session.live_launch import LiveLaunch
 from flextui.strategy import BUILTIN_STRATEGIES, Strategy, builtin_strategy, load_strategy
@@ -38,29 +41,34 @@ class LaunchRequest:
 
 def launch_strategy(text: str, graph: OpGraph, cluster: Cluster) -> Strategy:
     """What a person names to launch: a built-in strategy (data-parallel, expert,
-    model-parallel, random) or a strategy file made for this model (its fingerprint)."""
+    model-parallel, random) or a strategy file made for this model (its fingerprint);
+    a name that cannot name a file is a FieldError naming ``strategy``."""
     if text in BUILTIN_STRATEGIES:
         return builtin_strategy(text, graph, cluster)
-    return load_strategy(text, graph, cluster, same_graph=True)
+    return load_strategy(FormFields().path(text, "strategy"), graph, cluster, same_graph=True)
 
 
 def launch_request(graph: OpGraph, strategy: Strategy, cluster: Cluster,
                    cost_model: CostModel, title: str, log_dir: Path = Path(),
-                   training: Training | None = None, model: ModelSource | None = None,
-                   **prepare_args) -> LaunchRequest:
-    """Prepare ``strategy`` on ``cluster`` (FlextuiError if it cannot run here). A graph
-    read from a file (a replayed search's) that needs its model's code runs only from
-    ``model``, the model the user gave, and only if that builds the same graph."""
+                   training: Training | None = None, target: LaunchTarget | None = None, *,
+                   model: ModelSource | None = None, run_log: Path | None = None,
+                   stop: threading.Event | None = None) -> LaunchRequest:
+    """Prepare ``strategy`` on ``cluster`` at ``target`` (default: this machine), or
+    FlextuiError if it cannot run there; its baseline runs data parallelism at the same
+    target, with a run id of its own. A graph read from a file (a replayed search's)
+    that needs its model's code runs only from ``model``, the model the user gave, and
+    only if that builds the same graph."""
     graph = with_source(graph, model)
     training = training or Training(steps=APP_STEPS, warmup=APP_WARMUP,
                                     backend=choose_backend(cluster))
-    if "run_log" not in prepare_args:
-        prepare_args["run_log"] = default_log_path(graph, cluster, log_dir, suffix=RUN_SUFFIX)
-    prepared = prepare(graph, strategy, cluster, training, cost_model, **prepare_args)
+    target = target or LaunchTarget()
+    prepared = prepare(graph, strategy, cluster, training, cost_model, target,
+                       run_log=run_log or default_log_path(graph, cluster, log_dir,
+                                                           suffix=RUN_SUFFIX), stop=stop)
 
     def baseline() -> LiveLaunch:
         data_parallel = builtin_strategy("data-parallel", graph, cluster)
-        run = prepare(graph, data_parallel, cluster, training, cost_model,
+        run = prepare(graph, data_parallel, cluster, training, cost_model, target.again(),
                       run_log=default_log_path(graph, cluster, log_dir, suffix=RUN_SUFFIX))
         return LiveLaunch(run, "data parallel")
 
