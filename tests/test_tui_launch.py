@@ -30,10 +30,14 @@ SIZE = (80, 24)
 
 
 def lenet_prepared(tmp_path: Path, name="expert", ranks=2):
+    """LeNet prepared on ``ranks`` CPU processes, as on a machine with a core for each
+    (the screens under test show its records; nothing starts)."""
     graph, cluster = small("lenet"), load_named_cluster(f"local-cpu-{ranks}")
     strategy = builtin_strategy(name, graph, cluster)
-    return prepare(graph, strategy, cluster, Training(steps=10, warmup=1),
-                   AnalyticCostModel(), run_log=tmp_path / "recorded.ffrun")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("flextui.runtime.job.usable_cpus", lambda: max(ranks, 2))
+        return prepare(graph, strategy, cluster, Training(steps=10, warmup=1),
+                       AnalyticCostModel(), run_log=tmp_path / "recorded.ffrun")
 
 
 def steps(rank, first, last, step_s, compute_s, wait_s, warmup=False):
@@ -217,6 +221,7 @@ async def test_l_on_a_replayed_p100_search_says_what_stands_in_and_asks(lenet_lo
     only once agreed to."""
     monkeypatch.setattr(keys, "TYPING_GAP_S", 0.05)
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    monkeypatch.setattr("flextui.runtime.job.usable_cpus", lambda: 4)  # a core per rank
     started: list[LaunchRequest] = []
     monkeypatch.setattr(FlextuiApp, "start_launch", lambda app, request: started.append(request))
     app = FlextuiApp(replay=lenet_log, log_dir=tmp_path)
