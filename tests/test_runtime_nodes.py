@@ -471,8 +471,8 @@ def test_a_model_file_travels_with_the_launch_to_hosts_that_lack_it(tmp_path, mo
     graph, cluster = load_model(str(folder / "tiny.py")), cpu_ranks(2, nodes=2)
     prepared = prepare(graph, builtin_strategy("data-parallel", graph, cluster), cluster,
                        Training(steps=2, warmup=1), AnalyticCostModel(),
-                       run_log=tmp_path / "run.ffrun", hosts=parse_host_list(TWO_NODES),
-                       remote=Remote.choose(FAKE_SSH))
+                       LaunchTarget(tuple(parse_host_list(TWO_NODES)), Remote.choose(FAKE_SSH)),
+                       run_log=tmp_path / "run.ffrun")
     (folder / "tiny.py").unlink()
     folder.rmdir()
     with Follow(prepared) as follow:
