@@ -21,6 +21,7 @@ from flextui.machine.detect import cpu_ranks, usable_cpus
 from flextui.runtime.hosts import Host, parse_host_list, parse_hostfile, place
 from flextui.runtime.job import execute, prepare
 from flextui.runtime.launch import RunStatus
+from flextui.runtime.metrics import RankRecord, Start, Steps
 from flextui.runtime.nodes import SSH_ENV, Remote
 from flextui.runtime.runlog import read_run_log
 from flextui.runtime.spec import Training
@@ -174,7 +175,7 @@ class Follow:
 
     def __init__(self, prepared) -> None:
         self.stop = threading.Event()
-        self.records: list[dict] = []
+        self.records: list[RankRecord] = []
         self.run = None
         self.result = None
         self.thread = threading.Thread(target=self._go, args=(prepared,), daemon=True)
@@ -187,7 +188,7 @@ class Follow:
     def wait_for_steps(self, ranks: int = 4, timeout: float = 120.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and self.thread.is_alive():
-            if len({r["rank"] for r in list(self.records) if r["kind"] == "steps"}) == ranks:
+            if len({r.rank for r in list(self.records) if isinstance(r, Steps)}) == ranks:
                 return
             time.sleep(0.1)
         raise AssertionError(f"the ranks did not step: {self.records[-3:]}")
@@ -228,7 +229,7 @@ def test_two_nodes_train_over_ssh_and_report_every_device(tmp_path, capsys):
     run = read_run_log(log)
     assert run.header["hosts"] == ["localhost", "127.0.0.1"]
     assert run.header["cluster"]["name"] == "cpu-2x2" and run.final["status"] == "finished"
-    starts = {r["rank"]: r["pid"] for r in run.records if r["kind"] == "start"}
+    starts = {r.rank: r.pid for r in run.records if isinstance(r, Start)}
     assert sorted(starts) == [0, 1, 2, 3]
     assert wait_gone(starts.values()) == []
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from flextui.runtime.launch import free_port
+from flextui.runtime.metrics import End, Start, Steps
 from flextui.runtime.runlog import read_run_log
 from processes import end, parent_of, wait_gone
 from runtime_models import SMALL_MODELS, STRATEGIES
@@ -62,7 +63,7 @@ def starts(path: Path) -> dict[int, int]:
         log = read_run_log(path)
     except Exception:  # noqa: BLE001 (not written yet)
         return {}
-    return {r["rank"]: r["pid"] for r in log.records if r.get("kind") == "start"}
+    return {r.rank: r.pid for r in log.records if isinstance(r, Start)}
 
 
 def wait_for_starts(path: Path, ranks: int, proc, timeout: float = 120.0) -> dict[int, int]:
@@ -86,10 +87,10 @@ def test_launch_trains_prints_every_device_and_keeps_a_run_log(tmp_path):
     assert "finished in" in out
     run = read_run_log(log)
     assert run.header["num_ranks"] == 2 and run.final["status"] == "finished"
-    kinds = {(r["rank"], r["kind"]) for r in run.records}
-    assert kinds == {(rank, kind) for rank in (0, 1) for kind in ("start", "steps", "end")}
-    steps = [r for r in run.records if r["kind"] == "steps" and not r["warmup"]]
-    assert sum(r["last"] - r["first"] + 1 for r in steps) == 6   # 3 timed steps, 2 ranks
+    kinds = {(r.rank, type(r)) for r in run.records}
+    assert kinds == {(rank, kind) for rank in (0, 1) for kind in (Start, Steps, End)}
+    steps = [r for r in run.records if isinstance(r, Steps) and not r.warmup]
+    assert sum(r.count for r in steps) == 6   # 3 timed steps, 2 ranks
     assert wait_gone(starts(log).values()) == []
 
 

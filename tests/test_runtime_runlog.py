@@ -7,6 +7,7 @@ import pytest
 
 from flextui.cli import main
 from flextui.machine import load_named_cluster
+from flextui.runtime.metrics import Start, Steps
 from flextui.runtime.runlog import MAGIC, RunLogError, RunLogWriter, read_run_log
 from flextui.runtime.spec import LaunchSpec, Training
 from flextui.strategy import builtin_strategy
@@ -25,16 +26,14 @@ def header(ranks=2):
 
 def steps(rank, first, last, step_s, compute_s, warmup=False):
     count = last - first + 1
-    return {"kind": "steps", "rank": rank, "first": first, "last": last, "warmup": warmup,
-            "step_s": step_s * count, "compute_s": compute_s * count, "wait_s": 0.001 * count,
-            "sent": 100 * count, "received": 100 * count, "losses": [1.0] * count,
-            "peak_memory": 2**20, "gpu_util": None}
+    return Steps(rank, first, last, warmup, step_s * count, compute_s * count, 0.001 * count,
+                 100 * count, 100 * count, (1.0,) * count, 2**20, None)
 
 
 def write(path, final=True):
     log = RunLogWriter(path, header())
     for rank in (0, 1):
-        log.record({"kind": "start", "rank": rank, "pid": 1000 + rank})
+        log.record(Start(rank, 1000 + rank, "localhost", "cpu", 10, 2))
         log.record(steps(rank, 0, 1, 0.5, 0.4, warmup=True))
         log.record(steps(rank, 2, 11, 0.012 if rank == 0 else 0.011,
                          0.010 if rank == 0 else 0.004))

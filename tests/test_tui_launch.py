@@ -11,6 +11,7 @@ from flextui.cost import AnalyticCostModel
 from flextui.machine import load_named_cluster
 from flextui.runtime.job import prepare
 from flextui.runtime.launch import Outcome, RunStatus
+from flextui.runtime.metrics import Start, Steps
 from flextui.runtime.spec import Training
 from flextui.session.launching import LaunchRequest, launch_request
 from flextui.session.live_launch import LiveLaunch
@@ -35,15 +36,13 @@ def lenet_prepared(tmp_path: Path, name="expert"):
 
 def steps(rank, first, last, step_s, compute_s, wait_s, warmup=False):
     count = last - first + 1
-    return {"kind": "steps", "rank": rank, "first": first, "last": last, "warmup": warmup,
-            "step_s": step_s * count, "compute_s": compute_s * count,
-            "wait_s": wait_s * count, "sent": 10 * count, "received": 10 * count,
-            "losses": [2.3] * count, "peak_memory": 300 * 2**20, "gpu_util": None}
+    return Steps(rank, first, last, warmup, step_s * count, compute_s * count,
+                 wait_s * count, 10 * count, 10 * count, (2.3,) * count, 300 * 2**20, None)
 
 
 RECORDS = [
-    {"kind": "start", "rank": 0, "pid": 1, "host": "node-a"},
-    {"kind": "start", "rank": 1, "pid": 2, "host": "node-b"},
+    Start(0, 1, "node-a", "cpu", 10, 1),
+    Start(1, 2, "node-b", "cpu", 10, 1),
     steps(0, 0, 0, 0.5, 0.4, 0.1, warmup=True), steps(1, 0, 0, 0.5, 0.3, 0.2, warmup=True),
     *(steps(rank, s, s, 0.010 + 0.001 * s, 0.006, 0.003) for s in range(1, 11)
       for rank in (0, 1)),
@@ -215,8 +214,8 @@ async def test_a_real_launch_runs_in_the_app_and_ends_with_it(tmp_path):
         view = live.view()
         assert all(d.samples_per_s > 0 for d in view.devices)
         from flextui.runtime.runlog import read_run_log
-        pids = [r["pid"] for r in read_run_log(request.prepared.run_log).records
-                if r["kind"] == "start"]
+        pids = [r.pid for r in read_run_log(request.prepared.run_log).records
+                if isinstance(r, Start)]
         assert len(pids) == 2
     # the app has quit: every rank has ended and the run log is finished
     import os

@@ -18,7 +18,6 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 from rich import box
 from rich.console import Console
@@ -37,6 +36,7 @@ from flextui.cli.common import (
     strategy_arg,
 )
 from flextui.errors import FlextuiError
+from flextui.runtime.metrics import RankRecord, Steps
 
 PROGRESS_S = 1.0
 EXIT_FAILED = 1
@@ -276,13 +276,11 @@ class _Progress:
         self.step_s: dict[int, float] = {}
         self.shown = 0.0
 
-    def record(self, record: dict[str, Any]) -> None:
-        if record.get("kind") != "steps":
+    def record(self, record: RankRecord) -> None:
+        if not isinstance(record, Steps):
             return
-        rank = record["rank"]
-        self.done[rank] = record["last"] + 1
-        count = record["last"] - record["first"] + 1
-        self.step_s[rank] = record["step_s"] / max(1, count)
+        self.done[record.rank] = record.last + 1
+        self.step_s[record.rank] = record.step_s / record.count
         now = time.monotonic()
         if self.quiet or now - self.shown < PROGRESS_S:
             return
@@ -324,7 +322,7 @@ def print_summary(summary, console: Console) -> None:
                   + f"{summary.samples_per_s:,.1f} samples/s", highlight=False)
 
 
-def _report_check(outcome, records: list[dict[str, Any]], console: Console,
+def _report_check(outcome, records: list[RankRecord], console: Console,
                   as_json: bool) -> int:
     from flextui.runtime.check import TOLERANCE, check_result
     result = check_result(outcome, records)

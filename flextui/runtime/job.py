@@ -22,6 +22,7 @@ from flextui.graph import DimKind, OpGraph
 from flextui.machine import Cluster
 from flextui.runtime.hosts import Host, place
 from flextui.runtime.launch import Outcome, Run, Torchrun, free_port, port_is_free
+from flextui.runtime.metrics import RankRecord
 from flextui.runtime.nodes import Nodes, NodesRun, Remote, preflight
 from flextui.runtime.runlog import RunLogWriter
 from flextui.runtime.spec import Backend, LaunchSpec, RunDtype, Training
@@ -142,19 +143,19 @@ def as_check(prepared: Prepared, graph: OpGraph, steps: int = 3) -> Prepared:
 
 
 def execute(prepared: Prepared, stop: threading.Event,
-            on_record: Callable[[dict[str, Any]], None] = lambda r: None,
+            on_record: Callable[[RankRecord], None] = lambda r: None,
             on_output: Callable[[int, str], None] = lambda rank, line: None,
             on_start: Callable[[Run | NodesRun], None] = lambda run: None,
-            ) -> tuple[Outcome, RunSummary, list[dict[str, Any]]]:
+            ) -> tuple[Outcome, RunSummary, list[RankRecord]]:
     """Run the launch to its end (``stop`` ends it early): every record and line goes to
     the run log and to the callbacks. Returns how it ended, its summary and its
     records."""
     spec = prepared.spec
-    records: list[dict[str, Any]] = []
+    records: list[RankRecord] = []
     log = RunLogWriter(prepared.run_log, _header(prepared))
     lock = threading.Lock()
 
-    def record(r: dict[str, Any]) -> None:
+    def record(r: RankRecord) -> None:
         with lock:
             records.append(r)
             log.record(r)
@@ -190,7 +191,7 @@ def execute(prepared: Prepared, stop: threading.Event,
     return outcome, summary, records
 
 
-def summary_of(prepared: Prepared, records: list[dict[str, Any]]) -> RunSummary:
+def summary_of(prepared: Prepared, records: list[RankRecord]) -> RunSummary:
     """The run's summary, on the launch's cluster, against its simulated figures."""
     cluster = prepared.cluster
     return summarize(records, [d.name for d in cluster.devices],

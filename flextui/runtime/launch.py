@@ -3,8 +3,11 @@
 torchrun (``python -m torch.distributed.run``) starts one worker per rank with c10d
 rendezvous on a free localhost port and ``--max-restarts 0``; its output, the ranks'
 own lines tagged ``[rankN]:`` (``--tee``), is read on a thread: metrics records go to
-``on_record``, every other line to ``on_output``, and the last lines of each rank are
-kept to name what a failed rank said.
+``on_record``, decoded and checked (``metrics.read_line``), every other line to
+``on_output``, and the last lines of each rank are kept to name what a failed rank
+said. A line that starts as a record and is not one is passed on as output, with a
+line saying why it was skipped: the reader never stops reading, so torchrun never
+blocks on a full pipe.
 
 Teardown. torchrun runs in a session of its own, so stopping a run (Ctrl-C, SIGTERM,
 the app quitting) signals its whole process group: SIGTERM, then SIGKILL after a grace
@@ -28,9 +31,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
-from flextui.runtime.metrics import decode
+from flextui.runtime.metrics import Failed, RankRecord, RecordError, Start, read_line
 from flextui.runtime.spec import LAUNCHER_PID
 
 GRACE_S = 5.0
@@ -63,6 +66,8 @@ class Torchrun:
     master: str = "localhost"
     nnodes: int = 1
     node_rank: int = 0
+    #: what each rank runs, with the plan's path after it
+    entry: tuple[str, ...] = ("-m", "flextui.runtime.worker")
 
     def command(self) -> list[str]:
         rendezvous = (["--nnodes", "1", "--rdzv-backend", "c10d"] if self.nnodes == 1 else
@@ -72,7 +77,7 @@ class Torchrun:
                 "--nproc-per-node", str(self.ranks),
                 "--rdzv-endpoint", f"{self.master}:{self.port}", "--rdzv-id", self.run_id,
                 "--max-restarts", "0", "--role", "rank", "--tee", "3",
-                "--log-dir", str(self.log_dir), "-m", "flextui.runtime.worker", str(self.plan)]
+                "--log-dir", str(self.log_dir), *self.entry, str(self.plan)]
 
     @staticmethod
     def environment(launcher_pid: int) -> dict[str, str]:
@@ -117,13 +122,13 @@ class RankOutput:
     failed first and what it said: the ranks' ``failed`` records (with the time of the
     failure), else the root cause torchrun names, and each rank's last lines."""
 
-    def __init__(self, on_record: Callable[[dict[str, Any]], None],
+    def __init__(self, on_record: Callable[[RankRecord], None],
                  on_output: Callable[[int, str], None],
                  host_of: Callable[[int], str] = lambda rank: "localhost") -> None:
         self.on_record, self.on_output = on_record, on_output
         self.host_of = host_of
         self.worker_pids: dict[int, int] = {}
-        self.failures: list[dict[str, Any]] = []
+        self.failures: list[Failed] = []
         self._lines: dict[int, collections.deque] = {}
         self._root_rank: int | None = None
         self._root_exit: int | None = None
@@ -134,36 +139,42 @@ class RankOutput:
         tagged = _RANK_LINE.match(line)
         rank = int(tagged[1]) if tagged else -1
         text = tagged[2] if tagged else line
-        record = decode(text) if tagged else None
-        if record is not None:
-            kind = record.get("kind")
-            if kind == "start" and isinstance(record.get("pid"), int):
-                self.worker_pids[rank] = record["pid"]
-            elif kind == "failed" and isinstance(record.get("time"), (int, float)):
-                self.failures.append(record)
-            self.on_record(record)
+        try:
+            record = read_line(text, f"rank {rank}'s record") if tagged else None
+        except RecordError as bad:
+            self._show(rank, text)
+            self._show(-1, f"flextui: skipped a record of rank {rank}: {bad}")
             return
-        self._remember(rank, text)
-        self.on_output(rank, f"{source}: {text}" if source and not tagged else text)
+        if record is None:
+            self._remember(rank, text)
+            self.on_output(rank, f"{source}: {text}" if source and not tagged else text)
+            return
+        if isinstance(record, Start):
+            self.worker_pids[record.rank] = record.pid
+        elif isinstance(record, Failed):
+            self.failures.append(record)
+        self.on_record(record)
 
-    def first_failure(self) -> dict[str, Any] | None:
+    def first_failure(self) -> Failed | None:
         """The ``failed`` record of the rank that failed first, by the ranks' clocks."""
-        known = [r for r in self.failures if isinstance(r.get("rank"), int)]
-        return min(known, key=lambda r: r["time"], default=None)
+        return min(self.failures, key=lambda r: r.time, default=None)
 
     def failure(self, code: int) -> tuple[int | None, str]:
         """The rank that failed first (None: not known) and a line saying so: what it
         raised, else its last line."""
         first = self.first_failure()
-        rank = first["rank"] if first else self._root_rank
+        rank = first.rank if first else self._root_rank
         said = [line.strip() for line in self._lines.get(rank if rank is not None else -1, [])
                 if line.strip()]
-        last = str(first.get("error")) if first and first.get("error") else \
-            said[-1] if said else "no output"
+        last = first.error if first and first.error else said[-1] if said else "no output"
         if rank is None:
             return None, f"torchrun failed (exit code {code}): {last}"
         why = _why(said, self._root_exit if rank == self._root_rank else None)
         return rank, f"rank {rank} on {self.host_of(rank)} failed{why}: {last}"
+
+    def _show(self, rank: int, text: str) -> None:
+        self._remember(rank, text)
+        self.on_output(rank, text)
 
     def _remember(self, rank: int, text: str) -> None:
         self._lines.setdefault(rank, collections.deque(maxlen=TAIL_LINES)).append(text)
@@ -207,7 +218,7 @@ def _signal_group(pid: int, signum: int) -> None:
 class Run:
     """A torchrun launch on this machine in progress."""
 
-    def __init__(self, torchrun: Torchrun, on_record: Callable[[dict[str, Any]], None],
+    def __init__(self, torchrun: Torchrun, on_record: Callable[[RankRecord], None],
                  on_output: Callable[[int, str], None]) -> None:
         self.torchrun = torchrun
         self.output = RankOutput(on_record, on_output)

@@ -42,6 +42,7 @@ from flextui.runtime.launch import (
     Torchrun,
     end_process_group,
 )
+from flextui.runtime.metrics import RankRecord
 from flextui.runtime.node import Action, frame, parse_node_line, torchrun_for
 from flextui.runtime.spec import Backend
 
@@ -195,7 +196,7 @@ class _Node:
 class NodesRun:
     """A launch over several hosts in progress."""
 
-    def __init__(self, nodes: Nodes, plan: bytes, on_record: Callable[[dict[str, Any]], None],
+    def __init__(self, nodes: Nodes, plan: bytes, on_record: Callable[[RankRecord], None],
                  on_output: Callable[[int, str], None]) -> None:
         self.nodes, self.plan = nodes, plan
         self.run_id = uuid.uuid4().hex[:12]

@@ -32,6 +32,7 @@ from flextui.errors import FlextuiError
 from flextui.fields import FieldReader
 from flextui.graph import graph_from_dict
 from flextui.machine import Cluster
+from flextui.runtime.metrics import RankRecord, RecordError, decode_record
 from flextui.runtime.summary import RunSummary, summarize
 from flextui.search.logfile import scan_frames
 from flextui.search.logformat import frame, now_iso
@@ -66,8 +67,8 @@ class RunLogWriter:
                 **header}
         self._write(MAGIC + frame(pack([TAG_HEADER, body])))
 
-    def record(self, record: dict[str, Any]) -> None:
-        self._write(frame(pack([TAG_RECORD, record])))
+    def record(self, record: RankRecord) -> None:
+        self._write(frame(pack([TAG_RECORD, record.to_dict()])))
 
     def output(self, rank: int, line: str) -> None:
         if self.lines < MAX_OUTPUT_LINES:
@@ -97,7 +98,7 @@ class RunLogWriter:
 class RunLog:
     path: Path
     header: dict[str, Any]
-    records: list[dict[str, Any]] = field(default_factory=list)
+    records: list[RankRecord] = field(default_factory=list)
     output: list[tuple[int, str]] = field(default_factory=list)
     final: dict[str, Any] | None = None
     truncated: bool = False
@@ -134,7 +135,10 @@ def read_run_log(path: str | Path) -> RunLog:
                 f.fail("header", bad.problem + upgrade)
             log = RunLog(path, header)
         elif log is not None and tag == TAG_RECORD:
-            log.records.append(f.mapping(f.items(rec, where, 2)[1], where))
+            try:
+                log.records.append(decode_record(f.items(rec, where, 2)[1], where))
+            except RecordError as bad:
+                raise RunLogError(f"{path}: {bad}") from None
         elif log is not None and tag == TAG_OUTPUT:
             _, rank, line = f.items(rec, where, 3)
             log.output.append((f.integer(rank, f"{where} rank", -1),

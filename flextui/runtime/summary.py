@@ -7,6 +7,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from flextui.runtime.metrics import RankRecord, Steps
+
 #: a device whose measured busy time is off the simulated by more than this is
 #: highlighted
 DEVIATION = 0.25
@@ -27,19 +29,20 @@ class DeviceMeasure:
     gpu_util: float | None = None
     losses: list[float] = field(default_factory=list)
 
-    def add(self, record: dict[str, Any]) -> None:
+    def add(self, record: Steps) -> None:
         """Add a ``steps`` record of this rank (a warm-up one only moves the memory)."""
-        self.peak_memory = max(self.peak_memory, int(record.get("peak_memory") or 0))
-        if record.get("gpu_util") is not None:
-            self.gpu_util = float(record["gpu_util"])
-        if record.get("warmup"):
+        self.peak_memory = max(self.peak_memory, record.peak_memory)
+        if record.gpu_util is not None:
+            self.gpu_util = record.gpu_util
+        if record.warmup:
             return
-        self.steps += int(record["last"]) - int(record["first"]) + 1
-        for name in ("step_s", "compute_s", "wait_s"):
-            setattr(self, name, getattr(self, name) + float(record[name]))
-        self.sent += int(record["sent"])
-        self.received += int(record["received"])
-        self.losses.extend(float(x) for x in record.get("losses", []))
+        self.steps += record.count
+        self.step_s += record.step_s
+        self.compute_s += record.compute_s
+        self.wait_s += record.wait_s
+        self.sent += record.sent
+        self.received += record.received
+        self.losses.extend(record.losses)
 
     def mean(self, total: float) -> float:
         return total / self.steps if self.steps else 0.0
@@ -102,17 +105,16 @@ class RunSummary:
                             for row in self.devices]}
 
 
-def measures(records: Iterable[dict[str, Any]], num_ranks: int) -> list[DeviceMeasure]:
+def measures(records: Iterable[RankRecord], num_ranks: int) -> list[DeviceMeasure]:
     """Each rank's sums over the ``steps`` records of a run."""
     found = [DeviceMeasure(rank) for rank in range(num_ranks)]
     for record in records:
-        rank = record.get("rank")
-        if record.get("kind") == "steps" and isinstance(rank, int) and 0 <= rank < num_ranks:
-            found[rank].add(record)
+        if isinstance(record, Steps) and record.rank < num_ranks:
+            found[record.rank].add(record)
     return found
 
 
-def summarize(records: Iterable[dict[str, Any]], device_names: list[str],
+def summarize(records: Iterable[RankRecord], device_names: list[str],
               capacities: list[int], batch_size: int,
               simulated: dict[str, Any] | None) -> RunSummary:
     """The summary of a run's records; ``simulated`` is the run log's header entry
