@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from flextui.runtime.launch import free_port
+from flextui.runtime.launch import RunStatus, free_port
 from flextui.runtime.metrics import End, Start, Steps
 from flextui.runtime.runlog import read_run_log
 from processes import end, parent_of, wait_gone
@@ -86,7 +86,7 @@ def test_launch_trains_prints_every_device_and_keeps_a_run_log(tmp_path):
     assert "n0.rank0" in out and "n0.rank1" in out and "simulated" in out, out
     assert "finished in" in out
     run = read_run_log(log)
-    assert run.header["num_ranks"] == 2 and run.final["status"] == "finished"
+    assert run.header.spec.num_ranks == 2 and run.final.status == RunStatus.FINISHED
     kinds = {(r.rank, type(r)) for r in run.records}
     assert kinds == {(rank, kind) for rank in (0, 1) for kind in (Start, Steps, End)}
     steps = [r for r in run.records if isinstance(r, Steps) and not r.warmup]
@@ -117,7 +117,7 @@ def test_a_signal_stops_every_rank(tmp_path, signum):
         proc.communicate(timeout=60)
         assert proc.returncode == 128 + signum
         assert wait_gone([*pids.values(), torchrun], timeout=10) == []
-        assert read_run_log(log).final["status"] == "stopped"
+        assert read_run_log(log).final.status == RunStatus.STOPPED
     finally:
         end([proc.pid, *pids.values()])
 
@@ -131,7 +131,7 @@ def test_a_failing_rank_is_named_and_every_rank_ends(tmp_path):
         assert proc.returncode == 1, err[-3000:]
         assert "rank 1 on localhost failed" in out and "fails at step 2" in out, out
         final = read_run_log(log).final
-        assert final["status"] == "failed" and final["failed_rank"] == 1
+        assert final.status == RunStatus.FAILED and final.failed_rank == 1
         assert wait_gone(starts(log).values(), timeout=10) == []
     finally:
         end([proc.pid, *starts(log).values()])

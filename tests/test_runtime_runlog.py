@@ -6,10 +6,14 @@ import json
 import pytest
 
 from flextui.cli import main
+from flextui.documents import pack
 from flextui.machine import load_named_cluster
+from flextui.runtime.launch import Outcome, RunStatus
 from flextui.runtime.metrics import Start, Steps
-from flextui.runtime.runlog import MAGIC, RunLogError, RunLogWriter, read_run_log
+from flextui.runtime.runlog import MAGIC, RunHeader, RunLogError, RunLogWriter, read_run_log
 from flextui.runtime.spec import LaunchSpec, Training
+from flextui.runtime.summary import Simulated
+from flextui.search.logformat import frame
 from flextui.strategy import builtin_strategy
 from runtime_models import small
 
@@ -18,10 +22,8 @@ def header(ranks=2):
     graph, cluster = small("lenet"), load_named_cluster(f"local-cpu-{ranks}")
     spec = LaunchSpec(graph, builtin_strategy("data-parallel", graph, cluster), ranks,
                       Training())
-    return {**spec.to_dict(), "graph_hash": graph.fingerprint, "cluster": cluster.to_dict(),
-            "commands": [["torchrun"]], "hosts": ["localhost"],
-            "simulated": {"iteration_s": 0.010, "busy_s": [0.008, 0.004],
-                          "cost_model": "analytic"}}
+    return RunHeader(spec, cluster, (("torchrun",),), ("localhost",),
+                     Simulated(0.010, (0.008, 0.004), "analytic"))
 
 
 def steps(rank, first, last, step_s, compute_s, warmup=False):
@@ -39,7 +41,7 @@ def write(path, final=True):
                          0.010 if rank == 0 else 0.004))
     log.output(1, "a line of rank 1")
     if final:
-        log.final("finished", 0, None, "finished in 3.0 s", 3.0)
+        log.final(Outcome(RunStatus.FINISHED, 0, None, "finished in 3.0 s", 3.0))
     log.close()
 
 
@@ -86,3 +88,58 @@ def test_bad_run_logs_are_one_message(tmp_path, capsys):
     assert main(["runs", "show", str(tmp_path / "missing.ffrun")]) == 2
     with pytest.raises(RunLogError, match="exists"):
         RunLogWriter(damaged, header())
+
+
+def test_a_log_reads_back_as_typed_values(tmp_path):
+    path = tmp_path / "typed.ffrun"
+    write(path)
+    log = read_run_log(path)
+    written = header()
+    assert (log.header.spec.graph.fingerprint, log.header.spec.strategy.name) == \
+        (written.spec.graph.fingerprint, written.spec.strategy.name)
+    assert log.header.spec.training == written.spec.training
+    assert (log.header.cluster.name, log.header.commands, log.header.hosts,
+            log.header.simulated) == (written.cluster.name, written.commands, written.hosts,
+                                      written.simulated)
+    assert log.header.created and log.header.version == 1
+    assert log.records[0] == Start(0, 1000, "localhost", "cpu", 10, 2)
+    assert log.records[1] == steps(0, 0, 1, 0.5, 0.4, warmup=True)
+    assert log.output == [(1, "a line of rank 1")]
+    assert log.final == Outcome(RunStatus.FINISHED, 0, None, "finished in 3.0 s", 3.0)
+    assert log.status == "finished"
+
+
+def framed(path, *records):
+    """A run log of ``records`` (each [tag, ...]) as written, whatever they hold."""
+    path.write_bytes(MAGIC + b"".join(frame(pack(r)) for r in records))
+    return path
+
+
+@pytest.mark.parametrize("damage, problem", [
+    (lambda h, rec, fin: ([0, {**h, "version": 9}], rec, fin),
+     "header: written by a newer flextui .* upgrade flextui to read it"),
+    (lambda h, rec, fin: ([0, {**h, "num_ranks": 3}], rec, fin),
+     "header cluster: 2 devices for 3 ranks"),
+    (lambda h, rec, fin: ([0, {k: v for k, v in h.items() if k != "hosts"}], rec, fin),
+     "header: missing hosts"),
+    (lambda h, rec, fin: ([0, {**h, "graph_hash": "x"}], rec, fin),
+     "header graph_hash: the graph does not match its recorded hash"),
+    (lambda h, rec, fin: ([0, {**h, "simulated": {"iteration_s": 1.0, "busy_s": [1.0],
+                                                  "cost_model": "analytic"}}], rec, fin),
+     "header simulated busy_s: expected a list of 2 items"),
+    (lambda h, rec, fin: ([0, h], [1, {"kind": "steps", "rank": 0}], fin),
+     "record 1 at byte .*: steps: missing first, last"),
+    (lambda h, rec, fin: ([0, h], rec, [3, {**fin[1], "status": "done"}]),
+     "record 2 at byte .* final status: expected one of finished, failed, stopped"),
+    (lambda h, rec, fin: ([0, h], fin, rec),
+     "record 2 at byte .*: a record after the final record"),
+])
+def test_a_damaged_field_is_one_message_naming_it(tmp_path, capsys, damage, problem):
+    h = {**header().to_dict(), "created": "2026-11-26T00:00:00"}
+    record = [1, Start(0, 10, "localhost", "cpu", 10, 2).to_dict()]
+    final = [3, Outcome(RunStatus.FINISHED, 0, None, "finished", 1.0).to_dict()]
+    path = framed(tmp_path / "bad.ffrun", *damage(h, record, final))
+    with pytest.raises(RunLogError, match=f"^{path}: {problem}"):
+        read_run_log(path)
+    assert main(["runs", "show", str(path)]) == 2
+    assert "Traceback" not in capsys.readouterr().err

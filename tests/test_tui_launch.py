@@ -223,4 +223,4 @@ async def test_a_real_launch_runs_in_the_app_and_ends_with_it(tmp_path):
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
     from flextui.runtime.runlog import read_run_log
-    assert read_run_log(request.prepared.run_log).final["status"] == "stopped"
+    assert read_run_log(request.prepared.run_log).final.status == RunStatus.STOPPED

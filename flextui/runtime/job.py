@@ -14,7 +14,6 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from flextui.cost.model import CostModel
 from flextui.errors import FlextuiError, StrategyError
@@ -24,9 +23,9 @@ from flextui.runtime.hosts import Host, place
 from flextui.runtime.launch import Outcome, Run, Torchrun, free_port, port_is_free
 from flextui.runtime.metrics import RankRecord
 from flextui.runtime.nodes import Nodes, NodesRun, Remote, preflight
-from flextui.runtime.runlog import RunLogWriter
+from flextui.runtime.runlog import RunHeader, RunLogWriter
 from flextui.runtime.spec import Backend, LaunchSpec, RunDtype, Training
-from flextui.runtime.summary import RunSummary, summarize
+from flextui.runtime.summary import RunSummary, Simulated, summarize
 from flextui.search.files import default_log_path
 from flextui.sim import Simulator
 from flextui.strategy import Strategy
@@ -42,7 +41,7 @@ class Prepared:
     cluster: Cluster
     port: int
     run_log: Path
-    simulated: dict[str, Any]
+    simulated: Simulated
     nodes: Nodes | None = None  # a launch over hosts, after their preflight
 
     def torchrun(self, directory: Path) -> Torchrun:
@@ -112,8 +111,8 @@ def prepare(graph: OpGraph, strategy: Strategy, cluster: Cluster, training: Trai
         raise FlextuiError(f"port {port} is in use on localhost; leave --port out to use a "
                            "free one")
     timeline = Simulator(graph, cluster, cost_model).simulate(strategy)
-    simulated = {"iteration_s": timeline.makespan, "cost_model": cost_model.identity,
-                 "busy_s": [d.busy_s for d in timeline.devices]}
+    simulated = Simulated(timeline.makespan, tuple(d.busy_s for d in timeline.devices),
+                          cost_model.identity)
     path = run_log or default_log_path(graph, cluster, suffix=RUN_SUFFIX)
     return Prepared(LaunchSpec(graph, strategy, cluster.num_devices, training), cluster, port,
                     path, simulated, placed)
@@ -184,8 +183,7 @@ def execute(prepared: Prepared, stop: threading.Event,
                 raise
         summary = summary_of(prepared, records)
         with lock:
-            log.final(str(outcome.status), outcome.exit_code, outcome.failed_rank,
-                      outcome.message, outcome.elapsed_s)
+            log.final(outcome)
     finally:
         log.close()
     return outcome, summary, records
@@ -199,10 +197,8 @@ def summary_of(prepared: Prepared, records: list[RankRecord]) -> RunSummary:
                      prepared.spec.graph.batch_size, prepared.simulated)
 
 
-def _header(prepared: Prepared) -> dict[str, Any]:
-    spec = prepared.spec
-    return {**spec.to_dict(), "graph_hash": spec.graph.fingerprint,
-            "cluster": prepared.cluster.to_dict(),
-            "commands": prepared.commands(),
-            "hosts": [h.name for h in prepared.nodes.hosts] if prepared.nodes else ["localhost"],
-            "simulated": prepared.simulated}
+def _header(prepared: Prepared) -> RunHeader:
+    return RunHeader(prepared.spec, prepared.cluster,
+                     tuple(tuple(command) for command in prepared.commands()),
+                     tuple(h.name for h in prepared.nodes.hosts) if prepared.nodes
+                     else ("localhost",), prepared.simulated)

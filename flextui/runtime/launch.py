@@ -104,16 +104,22 @@ def port_is_free(port: int) -> bool:
     return True
 
 
-@dataclass
+@dataclass(frozen=True)
 class Outcome:
     """How a run ended: its status, torchrun's exit code, the rank that failed first
-    (when known) and a one-line message saying what happened."""
+    (when known) and a one-line message saying what happened (a run log's final
+    record)."""
 
     status: RunStatus
     exit_code: int
     failed_rank: int | None
     message: str
     elapsed_s: float
+
+    def to_dict(self) -> dict[str, object]:
+        return {"status": str(self.status), "exit_code": self.exit_code,
+                "failed_rank": self.failed_rank, "message": self.message,
+                "elapsed_s": self.elapsed_s}
 
 
 class RankOutput:

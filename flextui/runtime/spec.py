@@ -84,6 +84,12 @@ class LaunchSpec:
             _, body = LAUNCH.decode(data)
         except BadDocument as bad:
             raise FlextuiError(f"{where}: {bad.problem}") from None
+        return cls.from_dict(body, where)
+
+    @classmethod
+    def from_dict(cls, body: object, where: str) -> LaunchSpec:
+        """The spec ``to_dict`` gave (a plan's body, a run log's header), every field
+        checked; FlextuiError naming ``where`` and the field."""
         f = FieldReader(where)
         body = f.exact_keys(body, ("graph", "strategy", "num_ranks", "training"), "plan")
         try:

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import collections
 from dataclasses import dataclass, field
-from typing import Any
 
 from flextui.runtime.metrics import RankRecord, Start, Steps
-from flextui.runtime.summary import DeviceMeasure, DeviceRow, summary_of_measures
+from flextui.runtime.summary import DeviceMeasure, DeviceRow, Simulated, summary_of_measures
 
 HISTORY = 120        # samples/s points per device (a sparkline's width, and then some)
 LOG_LINES = 1000     # lines of the ranks' output kept for the log pane
@@ -63,7 +62,7 @@ class LaunchWatch:
     batch_size: int
     steps_asked: int
     warmup: int
-    simulated: dict[str, Any] | None
+    simulated: Simulated | None
     measures: list[DeviceMeasure] = field(default_factory=list)
     history: list[collections.deque] = field(default_factory=list)
     done: list[int] = field(default_factory=list)
