@@ -14,14 +14,14 @@ from flextui.runtime.runlog import MAGIC, RunHeader, RunLogError, RunLogWriter, 
 from flextui.runtime.spec import LaunchSpec, Training
 from flextui.runtime.summary import Simulated
 from flextui.search.logformat import frame
-from flextui.strategy import builtin_strategy
+from flextui.strategy import Strategy, builtin_strategy
 from runtime_models import small
 
 
-def header(ranks=2):
+def header(ranks=2, strategy="data-parallel"):
     graph, cluster = small("lenet"), load_named_cluster(f"local-cpu-{ranks}")
-    spec = LaunchSpec(graph, builtin_strategy("data-parallel", graph, cluster), ranks,
-                      Training())
+    spec = LaunchSpec(graph, Strategy(builtin_strategy("data-parallel", graph, cluster),
+                                      strategy), ranks, Training())
     return RunHeader(spec, cluster, (("torchrun",),), ("localhost",),
                      Simulated(0.010, (0.008, 0.004), "analytic"))
 
@@ -32,8 +32,11 @@ def steps(rank, first, last, step_s, compute_s, warmup=False):
                  100 * count, 100 * count, (1.0,) * count, 2**20, None)
 
 
-def write(path, final=True):
-    log = RunLogWriter(path, header())
+FINISHED = Outcome(RunStatus.FINISHED, 0, None, "finished in 3.0 s", 3.0)
+
+
+def write(path, final=FINISHED, strategy="data-parallel"):
+    log = RunLogWriter(path, header(strategy=strategy))
     for rank in (0, 1):
         log.record(Start(rank, 1000 + rank, "localhost", "cpu", 10, 2))
         log.record(steps(rank, 0, 1, 0.5, 0.4, warmup=True))
@@ -41,7 +44,7 @@ def write(path, final=True):
                          0.010 if rank == 0 else 0.004))
     log.output(1, "a line of rank 1")
     if final:
-        log.final(Outcome(RunStatus.FINISHED, 0, None, "finished in 3.0 s", 3.0))
+        log.final(final)
     log.close()
 
 
@@ -63,7 +66,7 @@ def test_runs_show_prints_measured_against_simulated(tmp_path, capsys):
 
 def test_a_log_cut_short_reads_to_its_last_whole_record(tmp_path, capsys):
     path = tmp_path / "cut.ffrun"
-    write(path, final=False)
+    write(path, final=None)
     data = path.read_bytes()
     path.write_bytes(data[:-7])
     log = read_run_log(path)
@@ -105,7 +108,7 @@ def test_a_log_reads_back_as_typed_values(tmp_path):
     assert log.records[0] == Start(0, 1000, "localhost", "cpu", 10, 2)
     assert log.records[1] == steps(0, 0, 1, 0.5, 0.4, warmup=True)
     assert log.output == [(1, "a line of rank 1")]
-    assert log.final == Outcome(RunStatus.FINISHED, 0, None, "finished in 3.0 s", 3.0)
+    assert log.final == FINISHED
     assert log.status == "finished"
 
 
@@ -143,3 +146,16 @@ def test_a_damaged_field_is_one_message_naming_it(tmp_path, capsys, damage, prob
         read_run_log(path)
     assert main(["runs", "show", str(path)]) == 2
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_runs_show_prints_what_the_log_says_as_it_is(tmp_path, capsys, monkeypatch):
+    """gloo's errors name their source as [path:line], and a strategy file names itself:
+    Rich took them for markup (MarkupError: a traceback instead of the table)."""
+    said = ("rank 0 on localhost failed: RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/"
+            "gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:40000")
+    path = tmp_path / "gloo.ffrun"
+    write(path, final=Outcome(RunStatus.FAILED, 1, 0, said, 2.0), strategy="mine[/v2]")
+    monkeypatch.setenv("COLUMNS", "1000")
+    assert main(["runs", "show", str(path)]) == 0
+    out, err = capsys.readouterr()
+    assert f"failed: {said}" in out and "lenet (mine[/v2]) on 2 ranks" in out, err

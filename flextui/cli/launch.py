@@ -23,6 +23,7 @@ from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from flextui.cli import record_profile
 from flextui.cli.common import (
@@ -134,7 +135,7 @@ def cmd_launch(args: argparse.Namespace, console: Console) -> int:
     if args.json:  # stdout holds the JSON alone
         print(said, file=sys.stderr)
     else:
-        console.print(said, highlight=False)
+        console.print(said, markup=False, highlight=False)  # names from files: text
     with stop_on_signals(stop) as caught:
         outcome, summary, records = job.execute(prepared, stop, progress.record,
                                                 progress.output)
@@ -304,7 +305,7 @@ def print_summary(summary, console: Console) -> None:
     for row in summary.devices:
         error = row.busy_error
         used = row.peak_memory / row.memory_capacity if row.memory_capacity else 0.0
-        table.add_row(row.name, f"{row.samples_per_s:,.0f}", f"{row.step_s * 1e3:.2f}",
+        table.add_row(Text(row.name), f"{row.samples_per_s:,.0f}", f"{row.step_s * 1e3:.2f}",
                       f"{row.compute_share:.0%}/{row.wait_share:.0%}",
                       f"{row.peak_memory / 2**20:,.0f}M {used:.0%}",
                       "n/a" if row.gpu_util is None else f"{row.gpu_util:.0f}%",

@@ -41,5 +41,5 @@ def record(args: argparse.Namespace, graph, outcome, records: list[RankRecord],
     if not args.json:
         for r in written:
             console.print(f"recorded {r.tasks:,} task times ({r.runs:,} runs) measured on "
-                          f"{r.device} into {r.path}", highlight=False)
+                          f"{r.device} into {r.path}", markup=False, highlight=False)
     return {"recorded_profile": [r.to_dict() for r in written]}

@@ -35,12 +35,14 @@ def cmd_runs_show(args: argparse.Namespace, console: Console) -> int:
                    "message": final.message if final else None, "truncated": log.truncated,
                    **summary.to_dict()})
         return 0
+    # what the log says (names, gloo's "[path:line]" in an error) is text, never markup
     header = log.header
     console.print(f"{header.spec.graph.name} ({header.spec.strategy.name or '?'}) on "
                   f"{header.spec.num_ranks} ranks ({header.cluster.name}), {header.created}",
-                  highlight=False)
+                  markup=False, highlight=False)
     print_summary(summary, console)
     said = final.message if final else "the log has no final record"
     console.print((said if log.status == "finished" else f"{log.status}: {said}")
-                  + (" (the log is cut short)" if log.truncated else ""), highlight=False)
+                  + (" (the log is cut short)" if log.truncated else ""), markup=False,
+                  highlight=False)
     return 0
