@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from flextui.runtime.launch import RunStatus, free_port
-from flextui.runtime.metrics import End, Start, Steps
+from flextui.runtime.metrics import End, Failed, Start, Steps
 from flextui.runtime.runlog import read_run_log
 from processes import end, parent_of, wait_gone
 from runtime_models import SMALL_MODELS, STRATEGIES
@@ -135,6 +135,33 @@ def test_a_failing_rank_is_named_and_every_rank_ends(tmp_path):
         assert wait_gone(starts(log).values(), timeout=10) == []
     finally:
         end([proc.pid, *starts(log).values()])
+
+
+def test_a_rank_killed_by_a_signal_is_named_not_the_peer_it_broke(tmp_path):
+    """kill -9 of rank 1 breaks rank 0's connection, and rank 0 reports that failure
+    first (torchrun is held still until it has, as a loaded machine may hold it: it
+    would stop rank 0 at once otherwise). The launch names rank 1 and the signal."""
+    log = tmp_path / "killed.ffrun"
+    proc = launch(tmp_path, "-m", "lenet", "--nproc-per-node", "2", "--steps", "1000000",
+                  "--headless", "--run-log", str(log))
+    pids: dict[int, int] = {}
+    try:
+        pids = wait_for_starts(log, 2, proc)
+        torchrun = parent_of(pids[0])
+        os.kill(torchrun, signal.SIGSTOP)
+        try:
+            os.kill(pids[1], signal.SIGKILL)
+            assert wait_gone([pids[0]], timeout=120) == []  # rank 0 failed (or hangs)
+        finally:
+            os.kill(torchrun, signal.SIGCONT)
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 1, err[-3000:]
+        assert "rank 1 on localhost failed (killed by SIGKILL, signal 9" in " ".join(out.split())
+        run = read_run_log(log)
+        assert [r.rank for r in run.records if isinstance(r, Failed)] == [0]  # it did
+        assert run.final.failed_rank == 1 and "SIGKILL" in run.final.message
+    finally:
+        end([proc.pid, *pids.values()])
 
 
 def test_ranks_end_when_the_launcher_is_killed(tmp_path):

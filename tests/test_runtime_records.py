@@ -4,6 +4,7 @@ one is shown as output with a line saying why it was skipped, and the reader goe
 a real torchrun's ranks print a bad record and more output than a pipe holds, and the
 run still ends."""
 
+import signal
 import threading
 from pathlib import Path
 
@@ -113,3 +114,34 @@ def test_a_rank_printing_a_bad_record_then_much_output_still_finishes(tmp_path):
         assert wait_gone([run.pid, *run.worker_pids.values()]) == []
     finally:
         end([pid for pid in (run.pid, *run.worker_pids.values()) if pid])
+
+
+def summary(other, root):
+    """torchrun's summary of failed ranks (as it prints it when the run fails): the
+    entries ``other`` and ``root`` are (rank, exit status)."""
+    def entry(n, rank, code):
+        said = (f"Signal {-code} ({signal.Signals(-code).name}) received by PID {100 + rank}"
+                if code < 0 else "Traceback (most recent call last):\n    RuntimeError: "
+                                 "[pair.cc:553] Connection closed by peer")
+        return [f"[{n}]:", "  time      : 2026-11-26_00:24:13", "  host      : localhost",
+                f"  rank      : {rank} (local_rank: {rank})",
+                f"  exitcode  : {code} (pid: {100 + rank})", "  error_file: <N/A>",
+                f"  traceback : {said}"]
+    return ["torch.distributed.elastic.multiprocessing.errors.ChildFailedError:", "=" * 40,
+            "flextui.runtime.worker FAILED", "-" * 40, "Failures:", *entry(1, *other),
+            "-" * 40, "Root Cause (first observed failure):", *entry(0, *root), "=" * 40]
+
+
+@pytest.mark.parametrize("other, root", [((0, 1), (1, -9)), ((1, -9), (0, 1))])
+def test_a_rank_a_signal_ended_is_named_before_a_peer_that_failed_first(other, root):
+    """Rank 1 killed outright writes nothing; rank 0 raises on the broken connection and
+    reports it first, by its clock. The exit status torchrun lists names rank 1, wherever
+    torchrun put it in its summary (its root cause is by whole seconds)."""
+    output = RankOutput(lambda record: None, lambda rank, line: None)
+    output.feed("[rank0]:" + encode(Failed(0, 1.7e9, "RuntimeError: [pair.cc:553] "
+                                              "Connection closed by peer")))
+    for line in "\n".join(summary(other, root)).splitlines():
+        output.feed(line)
+    assert output.exits == {0: 1, 1: -9}
+    assert output.failure(1) == (1, "rank 1 on localhost failed (killed by SIGKILL, signal 9; "
+                                    "out of memory?): no output")

@@ -39,7 +39,7 @@ from flextui.runtime.spec import LAUNCHER_PID
 GRACE_S = 5.0
 TAIL_LINES = 20
 _RANK_LINE = re.compile(r"^\[rank(\d+)\]:(.*)$")
-_ROOT_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
+_FAILED_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
 _EXIT_CODE = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
 
 
@@ -122,11 +122,25 @@ class Outcome:
                 "elapsed_s": self.elapsed_s}
 
 
+@dataclass
+class _FailureBlock:
+    """Where the reading of one torchrun's summary of failed ranks is: in its root cause
+    section or not, and the rank of the entry being read."""
+
+    root: bool
+    rank: int | None = None
+
+
 class RankOutput:
     """torchrun's output, line by line: metrics records go to ``on_record``, every other
     line to ``on_output`` (rank -1: torchrun's own), and enough is kept to say which rank
-    failed first and what it said: the ranks' ``failed`` records (with the time of the
-    failure), else the root cause torchrun names, and each rank's last lines."""
+    failed first and what it said.
+
+    The first cause is a rank a signal ended (its exit status in torchrun's summary of
+    failed ranks): a rank killed outright (the kernel's OOM killer, ``kill -9``) writes
+    no record, while the peers whose connections to it broke raise at once and report
+    their failures first. Then the ranks' ``failed`` records (the earliest by the ranks'
+    clocks), then the root cause torchrun names; with each rank's last lines."""
 
     def __init__(self, on_record: Callable[[RankRecord], None],
                  on_output: Callable[[int, str], None],
@@ -136,9 +150,9 @@ class RankOutput:
         self.worker_pids: dict[int, int] = {}
         self.failures: list[Failed] = []
         self._lines: dict[int, collections.deque] = {}
+        self.exits: dict[int, int] = {}   # rank -> exit status, from torchrun's summary
         self._root_rank: int | None = None
-        self._root_exit: int | None = None
-        self._in_root_cause = False
+        self._blocks: dict[str, _FailureBlock] = {}   # per source: each host's torchrun
 
     def feed(self, line: str, source: str = "") -> None:
         """One line of output; ``source`` (a host) prefixes an untagged line shown."""
@@ -152,7 +166,7 @@ class RankOutput:
             self._show(-1, f"flextui: skipped a record of rank {rank}: {bad}")
             return
         if record is None:
-            self._remember(rank, text)
+            self._remember(rank, text, source)
             self.on_output(rank, f"{source}: {text}" if source and not tagged else text)
             return
         if isinstance(record, Start):
@@ -165,36 +179,50 @@ class RankOutput:
         """The ``failed`` record of the rank that failed first, by the ranks' clocks."""
         return min(self.failures, key=lambda r: r.time, default=None)
 
+    def killed(self) -> int | None:
+        """The rank a signal ended that torchrun did not send (it stops the other ranks
+        with SIGTERM): torchrun's root cause if it is one, else the lowest."""
+        killed = [rank for rank, code in self.exits.items()
+                  if code < 0 and -code != signal.SIGTERM]
+        return self._root_rank if self._root_rank in killed else min(killed, default=None)
+
     def failure(self, code: int) -> tuple[int | None, str]:
-        """The rank that failed first (None: not known) and a line saying so: what it
-        raised, else its last line."""
-        first = self.first_failure()
-        rank = first.rank if first else self._root_rank
+        """The rank that failed first (None: not known) and a line saying so: the
+        signal that ended it, or what it raised, else its last line."""
+        killed = self.killed()
+        first = self.first_failure() if killed is None else None
+        rank = killed if killed is not None else first.rank if first else self._root_rank
         said = [line.strip() for line in self._lines.get(rank if rank is not None else -1, [])
                 if line.strip()]
         last = first.error if first and first.error else said[-1] if said else "no output"
         if rank is None:
             return None, f"torchrun failed (exit code {code}): {last}"
-        why = _why(said, self._root_exit if rank == self._root_rank else None)
+        why = _why(said, self.exits.get(rank))
         return rank, f"rank {rank} on {self.host_of(rank)} failed{why}: {last}"
 
     def _show(self, rank: int, text: str) -> None:
         self._remember(rank, text)
         self.on_output(rank, text)
 
-    def _remember(self, rank: int, text: str) -> None:
+    def _remember(self, rank: int, text: str, source: str = "") -> None:
+        """Keep a rank's last lines; read torchrun's summary of failed ranks (``source``
+        tells the hosts' torchruns apart): each entry's rank and exit status."""
         self._lines.setdefault(rank, collections.deque(maxlen=TAIL_LINES)).append(text)
         if rank != -1:
             return
-        if "Root Cause" in text:
-            self._in_root_cause = True
-        elif self._in_root_cause:
-            found = _ROOT_RANK.match(text)
-            code = _EXIT_CODE.match(text)
-            if found and self._root_rank is None:
-                self._root_rank = int(found[1])
-            elif code and self._root_exit is None:
-                self._root_exit = int(code[1])
+        if "Failures:" in text or "Root Cause" in text:
+            self._blocks[source] = _FailureBlock(root="Root Cause" in text)
+            return
+        block = self._blocks.get(source)
+        if block is None:
+            return
+        found, code = _FAILED_RANK.match(text), _EXIT_CODE.match(text)
+        if found:
+            block.rank = int(found[1])
+            if block.root and self._root_rank is None:
+                self._root_rank = block.rank
+        elif code and block.rank is not None:
+            self.exits.setdefault(block.rank, int(code[1]))
 
 
 def end_process_group(proc: subprocess.Popen, grace_s: float = GRACE_S) -> None:
@@ -290,8 +318,11 @@ def _why(lines: list[str], exit_code: int | None) -> str:
     text = " ".join(lines)
     if "OutOfMemoryError" in text or "MemoryError" in text:
         return " (out of memory)"
-    if exit_code == -signal.SIGKILL:
-        return " (killed: out of memory?)"
-    if exit_code is not None and exit_code < 0:
-        return f" (signal {-exit_code})"
-    return ""
+    if exit_code is None or exit_code >= 0:
+        return ""
+    try:
+        name = signal.Signals(-exit_code).name
+    except ValueError:
+        name = "a signal"
+    hint = "; out of memory?" if exit_code == -signal.SIGKILL else ""
+    return f" (killed by {name}, signal {-exit_code}{hint})"
