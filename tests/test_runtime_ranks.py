@@ -104,20 +104,25 @@ def test_launch_check_compares_with_one_process(tmp_path):
     assert wait_gone(starts(tmp_path / "check.ffrun").values()) == []
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_a_signal_stops_every_rank(tmp_path, signum):
+    """The signal stops the run as Ctrl-C does: every rank, torchrun and its guard end,
+    the run log gets its final record, and nothing prints a traceback (SIGHUP used to
+    kill the launcher outright; torchrun printed its own of SIGTERM every time)."""
     log = tmp_path / "long.ffrun"
     proc = launch(tmp_path, "-m", "lenet", "--nproc-per-node", "2", "--steps", "1000000",
-                  "--run-log", str(log))
+                  "--headless", "--run-log", str(log))
     pids: dict[int, int] = {}
     try:
         pids = wait_for_starts(log, 2, proc)
         torchrun = parent_of(pids[0])
+        guard = parent_of(torchrun)
         proc.send_signal(signum)
-        proc.communicate(timeout=60)
-        assert proc.returncode == 128 + signum
-        assert wait_gone([*pids.values(), torchrun], timeout=10) == []
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 128 + signum, err[-3000:]
+        assert wait_gone([*pids.values(), torchrun, guard], timeout=60) == []
         assert read_run_log(log).final.status == RunStatus.STOPPED
+        assert "Traceback" not in err and "SignalException" not in err, err[-3000:]
     finally:
         end([proc.pid, *pids.values()])
 
@@ -164,17 +169,27 @@ def test_a_rank_killed_by_a_signal_is_named_not_the_peer_it_broke(tmp_path):
         end([proc.pid, *pids.values()])
 
 
-def test_ranks_end_when_the_launcher_is_killed(tmp_path):
+def test_torchrun_ends_with_its_launcher_killed_outright(tmp_path):
+    """SIGKILL of the launcher: torchrun ends without its ranks' help (they are held
+    still, so their watchdogs cannot end it), through the pipe its guard holds from the
+    launcher; the ranks, let go, end too."""
     log = tmp_path / "orphan.ffrun"
     proc = launch(tmp_path, "-m", "lenet", "--nproc-per-node", "2", "--steps", "1000000",
-                  "--run-log", str(log))
+                  "--headless", "--run-log", str(log))
     pids: dict[int, int] = {}
     torchrun: list[int] = []
     try:
         pids = wait_for_starts(log, 2, proc)
         torchrun = [parent_of(pids[0])]
+        torchrun.append(parent_of(torchrun[0]))   # its guard
+        for pid in pids.values():
+            os.kill(pid, signal.SIGSTOP)
         proc.kill()
-        proc.wait(timeout=10)
-        assert wait_gone([*pids.values(), *torchrun], timeout=20) == []
+        proc.wait(timeout=60)
+        assert wait_gone(torchrun, timeout=60) == []   # hang protection: they end at once
+        for pid in pids.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        assert wait_gone(pids.values(), timeout=60) == []
     finally:
         end([proc.pid, *pids.values(), *torchrun])

@@ -1,11 +1,11 @@
 """``flextui launch``: train a strategy for real with torchrun, one rank per device,
 and say per device how it ran against what the simulator predicted.
 
-Ctrl-C or SIGTERM stops the run: every rank ends, the run log gets its final record,
-and the exit status is 130 (143 for SIGTERM). A failed run (a rank raised, ran out of
-memory or was killed) exits with 1 and names the rank and what it said last; a mistake
-in what was asked (a strategy for another model or for more devices) exits with 2
-before any process starts.
+Ctrl-C, SIGTERM or SIGHUP stops the run: every rank ends, the run log gets its final
+record, and the exit status is 130 (143 for SIGTERM, 129 for SIGHUP). A failed run (a
+rank raised, ran out of memory or was killed) exits with 1 and names the rank and what
+it said last; a mistake in what was asked (a strategy for another model or for more
+devices) exits with 2 before any process starts.
 """
 
 from __future__ import annotations

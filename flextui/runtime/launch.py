@@ -9,10 +9,12 @@ said. A line that starts as a record and is not one is passed on as output, with
 line saying why it was skipped: the reader never stops reading, so torchrun never
 blocks on a full pipe.
 
-Teardown. torchrun runs in a session of its own, so stopping a run (Ctrl-C, SIGTERM,
-the app quitting) signals its whole process group: SIGTERM, then SIGKILL after a grace
-period. Each rank also watches its parent and the launcher (``worker``), so no rank
-outlives a launcher that is killed outright.
+Teardown. torchrun runs under a small guard (``guard``) in a session of their own, so
+stopping a run (Ctrl-C, SIGTERM, SIGHUP, the app quitting) signals their process group:
+SIGTERM, then SIGKILL after a grace period; what torchrun says then (its traceback of
+the signal) is not shown. The guard holds a pipe from the launcher and ends torchrun
+when the pipe closes, so torchrun ends at once with a launcher killed outright; each
+rank also watches its parent and the launcher (``worker``), so no rank outlives either.
 """
 
 from __future__ import annotations
@@ -153,9 +155,24 @@ class RankOutput:
         self.exits: dict[int, int] = {}   # rank -> exit status, from torchrun's summary
         self._root_rank: int | None = None
         self._blocks: dict[str, _FailureBlock] = {}   # per source: each host's torchrun
+        self._stopping = False
+        self.error: Exception | None = None   # the first a callback raised
+
+    def stopping(self) -> None:
+        """The launcher is stopping the run: torchrun's own lines from now on are what
+        it says of the signal (a traceback), and are not passed on."""
+        self._stopping = True
 
     def feed(self, line: str, source: str = "") -> None:
-        """One line of output; ``source`` (a host) prefixes an untagged line shown."""
+        """One line of output; ``source`` (a host) prefixes an untagged line shown. It
+        never raises: the first exception of a callback (a display that cannot write) is
+        kept in ``error`` and the reading goes on, or torchrun would block on the pipe."""
+        try:
+            self._feed(line, source)
+        except Exception as exc:  # noqa: BLE001 (kept and raised when the run has ended)
+            self.error = self.error or exc
+
+    def _feed(self, line: str, source: str) -> None:
         tagged = _RANK_LINE.match(line)
         rank = int(tagged[1]) if tagged else -1
         text = tagged[2] if tagged else line
@@ -164,6 +181,8 @@ class RankOutput:
         except RecordError as bad:
             self._show(rank, text)
             self._show(-1, f"flextui: skipped a record of rank {rank}: {bad}")
+            return
+        if record is None and not tagged and self._stopping:
             return
         if record is None:
             self._remember(rank, text, source)
@@ -272,9 +291,11 @@ class Run:
     def start(self) -> None:
         self.torchrun.log_dir.mkdir(parents=True, exist_ok=True)
         self._started = time.monotonic()
+        # stdin: the pipe whose end (this process's, however it ends) ends the guard's group
         self._proc = subprocess.Popen(
-            self.torchrun.command(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, text=True, errors="replace", start_new_session=True,
+            [sys.executable, "-m", "flextui.runtime.guard", *self.torchrun.command()],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.PIPE,
+            text=True, errors="replace", start_new_session=True,
             env={**os.environ, **Torchrun.environment(os.getpid())})
         assert self._proc.stdout is not None
         self._reader = threading.Thread(target=self._read, args=(self._proc.stdout,),
@@ -290,12 +311,17 @@ class Run:
             time.sleep(0.05)
         if self._reader is not None:
             self._reader.join(timeout=5)
+        if self._proc.stdin is not None:
+            self._proc.stdin.close()
+        if self.output.error is not None:
+            raise self.output.error
         return self._outcome(self._proc.returncode)
 
     def stop(self) -> None:
         """End every process of the run: SIGTERM to torchrun's group, SIGKILL after
         GRACE_S, then to any rank that is still there."""
         self._stopped = True
+        self.output.stopping()
         if self._proc is not None:
             end_process_group(self._proc)
         kill_pids(self.worker_pids.values())
