@@ -4,6 +4,7 @@ model under every test strategy equals one process and moves the simulated bytes
 ended by its PID, and each test asserts none survives."""
 
 import contextlib
+import errno
 import json
 import os
 import signal
@@ -193,3 +194,58 @@ def test_torchrun_ends_with_its_launcher_killed_outright(tmp_path):
         assert wait_gone(pids.values(), timeout=60) == []
     finally:
         end([proc.pid, *pids.values(), *torchrun])
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 1 MiB tmpfs to fill (root, or CAP_SYS_ADMIN, can mount one), unmounted after."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip("a full disk needs a small tmpfs, and mounting one is not allowed here "
+                    f"({mounted.stderr.strip() or 'mount failed'})")
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "--lazy", str(disk)], check=True)
+
+
+def fill(path: Path) -> None:
+    """Write to ``path`` until its disk is full."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT)
+    try:
+        while os.write(fd, b"\0" * 65536):
+            pass
+    except OSError as exc:
+        assert exc.errno == errno.ENOSPC, exc
+    finally:
+        os.close(fd)
+
+
+def test_a_full_disk_under_the_run_log_stops_the_run_in_one_line(tmp_path, small_disk):
+    """The disk under the run log fills mid-run: one line says so and the launch exits 2,
+    every rank ends, and the log reads up to its last whole record (the reader thread
+    died on it, with three tracebacks, and the run went on)."""
+    log = small_disk / "full.ffrun"
+    proc = launch(tmp_path, "-m", "lenet", "--nproc-per-node", "2", "--steps", "1000000",
+                  "--headless", "--run-log", str(log))
+    pids: dict[int, int] = {}
+    try:
+        pids = wait_for_starts(log, 2, proc)
+        torchrun = parent_of(pids[0])
+        guard = parent_of(torchrun)
+        fill(small_disk / "filler")
+        _, err = proc.communicate(timeout=300)
+        assert proc.returncode == 2, err[-3000:]
+        said = [line for line in err.splitlines() if line.startswith("flextui: error")]
+        assert said == [f"flextui: error: cannot write run log {log}: No space left on "
+                        "device; the run was stopped, and the log holds what came before"]
+        assert "Traceback" not in err, err[-3000:]
+        assert wait_gone([*pids.values(), torchrun, guard], timeout=60) == []
+        run = read_run_log(log)
+        assert run.final is None and {r.rank for r in run.records if isinstance(r, Start)} \
+            == {0, 1}
+    finally:
+        end([proc.pid, *pids.values()])

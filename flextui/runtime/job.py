@@ -6,12 +6,13 @@ torchrun started and followed, every record in the run log, and the run summaris
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import math
 import tempfile
 import threading
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from flextui.runtime.hosts import Host, place
 from flextui.runtime.launch import Outcome, Run, Torchrun, free_port, port_is_free
 from flextui.runtime.metrics import RankRecord
 from flextui.runtime.nodes import Nodes, NodesRun, Remote, preflight
-from flextui.runtime.runlog import RunHeader, RunLogWriter
+from flextui.runtime.runlog import RunHeader, RunLogError, RunLogWriter
 from flextui.runtime.spec import Backend, LaunchSpec, RunDtype, Training
 from flextui.runtime.summary import RunSummary, Simulated, summarize
 from flextui.search.files import default_log_path
@@ -148,20 +149,32 @@ def execute(prepared: Prepared, stop: threading.Event,
             ) -> tuple[Outcome, RunSummary, list[RankRecord]]:
     """Run the launch to its end (``stop`` ends it early): every record and line goes to
     the run log and to the callbacks. Returns how it ended, its summary and its
-    records."""
+    records. A run log that cannot be written (a full disk) stops the run (``stop`` is
+    set) and, once every rank has ended, is the RunLogError raised; the log reads up
+    to its last whole record."""
     spec = prepared.spec
     records: list[RankRecord] = []
     log = RunLogWriter(prepared.run_log, _header(prepared))
     lock = threading.Lock()
+    unwritten: list[RunLogError] = []
+
+    @contextlib.contextmanager
+    def logging() -> Iterator[None]:
+        with lock:
+            try:
+                yield
+            except RunLogError as exc:
+                unwritten.append(exc)
+                stop.set()
 
     def record(r: RankRecord) -> None:
-        with lock:
+        with logging():
             records.append(r)
             log.record(r)
         on_record(r)
 
     def output(rank: int, line: str) -> None:
-        with lock:
+        with logging():
             log.output(rank, line)
         on_output(rank, line)
 
@@ -182,10 +195,13 @@ def execute(prepared: Prepared, stop: threading.Event,
                 run.stop()
                 raise
         summary = summary_of(prepared, records)
-        with lock:
+        with logging():
             log.final(outcome)
     finally:
         log.close()
+    if unwritten:
+        raise RunLogError(f"{unwritten[0]}; the run was stopped, and the log holds what "
+                          "came before")
     return outcome, summary, records
 
 
