@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -105,27 +106,47 @@ def test_launch_check_compares_with_one_process(tmp_path):
     assert wait_gone(starts(tmp_path / "check.ffrun").values()) == []
 
 
+@dataclass
+class Running:
+    """A long launch of 2 LeNet ranks whose ranks have started: the launcher, its run
+    log, the ranks' PIDs (from the log), torchrun's and its guard's."""
+
+    proc: subprocess.Popen
+    log: Path
+    ranks: dict[int, int]
+    torchrun: int
+    guard: int
+
+
+@contextlib.contextmanager
+def running(tmp_path: Path, log: Path):
+    """Start a long launch and wait for its ranks; however the test ends, every process
+    of it is ended by its PID."""
+    proc = launch(tmp_path, "-m", "lenet", "--nproc-per-node", "2", "--steps", "1000000",
+                  "--headless", "--run-log", str(log))
+    ranks: dict[int, int] = {}
+    above: list[int] = []
+    try:
+        ranks = wait_for_starts(log, 2, proc)
+        above.append(parent_of(ranks[0]))
+        above.append(parent_of(above[0]))
+        yield Running(proc, log, ranks, *above)
+    finally:
+        end([proc.pid, *ranks.values(), *above])
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_a_signal_stops_every_rank(tmp_path, signum):
     """The signal stops the run as Ctrl-C does: every rank, torchrun and its guard end,
     the run log gets its final record, and nothing prints a traceback (SIGHUP used to
     kill the launcher outright; torchrun printed its own of SIGTERM every time)."""
-    log = tmp_path / "long.ffrun"
-    proc = launch(tmp_path, "-m", "lenet", "--nproc-per-node", "2", "--steps", "1000000",
-                  "--headless", "--run-log", str(log))
-    pids: dict[int, int] = {}
-    try:
-        pids = wait_for_starts(log, 2, proc)
-        torchrun = parent_of(pids[0])
-        guard = parent_of(torchrun)
-        proc.send_signal(signum)
-        _, err = proc.communicate(timeout=120)
-        assert proc.returncode == 128 + signum, err[-3000:]
-        assert wait_gone([*pids.values(), torchrun, guard], timeout=60) == []
-        assert read_run_log(log).final.status == RunStatus.STOPPED
+    with running(tmp_path, tmp_path / "long.ffrun") as run:
+        run.proc.send_signal(signum)
+        _, err = run.proc.communicate(timeout=120)
+        assert run.proc.returncode == 128 + signum, err[-3000:]
+        assert wait_gone([*run.ranks.values(), run.torchrun, run.guard], timeout=60) == []
+        assert read_run_log(run.log).final.status == RunStatus.STOPPED
         assert "Traceback" not in err and "SignalException" not in err, err[-3000:]
-    finally:
-        end([proc.pid, *pids.values()])
 
 
 def test_a_failing_rank_is_named_and_every_rank_ends(tmp_path):
@@ -147,53 +168,35 @@ def test_a_rank_killed_by_a_signal_is_named_not_the_peer_it_broke(tmp_path):
     """kill -9 of rank 1 breaks rank 0's connection, and rank 0 reports that failure
     first (torchrun is held still until it has, as a loaded machine may hold it: it
     would stop rank 0 at once otherwise). The launch names rank 1 and the signal."""
-    log = tmp_path / "killed.ffrun"
-    proc = launch(tmp_path, "-m", "lenet", "--nproc-per-node", "2", "--steps", "1000000",
-                  "--headless", "--run-log", str(log))
-    pids: dict[int, int] = {}
-    try:
-        pids = wait_for_starts(log, 2, proc)
-        torchrun = parent_of(pids[0])
-        os.kill(torchrun, signal.SIGSTOP)
+    with running(tmp_path, tmp_path / "killed.ffrun") as run:
+        os.kill(run.torchrun, signal.SIGSTOP)
         try:
-            os.kill(pids[1], signal.SIGKILL)
-            assert wait_gone([pids[0]], timeout=120) == []  # rank 0 failed (or hangs)
+            os.kill(run.ranks[1], signal.SIGKILL)
+            assert wait_gone([run.ranks[0]], timeout=120) == []  # rank 0 failed (or hangs)
         finally:
-            os.kill(torchrun, signal.SIGCONT)
-        out, err = proc.communicate(timeout=300)
-        assert proc.returncode == 1, err[-3000:]
+            os.kill(run.torchrun, signal.SIGCONT)
+        out, err = run.proc.communicate(timeout=300)
+        assert run.proc.returncode == 1, err[-3000:]
         assert "rank 1 on localhost failed (killed by SIGKILL, signal 9" in " ".join(out.split())
-        run = read_run_log(log)
-        assert [r.rank for r in run.records if isinstance(r, Failed)] == [0]  # it did
-        assert run.final.failed_rank == 1 and "SIGKILL" in run.final.message
-    finally:
-        end([proc.pid, *pids.values()])
+        log = read_run_log(run.log)
+        assert [r.rank for r in log.records if isinstance(r, Failed)] == [0]  # it did
+        assert log.final.failed_rank == 1 and "SIGKILL" in log.final.message
 
 
 def test_torchrun_ends_with_its_launcher_killed_outright(tmp_path):
     """SIGKILL of the launcher: torchrun ends without its ranks' help (they are held
     still, so their watchdogs cannot end it), through the pipe its guard holds from the
     launcher; the ranks, let go, end too."""
-    log = tmp_path / "orphan.ffrun"
-    proc = launch(tmp_path, "-m", "lenet", "--nproc-per-node", "2", "--steps", "1000000",
-                  "--headless", "--run-log", str(log))
-    pids: dict[int, int] = {}
-    torchrun: list[int] = []
-    try:
-        pids = wait_for_starts(log, 2, proc)
-        torchrun = [parent_of(pids[0])]
-        torchrun.append(parent_of(torchrun[0]))   # its guard
-        for pid in pids.values():
+    with running(tmp_path, tmp_path / "orphan.ffrun") as run:
+        for pid in run.ranks.values():
             os.kill(pid, signal.SIGSTOP)
-        proc.kill()
-        proc.wait(timeout=60)
-        assert wait_gone(torchrun, timeout=60) == []   # hang protection: they end at once
-        for pid in pids.values():
+        run.proc.kill()
+        run.proc.wait(timeout=60)
+        assert wait_gone([run.torchrun, run.guard], timeout=60) == []  # hang protection
+        for pid in run.ranks.values():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
-        assert wait_gone(pids.values(), timeout=60) == []
-    finally:
-        end([proc.pid, *pids.values(), *torchrun])
+        assert wait_gone(run.ranks.values(), timeout=60) == []
 
 
 @pytest.fixture
@@ -228,24 +231,15 @@ def test_a_full_disk_under_the_run_log_stops_the_run_in_one_line(tmp_path, small
     """The disk under the run log fills mid-run: one line says so and the launch exits 2,
     every rank ends, and the log reads up to its last whole record (the reader thread
     died on it, with three tracebacks, and the run went on)."""
-    log = small_disk / "full.ffrun"
-    proc = launch(tmp_path, "-m", "lenet", "--nproc-per-node", "2", "--steps", "1000000",
-                  "--headless", "--run-log", str(log))
-    pids: dict[int, int] = {}
-    try:
-        pids = wait_for_starts(log, 2, proc)
-        torchrun = parent_of(pids[0])
-        guard = parent_of(torchrun)
+    with running(tmp_path, small_disk / "full.ffrun") as run:
         fill(small_disk / "filler")
-        _, err = proc.communicate(timeout=300)
-        assert proc.returncode == 2, err[-3000:]
+        _, err = run.proc.communicate(timeout=300)
+        assert run.proc.returncode == 2, err[-3000:]
         said = [line for line in err.splitlines() if line.startswith("flextui: error")]
-        assert said == [f"flextui: error: cannot write run log {log}: No space left on "
+        assert said == [f"flextui: error: cannot write run log {run.log}: No space left on "
                         "device; the run was stopped, and the log holds what came before"]
         assert "Traceback" not in err, err[-3000:]
-        assert wait_gone([*pids.values(), torchrun, guard], timeout=60) == []
-        run = read_run_log(log)
-        assert run.final is None and {r.rank for r in run.records if isinstance(r, Start)} \
-            == {0, 1}
-    finally:
-        end([proc.pid, *pids.values()])
+        assert wait_gone([*run.ranks.values(), run.torchrun, run.guard], timeout=60) == []
+        log = read_run_log(run.log)
+        assert log.final is None and {r.rank for r in log.records
+                                      if isinstance(r, Start)} == {0, 1}
