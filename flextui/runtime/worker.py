@@ -169,14 +169,17 @@ def _memory(device: torch.device) -> Callable[[], int]:
 
 
 def _utilisation(device: torch.device) -> Callable[[], float | None]:
-    """GPU utilisation in percent through NVML (nvidia-ml-py), None without it."""
+    """GPU utilisation in percent through NVML (nvidia-ml-py), None without it. NVML
+    counts every GPU of the machine and CUDA only those ``CUDA_VISIBLE_DEVICES`` leaves,
+    so the device is found by its UUID, never by its index."""
     if device.type != "cuda":
         return lambda: None
     try:
         import pynvml  # type: ignore[import-not-found]  # optional: nvidia-ml-py
         pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(device.index or 0)
-    except Exception:  # noqa: BLE001 (no NVML, no driver: utilisation is not known)
+        uuid = f"GPU-{torch.cuda.get_device_properties(device).uuid}"
+        handle = pynvml.nvmlDeviceGetHandleByUUID(uuid)
+    except Exception:  # noqa: BLE001 (no NVML, no driver, a MIG slice: not known)
         return lambda: None
     return lambda: float(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)
 
