@@ -94,7 +94,7 @@ async def test_the_screen_shows_every_device_against_the_simulator(tmp_path):
         assert view.steps_done == 11 and view.elapsed_s == 3.0
         assert view.iteration_s == pytest.approx(0.0155)          # mean of 11..20 ms
         assert view.devices[0].busy_s == pytest.approx(0.006)
-        assert view.devices[0].simulated_busy_s == live.prepared.simulated["busy_s"][0]
+        assert view.devices[0].simulated_busy_s == live.prepared.simulated.busy_s[0]
         assert len(view.histories[0]) == 10
         shown = screen_text(app)
         assert "n0.rank0" in shown and "n0.rank1" in shown and "[1] hello from rank 1" in shown
@@ -117,7 +117,7 @@ async def test_a_wide_terminal_shows_busy_and_simulated_times_side_by_side(tmp_p
         await wait_for(pilot, lambda: live.done and app.screen._ended)
         await pilot.pause(0.3)
         shown = screen_text(app)
-        simulated = live.prepared.simulated["busy_s"][0] * 1e3
+        simulated = live.prepared.simulated.busy_s[0] * 1e3
         assert "busy ms" in shown and "sim ms" in shown and "error" in shown
         assert f"6.00 {simulated:,.2f}" in " ".join(shown.split())
 
