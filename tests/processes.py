@@ -81,7 +81,7 @@ class Follow:
         import threading
 
         self.stop = threading.Event()
-        self.records: list[dict] = []
+        self.records: list = []   # the ranks' records (runtime.metrics), as they came
         self.run = None
         self.result = None
         self.thread = threading.Thread(target=self._go, args=(prepared,), daemon=True)
@@ -98,7 +98,7 @@ class Follow:
         after ``timeout`` seconds, or when the launch ends first)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and self.thread.is_alive():
-            if len({r["rank"] for r in list(self.records) if r["kind"] == kind}) == ranks:
+            if len({r.rank for r in list(self.records) if r.kind == kind}) == ranks:
                 return
             time.sleep(0.1)
         raise AssertionError(f"the ranks did not send {kind!r}: {self.records[-3:]}")

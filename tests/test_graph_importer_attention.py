@@ -17,9 +17,10 @@ from torch import nn
 
 from flextui.cli import main
 from flextui.errors import GraphError
-from flextui.graph import OpGraph, full_region, graph_from_dict
+from flextui.graph import OpGraph, full_region
 from flextui.graph.importer import import_module
 from flextui.graph.library import load_model
+from flextui.runtime.metrics import Check, Start
 from flextui.runtime.plan import index_bounds
 from flextui.runtime.reference import forward_whole, train_whole
 from flextui.runtime.runlog import read_run_log
@@ -212,11 +213,10 @@ def test_a_two_rank_launch_of_a_split_strategy_trains_as_the_modules_own_step(tm
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout
     assert "check passed: 2 ranks equal one process" in proc.stdout
     run = read_run_log(log)
-    graph = graph_from_dict(run.header["graph"])
-    configs = run.header["strategy"][1]
-    assert any(max(degrees) > 1 for degrees, _ in configs)     # something is split
-    checks = [r for r in run.records if r["kind"] == "check"]
-    losses, _ = module_own_training(graph, seed=2, steps=len(checks[0]["losses"]))
-    assert checks[0]["losses"] == pytest.approx(losses, rel=1e-9)
-    pids = [r["pid"] for r in run.records if r["kind"] == "start"]
+    graph, strategy = run.header.spec.graph, run.header.spec.strategy
+    assert any(max(strategy[op.name].degrees) > 1 for op in graph.ops)  # something is split
+    checks = [r for r in run.records if isinstance(r, Check)]
+    losses, _ = module_own_training(graph, seed=2, steps=len(checks[0].losses))
+    assert list(checks[0].losses) == pytest.approx(losses, rel=1e-9)
+    pids = [r.pid for r in run.records if isinstance(r, Start)]
     assert len(pids) == 2 and wait_gone(pids) == []

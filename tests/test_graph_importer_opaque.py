@@ -15,6 +15,7 @@ from flextui.cli import main
 from flextui.graph import full_region
 from flextui.graph.dims import DimKind
 from flextui.graph.library import load_model, pytorch_model
+from flextui.runtime.metrics import Start
 from flextui.runtime.reference import forward_whole
 from flextui.runtime.runlog import read_run_log
 from flextui.runtime.values import StartingParameters
@@ -87,5 +88,5 @@ def test_an_opaque_op_split_by_samples_trains_on_two_ranks_as_one_process(tmp_pa
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout
     assert "check passed: 2 ranks equal one process" in proc.stdout
     run = read_run_log(log)
-    pids = [r["pid"] for r in run.records if r["kind"] == "start"]
+    pids = [r.pid for r in run.records if isinstance(r, Start)]
     assert len(pids) == 2 and wait_gone(pids) == []

@@ -2,6 +2,9 @@
 and exit status 2 before any process starts."""
 
 import socket
+import subprocess
+import sys
+import textwrap
 
 import pytest
 
@@ -156,3 +159,24 @@ def test_the_app_launches_no_more_cpu_ranks_than_cores_either():
     with pytest.raises(FlextuiError, match=f"this machine has {usable_cpus()} CPU cores"):
         prepare(graph, builtin_strategy("data-parallel", graph, cluster), cluster, Training(),
                 AnalyticCostModel())
+
+
+def test_ctrl_c_while_starting_up_is_a_clean_exit(tmp_path):
+    """SIGINT while `flextui launch` imports what it needs (its options name the built-in
+    strategies): "interrupted" and exit status 130, not a KeyboardInterrupt traceback."""
+    code = textwrap.dedent("""
+        import os, runpy, signal, sys
+
+        class CtrlC:   # Ctrl-C, as the strategies start to be imported
+            def find_spec(self, name, path=None, target=None):
+                if name == "flextui.strategy":
+                    sys.meta_path.remove(self)
+                    os.kill(os.getpid(), signal.SIGINT)
+
+        sys.meta_path.insert(0, CtrlC())
+        sys.argv = ["flextui", "launch", "-m", "lenet", "--headless", "--dry-run"]
+        runpy.run_module("flextui", run_name="__main__")
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=tmp_path, timeout=300)
+    assert done.returncode == 130 and done.stderr == "flextui: interrupted\n", done.stderr

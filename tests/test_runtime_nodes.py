@@ -28,6 +28,7 @@ from flextui.runtime import nodes
 from flextui.runtime.hosts import Host, parse_host_list, parse_hostfile, place
 from flextui.runtime.job import prepare
 from flextui.runtime.launch import RunStatus, free_port
+from flextui.runtime.metrics import Start
 from flextui.runtime.node import (
     NODE_REQUEST,
     HostFacts,
@@ -378,9 +379,10 @@ def test_two_nodes_train_over_ssh_and_report_every_device(tmp_path, capsys):
     for device in ("n0.rank0", "n0.rank1", "n1.rank0", "n1.rank1"):
         assert device in out
     run = read_run_log(log)
-    assert run.header["hosts"] == ["localhost", "127.0.0.1"]
-    assert run.header["cluster"]["name"] == "cpu-2x2" and run.final["status"] == "finished"
-    starts = {r["rank"]: r["pid"] for r in run.records if r["kind"] == "start"}
+    assert run.header.target.host_names() == ["localhost", "127.0.0.1"]
+    assert run.header.target.remote is not None and run.header.target.port is not None
+    assert run.header.cluster.name == "cpu-2x2" and run.final.status == RunStatus.FINISHED
+    starts = {r.rank: r.pid for r in run.records if isinstance(r, Start)}
     assert sorted(starts) == [0, 1, 2, 3]
     assert wait_gone(starts.values()) == []
 
@@ -396,7 +398,7 @@ def test_a_node_killed_mid_run_ends_the_launch_on_every_host(tmp_path, two_nodes
         assert outcome.message.startswith("lost host 127.0.0.1: its node program or ssh "
                                           "session ended"), outcome.message
         assert wait_gone(follow.pids()) == []
-        assert read_run_log(tmp_path / "run.ffrun").final["status"] == "failed"
+        assert read_run_log(tmp_path / "run.ffrun").final.status == RunStatus.FAILED
 
 
 @pytest.mark.slow
@@ -436,7 +438,7 @@ def test_stopping_closes_every_session_and_every_rank_ends(tmp_path, two_nodes):
         assert [d.name for d in summary.devices] == ["n0.rank0", "n0.rank1", "n1.rank0",
                                                      "n1.rank1"]
         assert wait_gone(follow.pids()) == []
-        assert read_run_log(tmp_path / "run.ffrun").final["status"] == "stopped"
+        assert read_run_log(tmp_path / "run.ffrun").final.status == RunStatus.STOPPED
 
 
 # -- the model's code on every host ------------------------------------------------------

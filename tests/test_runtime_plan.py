@@ -11,7 +11,7 @@ from flextui.graph import GraphBuilder, full_region
 from flextui.machine import load_named_cluster
 from flextui.runtime.comm import Comm
 from flextui.runtime.engine import RankProgram, within
-from flextui.runtime.metrics import decode, encode
+from flextui.runtime.metrics import Start, Steps, encode, read_line
 from flextui.runtime.plan import compile_plan
 from flextui.runtime.reference import train_whole
 from flextui.runtime.spec import LaunchSpec, RunDtype, Training
@@ -85,12 +85,11 @@ def test_blocks_of_values_are_the_whole_tensors_cut():
 
 
 def test_metrics_lines_are_found_among_other_output():
-    line = encode({"kind": "start", "rank": 3, "pid": 12})
-    assert decode("[rank3]:" + line) == {"kind": "start", "rank": 3, "pid": 12}
-    assert decode("[rank3]: Traceback (most recent call last):") is None
-    assert decode("[rank3]:@flextui {not json") is None
+    start = Start(3, 12, "node-a", "cpu", 10, 2)
+    assert read_line("[rank3]:" + encode(start), "rank 3") == start
+    assert read_line("[rank3]: Traceback (most recent call last):", "rank 3") is None
     with pytest.raises(ValueError, match="over"):
-        encode({"kind": "steps", "losses": [0.5] * 1000})
+        encode(Steps(0, 0, 999, False, 1.0, 1.0, 0.0, 0, 0, (0.5,) * 1000, 0, None))
 
 
 def test_a_launch_plan_reads_back_and_a_damaged_one_is_one_message(tmp_path):

@@ -4,17 +4,20 @@ model under every test strategy equals one process and moves the simulated bytes
 ended by its PID, and each test asserts none survives."""
 
 import contextlib
+import errno
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from flextui.runtime.launch import free_port
+from flextui.runtime.launch import RunStatus, free_port
+from flextui.runtime.metrics import End, Failed, Start, Steps
 from flextui.runtime.runlog import read_run_log
 from processes import end, listening, parent_of, wait_gone
 from runtime_models import SMALL_MODELS, STRATEGIES
@@ -62,7 +65,7 @@ def starts(path: Path) -> dict[int, int]:
         log = read_run_log(path)
     except Exception:  # noqa: BLE001 (not written yet)
         return {}
-    return {r["rank"]: r["pid"] for r in log.records if r.get("kind") == "start"}
+    return {r.rank: r.pid for r in log.records if isinstance(r, Start)}
 
 
 def wait_for_starts(path: Path, ranks: int, proc, timeout: float = 120.0) -> dict[int, int]:
@@ -85,11 +88,11 @@ def test_launch_trains_prints_every_device_and_keeps_a_run_log(tmp_path):
     assert "n0.rank0" in out and "n0.rank1" in out and "simulated" in out, out
     assert "finished in" in out
     run = read_run_log(log)
-    assert run.header["num_ranks"] == 2 and run.final["status"] == "finished"
-    kinds = {(r["rank"], r["kind"]) for r in run.records}
-    assert kinds == {(rank, kind) for rank in (0, 1) for kind in ("start", "steps", "end")}
-    steps = [r for r in run.records if r["kind"] == "steps" and not r["warmup"]]
-    assert sum(r["last"] - r["first"] + 1 for r in steps) == 6   # 3 timed steps, 2 ranks
+    assert run.header.spec.num_ranks == 2 and run.final.status == RunStatus.FINISHED
+    kinds = {(r.rank, type(r)) for r in run.records}
+    assert kinds == {(rank, kind) for rank in (0, 1) for kind in (Start, Steps, End)}
+    steps = [r for r in run.records if isinstance(r, Steps) and not r.warmup]
+    assert sum(r.count for r in steps) == 6   # 3 timed steps, 2 ranks
     assert wait_gone(starts(log).values()) == []
 
 
@@ -103,22 +106,47 @@ def test_launch_check_compares_with_one_process(tmp_path):
     assert wait_gone(starts(tmp_path / "check.ffrun").values()) == []
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_stops_every_rank(tmp_path, signum):
-    log = tmp_path / "long.ffrun"
+@dataclass
+class Running:
+    """A long launch of 2 LeNet ranks whose ranks have started: the launcher, its run
+    log, the ranks' PIDs (from the log), torchrun's and its guard's."""
+
+    proc: subprocess.Popen
+    log: Path
+    ranks: dict[int, int]
+    torchrun: int
+    guard: int
+
+
+@contextlib.contextmanager
+def running(tmp_path: Path, log: Path):
+    """Start a long launch and wait for its ranks; however the test ends, every process
+    of it is ended by its PID."""
     proc = launch(tmp_path, "-m", "lenet", "--nproc-per-node", "2", "--steps", "1000000",
-                  "--run-log", str(log))
-    pids: dict[int, int] = {}
+                  "--headless", "--run-log", str(log))
+    ranks: dict[int, int] = {}
+    above: list[int] = []
     try:
-        pids = wait_for_starts(log, 2, proc)
-        torchrun = parent_of(pids[0])
-        proc.send_signal(signum)
-        proc.communicate(timeout=60)
-        assert proc.returncode == 128 + signum
-        assert wait_gone([*pids.values(), torchrun], timeout=10) == []
-        assert read_run_log(log).final["status"] == "stopped"
+        ranks = wait_for_starts(log, 2, proc)
+        above.append(parent_of(ranks[0]))
+        above.append(parent_of(above[0]))
+        yield Running(proc, log, ranks, *above)
     finally:
-        end([proc.pid, *pids.values()])
+        end([proc.pid, *ranks.values(), *above])
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_a_signal_stops_every_rank(tmp_path, signum):
+    """The signal stops the run as Ctrl-C does: every rank, torchrun and its guard end,
+    the run log gets its final record, and nothing prints a traceback (SIGHUP used to
+    kill the launcher outright; torchrun printed its own of SIGTERM every time)."""
+    with running(tmp_path, tmp_path / "long.ffrun") as run:
+        run.proc.send_signal(signum)
+        _, err = run.proc.communicate(timeout=120)
+        assert run.proc.returncode == 128 + signum, err[-3000:]
+        assert wait_gone([*run.ranks.values(), run.torchrun, run.guard], timeout=60) == []
+        assert read_run_log(run.log).final.status == RunStatus.STOPPED
+        assert "Traceback" not in err and "SignalException" not in err, err[-3000:]
 
 
 def test_a_launch_listens_on_loopback_only(tmp_path):
@@ -150,23 +178,88 @@ def test_a_failing_rank_is_named_and_every_rank_ends(tmp_path):
         assert proc.returncode == 1, err[-3000:]
         assert "rank 1 on localhost failed" in out and "fails at step 2" in out, out
         final = read_run_log(log).final
-        assert final["status"] == "failed" and final["failed_rank"] == 1
+        assert final.status == RunStatus.FAILED and final.failed_rank == 1
         assert wait_gone(starts(log).values(), timeout=10) == []
     finally:
         end([proc.pid, *starts(log).values()])
 
 
-def test_ranks_end_when_the_launcher_is_killed(tmp_path):
-    log = tmp_path / "orphan.ffrun"
-    proc = launch(tmp_path, "-m", "lenet", "--nproc-per-node", "2", "--steps", "1000000",
-                  "--run-log", str(log))
-    pids: dict[int, int] = {}
-    torchrun: list[int] = []
+def test_a_rank_killed_by_a_signal_is_named_not_the_peer_it_broke(tmp_path):
+    """kill -9 of rank 1 breaks rank 0's connection, and rank 0 reports that failure
+    first (torchrun is held still until it has, as a loaded machine may hold it: it
+    would stop rank 0 at once otherwise). The launch names rank 1 and the signal."""
+    with running(tmp_path, tmp_path / "killed.ffrun") as run:
+        os.kill(run.torchrun, signal.SIGSTOP)
+        try:
+            os.kill(run.ranks[1], signal.SIGKILL)
+            assert wait_gone([run.ranks[0]], timeout=120) == []  # rank 0 failed (or hangs)
+        finally:
+            os.kill(run.torchrun, signal.SIGCONT)
+        out, err = run.proc.communicate(timeout=300)
+        assert run.proc.returncode == 1, err[-3000:]
+        assert "rank 1 on localhost failed (killed by SIGKILL, signal 9" in " ".join(out.split())
+        log = read_run_log(run.log)
+        assert [r.rank for r in log.records if isinstance(r, Failed)] == [0]  # it did
+        assert log.final.failed_rank == 1 and "SIGKILL" in log.final.message
+
+
+def test_torchrun_ends_with_its_launcher_killed_outright(tmp_path):
+    """SIGKILL of the launcher: torchrun ends without its ranks' help (they are held
+    still, so their watchdogs cannot end it), through the pipe its guard holds from the
+    launcher; the ranks, let go, end too."""
+    with running(tmp_path, tmp_path / "orphan.ffrun") as run:
+        for pid in run.ranks.values():
+            os.kill(pid, signal.SIGSTOP)
+        run.proc.kill()
+        run.proc.wait(timeout=60)
+        assert wait_gone([run.torchrun, run.guard], timeout=60) == []  # hang protection
+        for pid in run.ranks.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        assert wait_gone(run.ranks.values(), timeout=60) == []
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 1 MiB tmpfs to fill (root, or CAP_SYS_ADMIN, can mount one), unmounted after."""
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(disk)],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        pytest.skip("a full disk needs a small tmpfs, and mounting one is not allowed here "
+                    f"({mounted.stderr.strip() or 'mount failed'})")
     try:
-        pids = wait_for_starts(log, 2, proc)
-        torchrun = [parent_of(pids[0])]
-        proc.kill()
-        proc.wait(timeout=10)
-        assert wait_gone([*pids.values(), *torchrun], timeout=20) == []
+        yield disk
     finally:
-        end([proc.pid, *pids.values(), *torchrun])
+        subprocess.run(["umount", "--lazy", str(disk)], check=True)
+
+
+def fill(path: Path) -> None:
+    """Write to ``path`` until its disk is full."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT)
+    try:
+        while os.write(fd, b"\0" * 65536):
+            pass
+    except OSError as exc:
+        assert exc.errno == errno.ENOSPC, exc
+    finally:
+        os.close(fd)
+
+
+def test_a_full_disk_under_the_run_log_stops_the_run_in_one_line(tmp_path, small_disk):
+    """The disk under the run log fills mid-run: one line says so and the launch exits 2,
+    every rank ends, and the log reads up to its last whole record (the reader thread
+    died on it, with three tracebacks, and the run went on)."""
+    with running(tmp_path, small_disk / "full.ffrun") as run:
+        fill(small_disk / "filler")
+        _, err = run.proc.communicate(timeout=300)
+        assert run.proc.returncode == 2, err[-3000:]
+        said = [line for line in err.splitlines() if line.startswith("flextui: error")]
+        assert said == [f"flextui: error: cannot write run log {run.log}: No space left on "
+                        "device; the run was stopped, and the log holds what came before"]
+        assert "Traceback" not in err, err[-3000:]
+        assert wait_gone([*run.ranks.values(), run.torchrun, run.guard], timeout=60) == []
+        log = read_run_log(run.log)
+        assert log.final is None and {r.rank for r in log.records
+                                      if isinstance(r, Start)} == {0, 1}

@@ -12,6 +12,7 @@ from flextui.cost.localdevice import cpu_name
 from flextui.cost.signatures import Measurement
 from flextui.graph.library import load_model
 from flextui.machine import load_named_cluster
+from flextui.runtime.metrics import Tasks
 from flextui.runtime.recording import merged_times
 from flextui.runtime.runlog import read_run_log
 from test_runtime_ranks import end, launch, starts, wait_gone
@@ -36,7 +37,7 @@ def test_recorded_task_times_are_used_by_the_next_search(tmp_path, monkeypatch):
     assert written["device"] == cpu_name(1) and written["file"].startswith(str(profiles))
     graph = load_model("lenet", batch_size=16)
     records = read_run_log(log).records
-    assert {r["rank"] for r in records if r["kind"] == "tasks"} == {0, 1}
+    assert {r.rank for r in records if isinstance(r, Tasks)} == {0, 1}
     [measured] = merged_times(graph, records).values()
     assert written["tasks"] == len(measured) and written["runs"] == sum(
         runs for _, _, runs in measured.values())

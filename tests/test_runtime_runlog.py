@@ -6,41 +6,46 @@ import json
 import pytest
 
 from flextui.cli import main
+from flextui.documents import pack
 from flextui.machine import load_named_cluster
-from flextui.runtime.runlog import MAGIC, RunLogError, RunLogWriter, read_run_log
+from flextui.runtime.launch import Outcome, RunStatus
+from flextui.runtime.metrics import Start, Steps
+from flextui.runtime.runlog import MAGIC, RunHeader, RunLogError, RunLogWriter, read_run_log
 from flextui.runtime.spec import LaunchSpec, Training
-from flextui.strategy import builtin_strategy
+from flextui.runtime.summary import Simulated
+from flextui.runtime.target import LaunchTarget
+from flextui.search.logformat import frame
+from flextui.strategy import Strategy, builtin_strategy
 from runtime_models import small
 
 
-def header(ranks=2):
+def header(ranks=2, strategy="data-parallel"):
     graph, cluster = small("lenet"), load_named_cluster(f"local-cpu-{ranks}")
-    spec = LaunchSpec(graph, builtin_strategy("data-parallel", graph, cluster), ranks,
-                      Training())
-    return {**spec.to_dict(), "graph_hash": graph.fingerprint, "cluster": cluster.to_dict(),
-            "commands": [["torchrun"]], "hosts": ["localhost"],
-            "simulated": {"iteration_s": 0.010, "busy_s": [0.008, 0.004],
-                          "cost_model": "analytic"}}
+    spec = LaunchSpec(graph, Strategy(builtin_strategy("data-parallel", graph, cluster),
+                                      strategy), ranks, Training())
+    return RunHeader(spec, cluster, (("torchrun",),), LaunchTarget(port=29500, run_id="r1"),
+                     Simulated(0.010, (0.008, 0.004), "analytic"))
 
 
 def steps(rank, first, last, step_s, compute_s, warmup=False):
     count = last - first + 1
-    return {"kind": "steps", "rank": rank, "first": first, "last": last, "warmup": warmup,
-            "step_s": step_s * count, "compute_s": compute_s * count, "wait_s": 0.001 * count,
-            "sent": 100 * count, "received": 100 * count, "losses": [1.0] * count,
-            "peak_memory": 2**20, "gpu_util": None}
+    return Steps(rank, first, last, warmup, step_s * count, compute_s * count, 0.001 * count,
+                 100 * count, 100 * count, (1.0,) * count, 2**20, None)
 
 
-def write(path, final=True):
-    log = RunLogWriter(path, header())
+FINISHED = Outcome(RunStatus.FINISHED, 0, None, "finished in 3.0 s", 3.0)
+
+
+def write(path, final=FINISHED, strategy="data-parallel"):
+    log = RunLogWriter(path, header(strategy=strategy))
     for rank in (0, 1):
-        log.record({"kind": "start", "rank": rank, "pid": 1000 + rank})
+        log.record(Start(rank, 1000 + rank, "localhost", "cpu", 10, 2))
         log.record(steps(rank, 0, 1, 0.5, 0.4, warmup=True))
         log.record(steps(rank, 2, 11, 0.012 if rank == 0 else 0.011,
                          0.010 if rank == 0 else 0.004))
     log.output(1, "a line of rank 1")
     if final:
-        log.final("finished", 0, None, "finished in 3.0 s", 3.0)
+        log.final(final)
     log.close()
 
 
@@ -62,7 +67,7 @@ def test_runs_show_prints_measured_against_simulated(tmp_path, capsys):
 
 def test_a_log_cut_short_reads_to_its_last_whole_record(tmp_path, capsys):
     path = tmp_path / "cut.ffrun"
-    write(path, final=False)
+    write(path, final=None)
     data = path.read_bytes()
     path.write_bytes(data[:-7])
     log = read_run_log(path)
@@ -87,3 +92,95 @@ def test_bad_run_logs_are_one_message(tmp_path, capsys):
     assert main(["runs", "show", str(tmp_path / "missing.ffrun")]) == 2
     with pytest.raises(RunLogError, match="exists"):
         RunLogWriter(damaged, header())
+
+
+def test_a_log_reads_back_as_typed_values(tmp_path):
+    path = tmp_path / "typed.ffrun"
+    write(path)
+    log = read_run_log(path)
+    written = header()
+    assert (log.header.spec.graph.fingerprint, log.header.spec.strategy.name) == \
+        (written.spec.graph.fingerprint, written.spec.strategy.name)
+    assert log.header.spec.training == written.spec.training
+    assert (log.header.cluster.name, log.header.commands, log.header.target,
+            log.header.simulated) == (written.cluster.name, written.commands, written.target,
+                                      written.simulated)
+    assert log.header.created and log.header.version == 2
+    assert log.records[0] == Start(0, 1000, "localhost", "cpu", 10, 2)
+    assert log.records[1] == steps(0, 0, 1, 0.5, 0.4, warmup=True)
+    assert log.output == [(1, "a line of rank 1")]
+    assert log.final == FINISHED
+    assert log.status == "finished"
+
+
+def framed(path, *records):
+    """A run log of ``records`` (each [tag, ...]) as written, whatever they hold."""
+    path.write_bytes(MAGIC + b"".join(frame(pack(r)) for r in records))
+    return path
+
+
+@pytest.mark.parametrize("damage, problem", [
+    (lambda h, rec, fin: ([0, {**h, "version": 9}], rec, fin),
+     "header: written by a newer flextui .* upgrade flextui to read it"),
+    (lambda h, rec, fin: ([0, {**h, "num_ranks": 3}], rec, fin),
+     "header cluster: 2 devices for 3 ranks"),
+    (lambda h, rec, fin: ([0, {k: v for k, v in h.items() if k != "target"}], rec, fin),
+     "header: missing target"),
+    (lambda h, rec, fin: ([0, {**h, "graph_hash": "x"}], rec, fin),
+     "header graph_hash: the graph does not match its recorded hash"),
+    (lambda h, rec, fin: ([0, {**h, "simulated": {"iteration_s": 1.0, "busy_s": [1.0],
+                                                  "cost_model": "analytic"}}], rec, fin),
+     "header simulated busy_s: expected a list of 2 items"),
+    (lambda h, rec, fin: ([0, h], [1, {"kind": "steps", "rank": 0}], fin),
+     "record 1 at byte .*: steps: missing first, last"),
+    (lambda h, rec, fin: ([0, h], rec, [3, {**fin[1], "status": "done"}]),
+     "record 2 at byte .* final status: expected one of finished, failed, stopped"),
+    (lambda h, rec, fin: ([0, h], fin, rec),
+     "record 2 at byte .*: a record after the final record"),
+])
+def test_a_damaged_field_is_one_message_naming_it(tmp_path, capsys, damage, problem):
+    h = {**header().to_dict(), "created": "2026-11-26T00:00:00"}
+    record = [1, Start(0, 10, "localhost", "cpu", 10, 2).to_dict()]
+    final = [3, Outcome(RunStatus.FINISHED, 0, None, "finished", 1.0).to_dict()]
+    path = framed(tmp_path / "bad.ffrun", *damage(h, record, final))
+    with pytest.raises(RunLogError, match=f"^{path}: {problem}"):
+        read_run_log(path)
+    assert main(["runs", "show", str(path)]) == 2
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_runs_show_prints_what_the_log_says_as_it_is(tmp_path, capsys, monkeypatch):
+    """gloo's errors name their source as [path:line], and a strategy file names itself:
+    Rich took them for markup (MarkupError: a traceback instead of the table)."""
+    said = ("rank 0 on localhost failed: RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/"
+            "gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:40000")
+    path = tmp_path / "gloo.ffrun"
+    write(path, final=Outcome(RunStatus.FAILED, 1, 0, said, 2.0), strategy="mine[/v2]")
+    monkeypatch.setenv("COLUMNS", "1000")
+    assert main(["runs", "show", str(path)]) == 0
+    out, err = capsys.readouterr()
+    assert f"failed: {said}" in out and "lenet (mine[/v2]) on 2 ranks" in out, err
+
+
+def test_a_version_1_log_names_its_hosts_as_its_target(tmp_path):
+    """Before the target was kept, a header named only its hosts (["localhost"] on this
+    machine): such a log still reads, its target those hosts."""
+    body = {**header().to_dict(), "version": 1, "created": "2026-11-25T10:00:00"}
+    del body["target"], body["model"]
+    for hosts, local in ((["localhost"], True), (["gpu1", "gpu2"], False)):
+        path = tmp_path / f"v1-{len(hosts)}.ffrun"
+        path.write_bytes(MAGIC + frame(pack([0, {**body, "hosts": hosts}])))
+        target = read_run_log(path).header.target
+        assert target.local == local and target.host_names() == hosts
+        assert (target.port, target.run_id) == (None, "")
+
+
+def test_a_header_target_that_names_hosts_wrongly_is_refused(tmp_path):
+    body = header().to_dict() | {"created": "2026-11-26T10:00:00"}
+    for target, said in (({**body["target"], "hosts": ["-Fevil@h1"]}, "starts with '-'"),
+                         ({**body["target"], "ssh": ["ssh"]}, "only for hosts")):
+        path = tmp_path / "bad-target.ffrun"
+        path.write_bytes(MAGIC + frame(pack([0, {**body, "target": target}])))
+        with pytest.raises(RunLogError, match=said):
+            read_run_log(path)
+        path.unlink()

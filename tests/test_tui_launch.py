@@ -11,6 +11,7 @@ from flextui.cost import AnalyticCostModel
 from flextui.machine import load_named_cluster
 from flextui.runtime.job import prepare
 from flextui.runtime.launch import Outcome, RunStatus
+from flextui.runtime.metrics import Start, Steps
 from flextui.runtime.spec import Training
 from flextui.session.jobs import JobState
 from flextui.session.launching import LaunchRequest, launch_request
@@ -42,15 +43,13 @@ def lenet_prepared(tmp_path: Path, name="expert", ranks=2):
 
 def steps(rank, first, last, step_s, compute_s, wait_s, warmup=False):
     count = last - first + 1
-    return {"kind": "steps", "rank": rank, "first": first, "last": last, "warmup": warmup,
-            "step_s": step_s * count, "compute_s": compute_s * count,
-            "wait_s": wait_s * count, "sent": 10 * count, "received": 10 * count,
-            "losses": [2.3] * count, "peak_memory": 300 * 2**20, "gpu_util": None}
+    return Steps(rank, first, last, warmup, step_s * count, compute_s * count,
+                 wait_s * count, 10 * count, 10 * count, (2.3,) * count, 300 * 2**20, None)
 
 
 RECORDS = [
-    {"kind": "start", "rank": 0, "pid": 1, "host": "node-a"},
-    {"kind": "start", "rank": 1, "pid": 2, "host": "node-b"},
+    Start(0, 1, "node-a", "cpu", 10, 1),
+    Start(1, 2, "node-b", "cpu", 10, 1),
     steps(0, 0, 0, 0.5, 0.4, 0.1, warmup=True), steps(1, 0, 0, 0.5, 0.3, 0.2, warmup=True),
     *(steps(rank, s, s, 0.010 + 0.001 * s, 0.006, 0.003) for s in range(1, 11)
       for rank in (0, 1)),
@@ -102,7 +101,7 @@ async def test_the_screen_shows_every_device_against_the_simulator(tmp_path):
         assert view.steps_done == 11 and view.elapsed_s == 3.0
         assert view.iteration_s == pytest.approx(0.0155)          # mean of 11..20 ms
         assert view.devices[0].busy_s == pytest.approx(0.006)
-        assert view.devices[0].simulated_busy_s == live.prepared.simulated["busy_s"][0]
+        assert view.devices[0].simulated_busy_s == live.prepared.simulated.busy_s[0]
         assert len(view.histories[0]) == 10
         shown = screen_text(app)
         assert "n0.rank0" in shown and "n0.rank1" in shown and "[1] hello from rank 1" in shown
@@ -125,7 +124,7 @@ async def test_a_wide_terminal_shows_busy_and_simulated_times_side_by_side(tmp_p
         await wait_for(pilot, lambda: live.done and app.screen._ended)
         await pilot.pause(0.3)
         shown = screen_text(app)
-        simulated = live.prepared.simulated["busy_s"][0] * 1e3
+        simulated = live.prepared.simulated.busy_s[0] * 1e3
         assert "busy ms" in shown and "sim ms" in shown and "error" in shown
         assert f"6.00 {simulated:,.2f}" in " ".join(shown.split())
 
@@ -275,8 +274,8 @@ async def test_a_real_launch_runs_in_the_app_and_ends_with_it(tmp_path):
         view = live.view()
         assert all(d.samples_per_s > 0 for d in view.devices)
         from flextui.runtime.runlog import read_run_log
-        pids = [r["pid"] for r in read_run_log(request.prepared.run_log).records
-                if r["kind"] == "start"]
+        pids = [r.pid for r in read_run_log(request.prepared.run_log).records
+                if isinstance(r, Start)]
         assert len(pids) == 2
     # the app has quit: every rank has ended and the run log is finished
     import os
@@ -284,4 +283,4 @@ async def test_a_real_launch_runs_in_the_app_and_ends_with_it(tmp_path):
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
     from flextui.runtime.runlog import read_run_log
-    assert read_run_log(request.prepared.run_log).final["status"] == "stopped"
+    assert read_run_log(request.prepared.run_log).final.status == RunStatus.STOPPED

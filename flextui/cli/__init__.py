@@ -86,7 +86,14 @@ def open_app(args: argparse.Namespace, console: Console) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        return _run(sys.argv[1:] if argv is None else list(argv))
+    except KeyboardInterrupt:   # Ctrl-C while starting up, or a second one while the
+        print("flextui: interrupted", file=sys.stderr)  # work was saving what it had
+        return INTERRUPTED
+
+
+def _run(argv: list[str]) -> int:
     parser = build_parser(command_named(argv))
     args = parser.parse_args(argv)
     handler: Callable | None = getattr(args, "handler", None)
@@ -103,6 +110,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except BrokenPipeError:
         return 0
-    except KeyboardInterrupt:   # a second Ctrl-C, while the work was saving what it had
-        print("flextui: interrupted", file=sys.stderr)
-        return INTERRUPTED

@@ -124,9 +124,10 @@ class StopSignal:
 
 @contextlib.contextmanager
 def stop_on_signals(stop: threading.Event):
-    """The first SIGINT/SIGTERM sets ``stop`` (the work in flight ends cleanly and saves
-    what it has); a second SIGINT interrupts. Yields a :class:`StopSignal` whose
-    ``exit_status`` the command returns once it has saved and reported its work."""
+    """The first SIGINT, SIGTERM or SIGHUP (a closed terminal or ssh session) sets
+    ``stop`` (the work in flight ends cleanly and saves what it has); a second SIGINT
+    interrupts. Yields a :class:`StopSignal` whose ``exit_status`` the command returns
+    once it has saved and reported its work."""
     caught = StopSignal()
 
     def handler(signum, frame):
@@ -135,7 +136,8 @@ def stop_on_signals(stop: threading.Event):
         if caught.signum is None:
             caught.signum = signum
         stop.set()
-    previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {s: signal.signal(s, handler)
+                for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
         yield caught
     finally:

@@ -1,11 +1,11 @@
 """``flextui launch``: train a strategy for real with torchrun, one rank per device,
 and say per device how it ran against what the simulator predicted.
 
-Ctrl-C or SIGTERM stops the run: every rank ends, the run log gets its final record,
-and the exit status is 130 (143 for SIGTERM). A failed run (a rank raised, ran out of
-memory or was killed) exits with 1 and names the rank and what it said last; a mistake
-in what was asked (a strategy for another model or for more devices) exits with 2
-before any process starts.
+Ctrl-C, SIGTERM or SIGHUP stops the run: every rank ends, the run log gets its final
+record, and the exit status is 130 (143 for SIGTERM, 129 for SIGHUP). A failed run (a
+rank raised, ran out of memory or was killed) exits with 1 and names the rank and what
+it said last; a mistake in what was asked (a strategy for another model or for more
+devices) exits with 2 before any process starts.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from flextui.cli import record_profile
 from flextui.cli.common import (
@@ -38,6 +38,7 @@ from flextui.cli.common import (
 )
 from flextui.errors import FlextuiError
 from flextui.limits import DEVICES, RANKS_PER_HOST
+from flextui.runtime.metrics import RankRecord, Steps
 
 PROGRESS_S = 1.0
 EXIT_FAILED = 1
@@ -138,7 +139,7 @@ def cmd_launch(args: argparse.Namespace, console: Console) -> int:
     if args.json:  # stdout holds the JSON alone
         print(said, file=sys.stderr)
     else:
-        console.print(said, highlight=False)
+        console.print(said, markup=False, highlight=False)  # names from files: text
     with stop_on_signals(stop) as caught:
         outcome, summary, records = job.execute(prepared, stop, progress.record,
                                                 progress.output)
@@ -299,13 +300,11 @@ class _Progress:
         self.step_s: dict[int, float] = {}
         self.shown = 0.0
 
-    def record(self, record: dict[str, Any]) -> None:
-        if record.get("kind") != "steps":
+    def record(self, record: RankRecord) -> None:
+        if not isinstance(record, Steps):
             return
-        rank = record["rank"]
-        self.done[rank] = record["last"] + 1
-        count = record["last"] - record["first"] + 1
-        self.step_s[rank] = record["step_s"] / max(1, count)
+        self.done[record.rank] = record.last + 1
+        self.step_s[record.rank] = record.step_s / record.count
         now = time.monotonic()
         if self.quiet or now - self.shown < PROGRESS_S:
             return
@@ -329,7 +328,7 @@ def print_summary(summary, console: Console) -> None:
     for row in summary.devices:
         error = row.busy_error
         used = row.peak_memory / row.memory_capacity if row.memory_capacity else 0.0
-        table.add_row(row.name, f"{row.samples_per_s:,.0f}", f"{row.step_s * 1e3:.2f}",
+        table.add_row(Text(row.name), f"{row.samples_per_s:,.0f}", f"{row.step_s * 1e3:.2f}",
                       f"{row.compute_share:.0%}/{row.wait_share:.0%}",
                       f"{row.peak_memory / 2**20:,.0f}M {used:.0%}",
                       "n/a" if row.gpu_util is None else f"{row.gpu_util:.0f}%",
@@ -347,7 +346,7 @@ def print_summary(summary, console: Console) -> None:
                   + f"{summary.samples_per_s:,.1f} samples/s", highlight=False)
 
 
-def _report_check(outcome, records: list[dict[str, Any]], console: Console,
+def _report_check(outcome, records: list[RankRecord], console: Console,
                   as_json: bool) -> int:
     from flextui.runtime.check import TOLERANCE, check_result
     result = check_result(outcome, records)

@@ -9,6 +9,7 @@ from typing import Any
 from rich.console import Console
 
 from flextui.errors import FlextuiError
+from flextui.runtime.metrics import RankRecord
 
 
 def add_argument(p: argparse.ArgumentParser) -> None:
@@ -30,7 +31,7 @@ def check(args: argparse.Namespace) -> None:
     check_recording(args.profiles)
 
 
-def record(args: argparse.Namespace, graph, outcome, records: list[dict[str, Any]],
+def record(args: argparse.Namespace, graph, outcome, records: list[RankRecord],
            console: Console) -> dict[str, Any]:
     """A finished run's task times into the cache; what was written, for --json."""
     if not args.record_profile or outcome.status != "finished":
@@ -40,5 +41,5 @@ def record(args: argparse.Namespace, graph, outcome, records: list[dict[str, Any
     if not args.json:
         for r in written:
             console.print(f"recorded {r.tasks:,} task times ({r.runs:,} runs) measured on "
-                          f"{r.device} into {r.path}", highlight=False)
+                          f"{r.device} into {r.path}", markup=False, highlight=False)
     return {"recorded_profile": [r.to_dict() for r in written]}

@@ -29,19 +29,20 @@ def cmd_runs_show(args: argparse.Namespace, console: Console) -> int:
 
     log = read_run_log(args.log)
     summary = summary_of_log(log)
-    final = log.final or {}
-    status = final.get("status", "cut short" if log.truncated else "unfinished")
+    final = log.final
     if args.json:
-        emit_json({"run_log": str(log.path), "status": status,
-                   "message": final.get("message"), "truncated": log.truncated,
+        emit_json({"run_log": str(log.path), "status": log.status,
+                   "message": final.message if final else None, "truncated": log.truncated,
                    **summary.to_dict()})
         return 0
-    strategy = log.header.get("strategy", ["?"])[0]
-    console.print(f"{log.header['graph']['name']} ({strategy}) on {log.header['num_ranks']} "
-                  f"ranks ({log.header['cluster']['name']}), {log.header['created']}",
-                  highlight=False)
+    # what the log says (names, gloo's "[path:line]" in an error) is text, never markup
+    header = log.header
+    console.print(f"{header.spec.graph.name} ({header.spec.strategy.name or '?'}) on "
+                  f"{header.spec.num_ranks} ranks ({header.cluster.name}), {header.created}",
+                  markup=False, highlight=False)
     print_summary(summary, console)
-    said = final.get("message", "the log has no final record")
-    console.print((said if status == "finished" else f"{status}: {said}")
-                  + (" (the log is cut short)" if log.truncated else ""), highlight=False)
+    said = final.message if final else "the log has no final record"
+    console.print((said if log.status == "finished" else f"{log.status}: {said}")
+                  + (" (the log is cut short)" if log.truncated else ""), markup=False,
+                  highlight=False)
     return 0

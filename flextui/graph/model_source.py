@@ -112,12 +112,15 @@ class ModelSource:
         return data
 
     @classmethod
-    def from_dict(cls, data: object, f: FieldReader, where: str = "model") -> ModelSource:
-        """The source ``data`` (``to_dict(code=True)``) holds, checked: a file's bytes
-        must have the hash given."""
+    def from_dict(cls, data: object, f: FieldReader, where: str = "model", *,
+                  code: bool = True) -> ModelSource:
+        """The source ``data`` (``to_dict(code=code)``) holds, checked: a file's bytes
+        must have the hash given. Without ``code`` (what a run log records) a file's
+        source has no bytes: it names what ran, and can run nothing."""
         body = f.mapping(data, where)
         kind = SourceKind(f.choice(body.get("kind"), f"{where}.kind", tuple(SourceKind)))
-        keys = ("kind", "name", "sha256", "code") if kind == SourceKind.FILE else ("kind", "name")
+        keys = ("kind", "name", "sha256", "code")[:4 if code else 3] \
+            if kind == SourceKind.FILE else ("kind", "name")
         f.exact_keys(body, keys, where)
         name = f.string(body["name"], f"{where}.name", TEXT_CHARS)
         if kind != SourceKind.FILE:
@@ -125,12 +128,16 @@ class ModelSource:
             if not pattern.fullmatch(name):
                 f.fail(f"{where}.name", f"{name!r:.80} is not a {kind} model's name")
             return cls(kind, name)
-        code = body["code"]
-        if not isinstance(code, bytes):
-            f.fail(f"{where}.code", "expected the model file's bytes")
-        f.within(MODEL_FILE_BYTES, len(code), f"{where}.code")
         sha256 = f.string(body["sha256"], f"{where}.sha256")
-        if not Path(name).is_absolute() or hashlib.sha256(code).hexdigest() != sha256:
+        if not code:
+            if not re.fullmatch(r"[0-9a-f]{64}", sha256):
+                f.fail(f"{where}.sha256", f"{sha256!r:.80} is not a sha256")
+            return cls(kind, name, b"", sha256)
+        data_bytes = body["code"]
+        if not isinstance(data_bytes, bytes):
+            f.fail(f"{where}.code", "expected the model file's bytes")
+        f.within(MODEL_FILE_BYTES, len(data_bytes), f"{where}.code")
+        if not Path(name).is_absolute() or hashlib.sha256(data_bytes).hexdigest() != sha256:
             f.fail(where, f"the bytes of model file {name!r:.200} do not match its sha256 "
                           "(or its path is not absolute)")
-        return cls(kind, name, code, sha256)
+        return cls(kind, name, data_bytes, sha256)

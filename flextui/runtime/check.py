@@ -4,10 +4,12 @@ run is in float64)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from flextui.runtime.launch import Outcome, RunStatus
+from flextui.runtime.metrics import Check, RankRecord
 
 TOLERANCE = 1e-9
 
@@ -25,19 +27,18 @@ class CheckResult:
                 "tolerance": TOLERANCE, "equal": self.equal, "message": self.message}
 
 
-def check_result(outcome: Outcome, records: list[dict[str, Any]]) -> CheckResult:
-    checks = [r for r in records if r.get("kind") == "check"]
+def check_result(outcome: Outcome, records: Iterable[RankRecord]) -> CheckResult:
+    checks = [r for r in records if isinstance(r, Check)]
     if outcome.status != RunStatus.FINISHED:
         return CheckResult(len(checks), 0, float("inf"), False,
                            f"the check run did not finish: {outcome.message}")
     if not checks:
         return CheckResult(0, 0, float("inf"), False, "no rank reported a check")
-    worst = max(max(float(c["loss_error"]), float(c["param_error"])) for c in checks)
-    steps = len(checks[0].get("losses", []))
-    if worst <= TOLERANCE:
-        return CheckResult(len(checks), steps, worst, True, "equal")
-    rank = max(checks, key=lambda c: max(float(c["loss_error"]), float(c["param_error"])))
-    return CheckResult(len(checks), steps, worst, False,
-                       f"rank {rank['rank']} is {worst:.1e} away from one process (loss "
-                       f"{float(rank['loss_error']):.1e}, parameters "
-                       f"{float(rank['param_error']):.1e}; tolerance {TOLERANCE:.0e})")
+    worst = max(checks, key=lambda c: c.worst)
+    steps = len(checks[0].losses)
+    if worst.worst <= TOLERANCE:
+        return CheckResult(len(checks), steps, worst.worst, True, "equal")
+    return CheckResult(len(checks), steps, worst.worst, False,
+                       f"rank {worst.rank} is {worst.worst:.1e} away from one process (loss "
+                       f"{worst.loss_error:.1e}, parameters {worst.param_error:.1e}; "
+                       f"tolerance {TOLERANCE:.0e})")

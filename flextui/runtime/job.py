@@ -6,14 +6,14 @@ torchrun started and followed, every record in the run log, and the run summaris
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import math
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
 
 from flextui.cost.model import CostModel
 from flextui.errors import FlextuiError, StrategyError
@@ -23,10 +23,11 @@ from flextui.machine import Cluster
 from flextui.machine.detect import usable_cpus
 from flextui.runtime.hosts import place
 from flextui.runtime.launch import Outcome, Run, Torchrun, free_port, port_is_free
+from flextui.runtime.metrics import RankRecord
 from flextui.runtime.nodes import Nodes, NodesRun, preflight
-from flextui.runtime.runlog import RunLogWriter
+from flextui.runtime.runlog import RunHeader, RunLogError, RunLogWriter
 from flextui.runtime.spec import Backend, LaunchSpec, RunDtype, Training
-from flextui.runtime.summary import RunSummary, summarize
+from flextui.runtime.summary import RunSummary, Simulated, summarize
 from flextui.runtime.target import LaunchTarget, check_ranks_fit
 from flextui.search.files import default_log_path
 from flextui.sim import Simulator
@@ -45,8 +46,8 @@ class Prepared:
     cluster: Cluster
     target: LaunchTarget
     run_log: Path
-    simulated: dict[str, Any]
-    nodes: Nodes | None = None
+    simulated: Simulated
+    nodes: Nodes | None = None  # a launch over hosts, after their preflight
 
     def torchrun(self, directory: Path) -> Torchrun:
         """This machine's torchrun, its plan in ``directory``."""
@@ -125,8 +126,8 @@ def prepare(graph: OpGraph, strategy: Strategy, cluster: Cluster, training: Trai
             raise FlextuiError(f"port {target.port} is in use on this machine; leave --port "
                                "out to use a free one")
     timeline = Simulator(graph, cluster, cost_model).simulate(strategy)
-    simulated = {"iteration_s": timeline.makespan, "cost_model": cost_model.identity,
-                 "busy_s": [d.busy_s for d in timeline.devices]}
+    simulated = Simulated(timeline.makespan, tuple(d.busy_s for d in timeline.devices),
+                          cost_model.identity)
     path = run_log or default_log_path(graph, cluster, suffix=RUN_SUFFIX)
     return Prepared(LaunchSpec(graph, strategy, cluster.num_devices, training), cluster,
                     target, path, simulated, placed)
@@ -163,26 +164,38 @@ def as_check(prepared: Prepared, graph: OpGraph, steps: int = 3) -> Prepared:
 
 
 def execute(prepared: Prepared, stop: threading.Event,
-            on_record: Callable[[dict[str, Any]], None] = lambda r: None,
+            on_record: Callable[[RankRecord], None] = lambda r: None,
             on_output: Callable[[int, str], None] = lambda rank, line: None,
             on_start: Callable[[Run | NodesRun], None] = lambda run: None,
-            ) -> tuple[Outcome, RunSummary, list[dict[str, Any]]]:
+            ) -> tuple[Outcome, RunSummary, list[RankRecord]]:
     """Run the launch to its end (``stop`` ends it early): every record and line goes to
     the run log and to the callbacks. Returns how it ended, its summary and its
-    records."""
+    records. A run log that cannot be written (a full disk) stops the run (``stop`` is
+    set) and, once every rank has ended, is the RunLogError raised; the log reads up
+    to its last whole record."""
     spec = prepared.spec
-    records: list[dict[str, Any]] = []
+    records: list[RankRecord] = []
     log = RunLogWriter(prepared.run_log, _header(prepared))
     lock = threading.Lock()
+    unwritten: list[RunLogError] = []
 
-    def record(r: dict[str, Any]) -> None:
+    @contextlib.contextmanager
+    def logging() -> Iterator[None]:
         with lock:
+            try:
+                yield
+            except RunLogError as exc:
+                unwritten.append(exc)
+                stop.set()
+
+    def record(r: RankRecord) -> None:
+        with logging():
             records.append(r)
             log.record(r)
         on_record(r)
 
     def output(rank: int, line: str) -> None:
-        with lock:
+        with logging():
             log.output(rank, line)
         on_output(rank, line)
 
@@ -203,15 +216,17 @@ def execute(prepared: Prepared, stop: threading.Event,
                 run.stop()
                 raise
         summary = summary_of(prepared, records)
-        with lock:
-            log.final(str(outcome.status), outcome.exit_code, outcome.failed_rank,
-                      outcome.message, outcome.elapsed_s)
+        with logging():
+            log.final(outcome)
     finally:
         log.close()
+    if unwritten:
+        raise RunLogError(f"{unwritten[0]}; the run was stopped, and the log holds what "
+                          "came before")
     return outcome, summary, records
 
 
-def summary_of(prepared: Prepared, records: list[dict[str, Any]]) -> RunSummary:
+def summary_of(prepared: Prepared, records: list[RankRecord]) -> RunSummary:
     """The run's summary, on the launch's cluster, against its simulated figures."""
     cluster = prepared.cluster
     return summarize(records, [d.name for d in cluster.devices],
@@ -219,10 +234,7 @@ def summary_of(prepared: Prepared, records: list[dict[str, Any]]) -> RunSummary:
                      prepared.spec.graph.batch_size, prepared.simulated)
 
 
-def _header(prepared: Prepared) -> dict[str, Any]:
-    spec = prepared.spec
-    return {**spec.to_dict(), "graph_hash": spec.graph.fingerprint,
-            "cluster": prepared.cluster.to_dict(),
-            "commands": prepared.commands(), "hosts": prepared.target.host_names(),
-            "target": prepared.target.to_dict(),
-            "simulated": prepared.simulated}
+def _header(prepared: Prepared) -> RunHeader:
+    return RunHeader(prepared.spec, prepared.cluster,
+                     tuple(tuple(command) for command in prepared.commands()),
+                     prepared.target, prepared.simulated)

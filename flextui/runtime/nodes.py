@@ -37,6 +37,7 @@ from flextui.runtime.launch import (
     RunStatus,
     end_process_group,
 )
+from flextui.runtime.metrics import RankRecord
 from flextui.runtime.node import HostFacts, PreflightRequest, RunRequest, frame, parse_node_line
 from flextui.runtime.spec import Training
 from flextui.runtime.target import LOOPBACK, SSH_ENV, LaunchTarget, check_ranks_fit
@@ -245,7 +246,7 @@ class NodesRun:
     """A launch over several hosts in progress. A host whose node program has not said
     it started within NODE_START_S ends the launch."""
 
-    def __init__(self, nodes: Nodes, plan: bytes, on_record: Callable[[dict[str, Any]], None],
+    def __init__(self, nodes: Nodes, plan: bytes, on_record: Callable[[RankRecord], None],
                  on_output: Callable[[int, str], None]) -> None:
         self.nodes, self.plan = nodes, plan
         self.start_s = NODE_START_S
@@ -296,6 +297,8 @@ class NodesRun:
             time.sleep(0.05)
         for thread in self._threads:
             thread.join(timeout=5)
+        if self.output.error is not None:
+            raise self.output.error
         return self._outcome()
 
     def stop(self, asked: bool = True) -> None:
@@ -303,6 +306,8 @@ class NodesRun:
         and ranks), then kill an ssh that is still there after GRACE_S."""
         self._stopped = self._stopped or asked
         self._closing = True
+        if asked:
+            self.output.stopping()
         for node in self._nodes:
             if node.proc.stdin is not None:
                 with contextlib.suppress(OSError):

@@ -13,7 +13,6 @@ profiler's times of the same tasks.
 
 from __future__ import annotations
 
-import math
 import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from flextui.cost.cache_dirs import user_profile_dir
 from flextui.cost.mathmode import measurement_now
 from flextui.errors import FlextuiError
 from flextui.graph import OpGraph
+from flextui.runtime.metrics import RankRecord, TaskRow, Tasks
 
 
 @dataclass(frozen=True)
@@ -56,52 +56,38 @@ def check_recording(profiles: str | None) -> Path:
     return directory
 
 
-def merged_times(graph: OpGraph, records: Iterable[dict[str, Any]]
+def merged_times(graph: OpGraph, records: Iterable[RankRecord]
                  ) -> dict[str, dict[tuple[int, tuple[int, ...]], tuple[float, float, int]]]:
     """Per device name, per (op index, block shape): (forward s, backward s, runs), the
-    ranks' means averaged by runs. Rows that are not a task of ``graph`` (a record from
-    another run, a damaged line) are left out."""
+    ranks' means averaged by runs. Rows without a backward time, or not a task of
+    ``graph`` (a record from another run), are left out."""
     sums: dict[str, dict[tuple[int, tuple[int, ...]], list[float]]] = {}
     for record in records:
-        if record.get("kind") != "tasks" or not isinstance(record.get("device"), str) \
-                or not isinstance(record.get("tasks"), list):
+        if not isinstance(record, Tasks):
             continue
-        per_device = sums.setdefault(record["device"], {})
-        for row in record["tasks"]:
-            task = _task(graph, row)
-            if task is None:
+        per_device = sums.setdefault(record.device, {})
+        for row in record.tasks:
+            if row.backward_s is None or not _is_task(graph, row):
                 continue
-            kind, forward, backward, runs = task
-            total = per_device.setdefault(kind, [0.0, 0.0, 0])
-            total[0] += forward * runs
-            total[1] += backward * runs
-            total[2] += runs
+            total = per_device.setdefault((row.op, row.shape), [0.0, 0.0, 0])
+            total[0] += row.forward_s * row.runs
+            total[1] += row.backward_s * row.runs
+            total[2] += row.runs
     return {device: {kind: (f / n, b / n, int(n)) for kind, (f, b, n) in per_device.items()}
             for device, per_device in sums.items() if per_device}
 
 
-def _task(graph: OpGraph, row: Any
-          ) -> tuple[tuple[int, tuple[int, ...]], float, float, int] | None:
-    """A ``tasks`` row, checked against the graph: ((op index, block shape), forward s,
-    backward s, runs), or None."""
-    if not (isinstance(row, list) and len(row) == 5):
-        return None
-    op_index, shape, forward, backward, runs = row
-    if not (isinstance(op_index, int) and 0 <= op_index < len(graph.ops)
-            and isinstance(shape, list) and isinstance(runs, int) and runs > 0):
-        return None
-    op = graph.ops[op_index]
-    if op.type == "input" or len(shape) != len(op.space) or not all(
-            isinstance(n, int) and 0 < n <= d.size and d.size % n == 0
-            for n, d in zip(shape, op.space)):
-        return None
-    if not all(isinstance(t, (int, float)) and math.isfinite(t) and t >= 0
-               for t in (forward, backward)):
-        return None
-    return (op_index, tuple(shape)), float(forward), float(backward), runs
+def _is_task(graph: OpGraph, row: TaskRow) -> bool:
+    """Whether ``row`` is a task of ``graph``: an op that computes, and a block shape
+    that divides its space."""
+    if row.op >= len(graph.ops):
+        return False
+    op = graph.ops[row.op]
+    return op.type != "input" and len(row.shape) == len(op.space) and all(
+        d.size % n == 0 for n, d in zip(row.shape, op.space))
 
 
-def record_profile(graph: OpGraph, records: Iterable[dict[str, Any]],
+def record_profile(graph: OpGraph, records: Iterable[RankRecord],
                    profiles: str | None = None, dtype: str = "float32") -> list[Recorded]:
     """Write the task times in a run's ``records`` into the profile caches of the
     devices they were measured on (in ``profiles``, else the user's directory); one

@@ -102,6 +102,13 @@ class LaunchSpec:
             _, body = LAUNCH.decode(data)
         except BadDocument as bad:
             raise FlextuiError(f"{where}: {bad.problem}") from None
+        return cls.from_dict(body, where)
+
+    @classmethod
+    def from_dict(cls, body: object, where: str, *, record: bool = False) -> LaunchSpec:
+        """The spec ``to_dict`` gave (a plan's body; with ``record``, a run log's header,
+        whose model names what ran and gives its graph no source), every field checked;
+        FlextuiError naming ``where`` and the field."""
         f = FieldReader(where)
         body = f.exact_keys(body, ("graph", "strategy", "num_ranks", "training", "model"),
                             "plan")
@@ -109,7 +116,10 @@ class LaunchSpec:
             graph = graph_from_dict(body["graph"])
         except FlextuiError as exc:
             raise FlextuiError(f"{where}: graph: {exc}") from None
-        if body["model"] is not None:
+        if record:
+            if body["model"] is not None:
+                ModelSource.from_dict(body["model"], f, code=False)
+        elif body["model"] is not None:
             graph.source = ModelSource.from_dict(body["model"], f)
         elif graph.imported:
             f.fail("model", f"graph {graph.name!r} is imported from a PyTorch module and the "

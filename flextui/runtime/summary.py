@@ -7,9 +7,35 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from flextui.fields import FieldReader
+from flextui.runtime.metrics import RankRecord, Steps
+
 #: a device whose measured busy time is off the simulated by more than this is
 #: highlighted
 DEVIATION = 0.25
+
+
+@dataclass(frozen=True)
+class Simulated:
+    """What the simulator predicted for a launch: the iteration, each device's busy time
+    (compute per step), and the cost model it used (its identity)."""
+
+    iteration_s: float
+    busy_s: tuple[float, ...]
+    cost_model: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"iteration_s": self.iteration_s, "busy_s": list(self.busy_s),
+                "cost_model": self.cost_model}
+
+    @classmethod
+    def read(cls, f: FieldReader, value: object, where: str, devices: int) -> Simulated:
+        """``to_dict``'s data for ``devices`` devices, checked."""
+        t = f.exact_keys(value, ("iteration_s", "busy_s", "cost_model"), where)
+        busy = f.items(t["busy_s"], f"{where} busy_s", devices)
+        return cls(f.number(t["iteration_s"], f"{where} iteration_s", 0.0),
+                   tuple(f.number(b, f"{where} busy_s", 0.0) for b in busy),
+                   f.string(t["cost_model"], f"{where} cost_model", limit=None))
 
 
 @dataclass
@@ -27,19 +53,20 @@ class DeviceMeasure:
     gpu_util: float | None = None
     losses: list[float] = field(default_factory=list)
 
-    def add(self, record: dict[str, Any]) -> None:
+    def add(self, record: Steps) -> None:
         """Add a ``steps`` record of this rank (a warm-up one only moves the memory)."""
-        self.peak_memory = max(self.peak_memory, int(record.get("peak_memory") or 0))
-        if record.get("gpu_util") is not None:
-            self.gpu_util = float(record["gpu_util"])
-        if record.get("warmup"):
+        self.peak_memory = max(self.peak_memory, record.peak_memory)
+        if record.gpu_util is not None:
+            self.gpu_util = record.gpu_util
+        if record.warmup:
             return
-        self.steps += int(record["last"]) - int(record["first"]) + 1
-        for name in ("step_s", "compute_s", "wait_s"):
-            setattr(self, name, getattr(self, name) + float(record[name]))
-        self.sent += int(record["sent"])
-        self.received += int(record["received"])
-        self.losses.extend(float(x) for x in record.get("losses", []))
+        self.steps += record.count
+        self.step_s += record.step_s
+        self.compute_s += record.compute_s
+        self.wait_s += record.wait_s
+        self.sent += record.sent
+        self.received += record.received
+        self.losses.extend(record.losses)
 
     def mean(self, total: float) -> float:
         return total / self.steps if self.steps else 0.0
@@ -102,32 +129,31 @@ class RunSummary:
                             for row in self.devices]}
 
 
-def measures(records: Iterable[dict[str, Any]], num_ranks: int) -> list[DeviceMeasure]:
+def measures(records: Iterable[RankRecord], num_ranks: int) -> list[DeviceMeasure]:
     """Each rank's sums over the ``steps`` records of a run."""
     found = [DeviceMeasure(rank) for rank in range(num_ranks)]
     for record in records:
-        rank = record.get("rank")
-        if record.get("kind") == "steps" and isinstance(rank, int) and 0 <= rank < num_ranks:
-            found[rank].add(record)
+        if isinstance(record, Steps) and record.rank < num_ranks:
+            found[record.rank].add(record)
     return found
 
 
-def summarize(records: Iterable[dict[str, Any]], device_names: list[str],
+def summarize(records: Iterable[RankRecord], device_names: list[str],
               capacities: list[int], batch_size: int,
-              simulated: dict[str, Any] | None) -> RunSummary:
-    """The summary of a run's records; ``simulated`` is the run log's header entry
-    (``iteration_s``, ``busy_s`` per device) or None."""
+              simulated: Simulated | None) -> RunSummary:
+    """The summary of a run's records against ``simulated`` (None: nothing to compare
+    with)."""
     return summary_of_measures(measures(records, len(device_names)), device_names,
                                capacities, batch_size, simulated)
 
 
 def summary_of_measures(per_rank: list[DeviceMeasure], device_names: list[str],
                         capacities: list[int], batch_size: int,
-                        simulated: dict[str, Any] | None) -> RunSummary:
+                        simulated: Simulated | None) -> RunSummary:
     """``summarize`` of ranks' sums kept as the records came (a live launch's)."""
     step_means = [m.mean(m.step_s) for m in per_rank if m.steps]
     iteration = max(step_means, default=0.0)   # a step ends when its slowest rank does
-    busy = (simulated or {}).get("busy_s") or [None] * len(device_names)
+    busy = simulated.busy_s if simulated else (None,) * len(device_names)
     rows = []
     for m, name, capacity, predicted in zip(per_rank, device_names, capacities, busy):
         step = m.mean(m.step_s)
@@ -137,4 +163,4 @@ def summary_of_measures(per_rank: list[DeviceMeasure], device_names: list[str],
                               m.peak_memory, capacity, m.gpu_util, m.mean(m.compute_s),
                               predicted))
     return RunSummary(batch_size, max((m.steps for m in per_rank), default=0), iteration,
-                      (simulated or {}).get("iteration_s"), rows)
+                      simulated.iteration_s if simulated else None, rows)

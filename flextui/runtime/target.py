@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from flextui.errors import FieldError, FlextuiError
-from flextui.fields import FormFields
+from flextui.fields import FieldReader, FormFields
 from flextui.limits import HOSTS
 from flextui.runtime.hosts import Host
 from flextui.runtime.spec import Backend, Training
@@ -101,6 +101,24 @@ class LaunchTarget:
         return {"hosts": [h.name for h in self.hosts], "port": self.port,
                 "run_id": self.run_id, "ssh": list(remote.ssh) if remote else None,
                 "python": remote.python if remote else None}
+
+    @classmethod
+    def read(cls, f: FieldReader, value: object, where: str) -> LaunchTarget:
+        """The target ``to_dict`` wrote, checked with ``f`` (a run log's reader): what it
+        names is shown, never run."""
+        t = f.exact_keys(value, ("hosts", "port", "run_id", "ssh", "python"), where)
+        hosts = tuple(Host.parse(f.string(name, f"{where} hosts"), f"{f.source}: {where} hosts")
+                      for name in f.items(t["hosts"], f"{where} hosts"))
+        ssh, python = t["ssh"], t["python"]
+        if (ssh is None) != (python is None) or (ssh is None) != (not hosts):
+            f.fail(where, "ssh and python are given for hosts, and only for hosts")
+        remote = None if ssh is None else Remote(
+            tuple(f.string(word, f"{where} ssh", limit=None)
+                  for word in f.items(ssh, f"{where} ssh")),
+            f.string(python, f"{where} python", limit=None))
+        port = t["port"]
+        return cls(hosts, remote, None if port is None else f.port(port, f"{where} port"),
+                   f.string(t["run_id"], f"{where} run_id", empty=True))
 
 
 def check_ranks_fit(where: str, count: int, training: Training, gpus: int, cpus: int) -> None:

@@ -11,10 +11,9 @@ task runs the mean is over, in ``tasks`` records (as many as keep each line unde
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from flextui.runtime.engine import TaskKind
-from flextui.runtime.metrics import MAX_LINE
+from flextui.runtime.metrics import MAX_LINE, TaskRow, Tasks
 
 #: room left in a line for the record's other fields
 _ROOM = MAX_LINE - 400
@@ -35,9 +34,8 @@ class TaskTimes:
         for kind, seconds in task_s.items():
             self.sums[kind] = self.sums.get(kind, 0.0) + seconds
 
-    def rows(self) -> list[list[Any]]:
-        """``[op index, block shape, forward s, backward s, runs]`` per op and block
-        shape: the mean time of one task over ``runs`` runs of it."""
+    def rows(self) -> list[TaskRow]:
+        """Per op and block shape, the mean time of one task over the runs of it."""
         rows = []
         for (op, shape), count in sorted(self.counts.items()):
             runs = count * self.steps
@@ -45,21 +43,20 @@ class TaskTimes:
             if not runs or forward is None:
                 continue
             backward = self.sums.get((op, shape, True))
-            rows.append([op, list(shape), forward / runs,
-                         None if backward is None else backward / runs, runs])
+            rows.append(TaskRow(op, shape, forward / runs,
+                                None if backward is None else backward / runs, runs))
         return rows
 
-    def records(self, device: str) -> list[dict[str, Any]]:
-        """The ``tasks`` records' fields (``device``: the name a profile of this rank's
+    def records(self, rank: int, device: str) -> list[Tasks]:
+        """The ``tasks`` records of rank ``rank`` (``device``: the name a profile of its
         device has), each under a line's size."""
-        chunks: list[list[list[Any]]] = [[]]
+        chunks: list[list[TaskRow]] = [[]]
         used = 0
         for row in self.rows():
-            size = len(json.dumps(row, separators=(",", ":"))) + 1
+            size = len(json.dumps(row.to_list(), separators=(",", ":"))) + 1
             if chunks[-1] and used + size > _ROOM:
                 chunks.append([])
                 used = 0
             chunks[-1].append(row)
             used += size
-        return [{"device": device, "steps": self.steps, "tasks": chunk}
-                for chunk in chunks if chunk]
+        return [Tasks(rank, device, self.steps, tuple(chunk)) for chunk in chunks if chunk]

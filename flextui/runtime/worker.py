@@ -33,7 +33,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from flextui.cost.localdevice import cpu_name
 from flextui.runtime.comm import Comm
 from flextui.runtime.engine import Optimizer, RankProgram, within
-from flextui.runtime.metrics import MAX_LINE, Reporter, encode
+from flextui.runtime.metrics import MAX_LINE, Check, End, Failed, Reporter, Start, encode
 from flextui.runtime.plan import compile_plan
 from flextui.runtime.reference import train_whole
 from flextui.runtime.regions import bind_regions
@@ -69,8 +69,8 @@ def main(argv: list[str] | None = None) -> int:
         # when it failed, to the launcher: the rank that failed first is the cause, the
         # peers that lost their connection to it after are not (clocks of one cluster);
         # the words are cut so that, escaped, the record stays under MAX_LINE
-        _print(encode({"kind": "failed", "rank": rank, "time": time.time(),
-                       "error": f"{type(exc).__name__}: {exc}"[:MAX_LINE // 8]}))
+        _print(encode(Failed(rank, time.time(),
+                             f"{type(exc).__name__}: {exc}"[:MAX_LINE // 8])))
         raise
     finally:
         dist.destroy_process_group()
@@ -90,8 +90,8 @@ def _run(spec: LaunchSpec, rank: int, device: torch.device) -> int:
                           record_tasks=training.record_tasks)
     task_times = TaskTimes(program.task_counts())
     reporter = Reporter(rank, _print, _memory(device), _utilisation(device))
-    reporter.emit("start", pid=os.getpid(), host=socket.gethostname(), device=str(device),
-                  steps=training.steps, warmup=training.warmup)
+    reporter.emit(Start(rank, os.getpid(), socket.gethostname(), str(device),
+                        training.steps, training.warmup))
     total = training.warmup + training.steps
     fault = _fault()
     losses = []
@@ -107,11 +107,11 @@ def _run(spec: LaunchSpec, rank: int, device: torch.device) -> int:
                       last=step in (training.warmup - 1, total - 1))
     reporter.flush()
     if training.record_tasks:
-        for fields in task_times.records(_profile_device(device)):
-            reporter.emit("tasks", **fields)
+        for record in task_times.records(rank, _profile_device(device)):
+            reporter.emit(record)
     if training.check:
         _check(spec, program, losses, reporter, total, dtype)
-    reporter.emit("end")
+    reporter.emit(End(rank))
     return 0
 
 
@@ -133,8 +133,8 @@ def _check(spec: LaunchSpec, program: RankProgram, losses: list[float], reporter
         full = tuple((0, size) for size in whole.shape)
         param_error = max(param_error, relative_error(program.params[name].detach().cpu(),
                                                       whole[within(box, full)]))
-    reporter.emit("check", loss_error=loss_error, param_error=param_error,
-                  losses=totals.tolist(), reference_losses=reference.losses)
+    reporter.emit(Check(reporter.rank, loss_error, param_error, tuple(totals.tolist()),
+                        tuple(reference.losses)))
 
 
 def relative_error(found: torch.Tensor, expected: torch.Tensor) -> float:
@@ -173,14 +173,17 @@ def _memory(device: torch.device) -> Callable[[], int]:
 
 
 def _utilisation(device: torch.device) -> Callable[[], float | None]:
-    """GPU utilisation in percent through NVML (nvidia-ml-py), None without it."""
+    """GPU utilisation in percent through NVML (nvidia-ml-py), None without it. NVML
+    counts every GPU of the machine and CUDA only those ``CUDA_VISIBLE_DEVICES`` leaves,
+    so the device is found by its UUID, never by its index."""
     if device.type != "cuda":
         return lambda: None
     try:
         import pynvml  # type: ignore[import-not-found]  # optional: nvidia-ml-py
         pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(device.index or 0)
-    except Exception:  # noqa: BLE001 (no NVML, no driver: utilisation is not known)
+        uuid = f"GPU-{torch.cuda.get_device_properties(device).uuid}"
+        handle = pynvml.nvmlDeviceGetHandleByUUID(uuid)
+    except Exception:  # noqa: BLE001 (no NVML, no driver, a MIG slice: not known)
         return lambda: None
     return lambda: float(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import collections
 from dataclasses import dataclass, field
-from typing import Any
 
-from flextui.runtime.summary import DeviceMeasure, DeviceRow, summary_of_measures
+from flextui.runtime.metrics import RankRecord, Start, Steps
+from flextui.runtime.summary import DeviceMeasure, DeviceRow, Simulated, summary_of_measures
 from flextui.session.jobs import JobState
 
 HISTORY = 120        # samples/s points per device (a sparkline's width, and then some)
@@ -63,7 +63,7 @@ class LaunchWatch:
     batch_size: int
     steps_asked: int
     warmup: int
-    simulated: dict[str, Any] | None
+    simulated: Simulated | None
     measures: list[DeviceMeasure] = field(default_factory=list)
     history: list[collections.deque] = field(default_factory=list)
     done: list[int] = field(default_factory=list)
@@ -76,19 +76,18 @@ class LaunchWatch:
         self.history = [collections.deque(maxlen=HISTORY) for _ in self.names]
         self.done = [0] * len(self.names)
 
-    def record(self, record: dict[str, Any]) -> None:
-        rank = record.get("rank")
-        if not isinstance(rank, int) or not 0 <= rank < len(self.names):
+    def record(self, record: RankRecord) -> None:
+        rank = record.rank
+        if rank >= len(self.names):
             return
-        if record.get("kind") == "start" and isinstance(record.get("host"), str):
-            self.hosts[rank] = record["host"]
-        if record.get("kind") != "steps":
+        if isinstance(record, Start):
+            self.hosts[rank] = record.host
+        if not isinstance(record, Steps):
             return
         self.measures[rank].add(record)
-        self.done[rank] = max(self.done[rank], int(record["last"]) + 1)
-        count = int(record["last"]) - int(record["first"]) + 1
-        step = float(record["step_s"]) / max(1, count)
-        if step > 0 and not record.get("warmup"):
+        self.done[rank] = max(self.done[rank], record.last + 1)
+        step = record.step_s / record.count
+        if step > 0 and not record.warmup:
             self.history[rank].append(self.batch_size / step)
 
     def output(self, rank: int, line: str) -> None:

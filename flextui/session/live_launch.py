@@ -13,6 +13,7 @@ import time
 
 from flextui.runtime.job import Prepared, execute
 from flextui.runtime.launch import Outcome, RunStatus
+from flextui.runtime.metrics import RankRecord
 from flextui.runtime.summary import RunSummary
 from flextui.session.jobs import BackgroundJob, JobState
 from flextui.session.launch_watch import LaunchView, LaunchWatch
@@ -61,7 +62,7 @@ class LiveLaunch(BackgroundJob):
         with self._lock:
             self.error, self._state = message, JobState.FAILED
 
-    def _record(self, record: dict) -> None:
+    def _record(self, record: RankRecord) -> None:
         with self._lock:
             self._watch.record(record)
 
