@@ -15,6 +15,7 @@ from flextui.cost.profiled import ProfiledCostModel
 from flextui.cost.signatures import Measurement
 from flextui.cost.update import cached_updates, update_key, update_sizes
 from flextui.machine import load_named_cluster
+from flextui.runtime.metrics import TaskRow, Tasks
 from flextui.runtime.recording import record_profile
 from flextui.sim import Simulator
 from flextui.strategy import builtin_strategy
@@ -119,9 +120,8 @@ def test_recording_a_launchs_task_times_keeps_the_measured_updates(tmp_path):
     cache.put_update(update_key(measurement(), 4096), UpdateEntry(2e-6, measured_at=1.0))
     cache.save()
     conv = graph.op("conv1")
-    rows = [[conv.index, list(conv.space_shape), 0.007, 0.009, 20]]
-    [written] = record_profile(graph, [{"kind": "tasks", "rank": 0, "device": cpu_name(1),
-                                        "tasks": rows}], str(tmp_path))
+    row = TaskRow(conv.index, tuple(conv.space_shape), 0.007, 0.009, 20)
+    [written] = record_profile(graph, [Tasks(0, cpu_name(1), 20, (row,))], str(tmp_path))
     assert written.tasks == 1
     again = ProfileCache(cpu_name(1), [tmp_path])
     assert cached_updates(again, measurement(), [4096]) == ((4096, 2e-6),)
