@@ -322,7 +322,7 @@ def test_a_host_that_never_starts_its_node_program_ends_the_launch(tmp_path, mon
         assert outcome.message.startswith("host silent-1 did not start its node program in "
                                           "3 s"), outcome.message
         assert wait_gone(follow.pids()) == []
-    assert read_run_log(tmp_path / "run.ffrun").final["status"] == "failed"
+    assert read_run_log(tmp_path / "run.ffrun").final.status == RunStatus.FAILED
 
 
 def test_the_baseline_runs_on_the_same_hosts_port_and_python(tmp_path):
