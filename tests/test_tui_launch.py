@@ -133,8 +133,7 @@ async def test_every_rank_is_reachable_at_80x24(tmp_path):
     """The devices scroll under their header: at 80x24, 4 ranks all show, and the
     last of 16 is reached by scrolling the list (what focus starts on)."""
     for ranks in (4, 16):
-        records = [*({"kind": "start", "rank": r, "pid": r + 1, "host": "h"}
-                     for r in range(ranks)),
+        records = [*(Start(r, r + 1, "h", "cpu", 10, 1) for r in range(ranks)),
                    *(steps(r, 0, 0, 0.010, 0.006, 0.003) for r in range(ranks))]
         live = RecordedLaunch(lenet_prepared(tmp_path, "data-parallel", ranks), records,
                               FINISHED)

@@ -12,6 +12,7 @@ from flextui.machine import load_named_cluster
 from flextui.tui.screens import setup
 from flextui.tui.screens.setup import SetupScreen
 from flextui.tui.widgets.summary import SetupSummary
+from helpers import wait_for
 
 CSS = Path(__file__).parent.parent / "flextui" / "tui" / "app.tcss"
 FIELDS = ["model-name", "model-path", "batch-size", "model-options", "cluster-name",
@@ -153,7 +154,7 @@ async def test_start_posts_the_choice():
         field(pilot, "budget").value = "5000"
         field(pilot, "memory").value = "reject"
         await pilot.press("s")  # at once: the search starts when the loads are done
-        await settle(pilot)
+        await wait_for(pilot, lambda: app.started)   # and once s has been alone a moment
         [message] = app.started
         assert message.graph.batch_size == 32 and message.graph.meta["model"] == "mlp"
         assert (message.cluster.name, message.cluster.num_devices) == ("p100-4x4@1node", 4)
