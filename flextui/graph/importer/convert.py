@@ -28,7 +28,7 @@ class _Unknown:
 UNKNOWN = _Unknown()
 
 
-def import_module(module: Any, example_inputs: tuple, name: str, *,
+def import_module(module: Any, example_inputs: tuple[Any, ...], name: str, *,
                   opaque: bool = False) -> OpGraph:
     """The operator graph of ``module`` run on ``example_inputs`` (their first dim is the
     batch). GraphError (``UnsupportedOps``) names every op that cannot be mapped, unless

@@ -13,7 +13,7 @@ from flextui.errors import GraphError
 _FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 
 
-def export(module: Any, example_inputs: tuple, name: str) -> Any:
+def export(module: Any, example_inputs: tuple[Any, ...], name: str) -> Any:
     """``torch.export.export`` without decompositions; GraphError when it cannot trace
     (data-dependent control flow, say), with torch.export's own first line."""
     import torch
