@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from torch.fx import Node
 
 from flextui.errors import GraphError
@@ -36,8 +37,6 @@ def import_module(module: Any, example_inputs: tuple[Any, ...], name: str, *,
     of this export (its program is given to the op here, never named in the graph). The
     graph's ``meta["module_params"]`` names the module parameter each of its parameters
     is."""
-    import torch
-
     program = export(module, example_inputs, name)
     users = [a for a in example_inputs if isinstance(a, torch.Tensor)]
     if not users or users[0].dim() == 0:
@@ -169,8 +168,13 @@ class _Walk:
 
 
 def _placeholder(node: Any, params: dict[str, str], buffers: dict[str, str],
-                 builder: GraphBuilder) -> Any:
+                 builder: GraphBuilder) -> ParamRef | Dropped | Tensor:
     value = node.meta.get("val")
+    if not isinstance(value, torch.Tensor):
+        raise GraphError(f"model {builder.name!r}: its example input {node.name!r} is "
+                         f"{type(value).__name__}, not a tensor; flextui imports modules "
+                         "whose inputs are all tensors (pass a tensor, or make the value "
+                         "a setting of the module)")
     if node.name in params:
         return ParamRef(params[node.name], tuple(value.shape))
     if node.name in buffers:
