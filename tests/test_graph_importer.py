@@ -164,6 +164,29 @@ def test_a_bad_model_file_is_one_message_and_exit_2(tmp_path, capsys, text, prob
     assert problem in err and "Traceback" not in err, err
 
 
+def test_a_non_tensor_example_input_is_named_and_exits_2(tmp_path, capsys):
+    """An int among the example inputs is flextui's limit, said as such: not an error
+    blamed on the user's forward."""
+    path = write(tmp_path, "scaled.py", '''
+        import torch
+        from torch import nn
+
+        class Scaled(nn.Module):
+            def forward(self, x, scale):
+                return x * scale
+
+        def model():
+            return Scaled()
+
+        def example_inputs(batch_size):
+            return (torch.randn(batch_size, 10), 2)
+    ''')
+    assert main(["show", "--model", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "its example input 'scale' is int, not a tensor" in err, err
+    assert "forward raised" not in err and "Traceback" not in err, err
+
+
 def test_show_lists_every_unsupported_op_and_exits_2(tmp_path, capsys):
     path = write(tmp_path, "odd.py", '''
         import torch

@@ -45,7 +45,7 @@ class Transfer:
 class PendingSums:
     """All-reduces in flight; ``wait`` blocks until every one is done."""
 
-    works: list = field(default_factory=list)
+    works: list[dist.Work] = field(default_factory=list)
 
 
 class Comm:

@@ -158,7 +158,7 @@ class RankOutput:
         self.host_of = host_of
         self.worker_pids: dict[int, int] = {}
         self.failures: list[Failed] = []
-        self._lines: dict[int, collections.deque] = {}
+        self._lines: dict[int, collections.deque[str]] = {}
         self.exits: dict[int, int] = {}   # rank -> exit status, from torchrun's summary
         self._root_rank: int | None = None
         self._blocks: dict[str, _FailureBlock] = {}   # per source: each host's torchrun
@@ -251,7 +251,8 @@ class RankOutput:
             self.exits.setdefault(block.rank, int(code[1]))
 
 
-def end_process_group(proc: subprocess.Popen, grace_s: float = GRACE_S) -> None:
+def end_process_group(proc: subprocess.Popen[str] | subprocess.Popen[bytes],
+                      grace_s: float = GRACE_S) -> None:
     """SIGTERM to the process group ``proc`` leads (started with a session of its own),
     SIGKILL after ``grace_s`` if it is still there; returns when it has ended."""
     if proc.poll() is not None:

@@ -239,7 +239,8 @@ class _Node:
     exit: int | None = None        # torchrun's exit code, as the node program said
     ended_at: float | None = None  # when its ssh session ended
     silent_at: float | None = None  # when it was found not to have started in time
-    lines: collections.deque = field(default_factory=lambda: collections.deque(maxlen=TAIL_LINES))
+    lines: collections.deque[str] = field(
+        default_factory=lambda: collections.deque(maxlen=TAIL_LINES))
 
 
 class NodesRun:

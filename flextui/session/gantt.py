@@ -88,8 +88,7 @@ def rasterize(lane: Lane, t0: float, t1: float, width: int) -> list[Cell]:
     if width <= 0 or t1 <= t0:
         return [IDLE_CELL] * max(width, 0)
     dt = (t1 - t0) / width
-    # per cell, per kind: [time covered, longest overlap, index of that task]
-    covered: list[dict[TaskKind, list]] = [{} for _ in range(width)]
+    covered: list[dict[TaskKind, _Cover]] = [{} for _ in range(width)]
     for i in range(bisect_right(lane.ends, t0), len(lane.tasks)):
         task = lane.tasks[i]
         if task.start >= t1:
@@ -102,19 +101,29 @@ def rasterize(lane: Lane, t0: float, t1: float, width: int) -> list[Cell]:
                 continue
             entry = covered[c].get(task.kind)
             if entry is None:
-                covered[c][task.kind] = [overlap, overlap, i]
+                covered[c][task.kind] = _Cover(overlap, overlap, i)
                 continue
-            entry[0] += overlap
-            if overlap > entry[1]:
-                entry[1], entry[2] = overlap, i
+            entry.time += overlap
+            if overlap > entry.longest:
+                entry.longest, entry.task = overlap, i
     return [_cell(kinds) for kinds in covered]
 
 
-def _cell(kinds: dict[TaskKind, list]) -> Cell:
+@dataclass(slots=True)
+class _Cover:
+    """One kind's share of a cell: the time it covers, its longest overlap and the index
+    of the task with that overlap."""
+
+    time: float
+    longest: float
+    task: int
+
+
+def _cell(kinds: dict[TaskKind, _Cover]) -> Cell:
     if not kinds:
         return IDLE_CELL
-    kind = max(kinds, key=lambda k: kinds[k][0])  # ties: the kind seen first
-    return Cell(kind, kinds[kind][2])
+    kind = max(kinds, key=lambda k: kinds[k].time)  # ties: the kind seen first
+    return Cell(kind, kinds[kind].task)
 
 
 def nearest_task(lane: Lane, t: float) -> int:
@@ -284,7 +293,8 @@ def _block(task: TaskTiming, graph: OpGraph, strategy: Strategy) -> tuple[str, s
     return None
 
 
-def _transfer_region(key: tuple, graph: OpGraph, strategy: Strategy) -> tuple[str, Region | None]:
+def _transfer_region(key: tuple[int, ...], graph: OpGraph,
+                     strategy: Strategy) -> tuple[str, Region | None]:
     """The tensor a transfer carries and the region of it: the consumer task's input
     overlapped with the producer task's output. Keys (see taskgraph): forward
     (0, consumer, 0, k, slot, m, hop), backward (1, -producer, 0, m, consumer, slot, k, hop),
@@ -295,6 +305,7 @@ def _transfer_region(key: tuple, graph: OpGraph, strategy: Strategy) -> tuple[st
         consumer, slot, k, m = graph.ops[key[4]], key[5], key[6], key[3]
     tensor = consumer.inputs[slot]
     producer = tensor.producer
+    assert producer is not None  # every tensor of a graph has one (GraphBuilder sets it)
     needed = consumer.input_regions(strategy[consumer.name].task_region(consumer, k))[slot]
     made = producer.output_regions(strategy[producer.name].task_region(producer, m))[tensor.index]
     return tensor.name, intersect(needed, made)

@@ -65,10 +65,11 @@ class LaunchWatch:
     warmup: int
     simulated: Simulated | None
     measures: list[DeviceMeasure] = field(default_factory=list)
-    history: list[collections.deque] = field(default_factory=list)
+    history: list[collections.deque[float]] = field(default_factory=list)
     done: list[int] = field(default_factory=list)
     hosts: dict[int, str] = field(default_factory=dict)
-    lines: collections.deque = field(default_factory=lambda: collections.deque(maxlen=LOG_LINES))
+    lines: collections.deque[tuple[int, str]] = field(
+        default_factory=lambda: collections.deque(maxlen=LOG_LINES))
     line_count: int = 0
 
     def __post_init__(self) -> None:

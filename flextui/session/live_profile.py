@@ -13,11 +13,15 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from flextui.cost.compare import OpTypeComparison
 from flextui.cost.estimate import ProfileClock
 from flextui.graph import OpGraph
 from flextui.session.jobs import BackgroundJob, JobState
+
+if TYPE_CHECKING:
+    from flextui.cost.profile import ProfileEvent
 
 #: how often a profile waiting for an earlier one checks whether it was asked to stop
 WAIT_POLL_S = 0.1
@@ -107,7 +111,7 @@ class LiveProfile(BackgroundJob):
         self.comparison = run.comparison()
         self._end(JobState.STOPPED if self._stop.is_set() else JobState.FINISHED)
 
-    def _take(self, event) -> None:
+    def _take(self, event: ProfileEvent) -> None:
         with self._lock:
             assert self._clock is not None  # set before the first task is measured
             self._clock.task_done(event.done - 1, time.monotonic() - self._measuring_since)

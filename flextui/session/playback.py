@@ -7,6 +7,7 @@ log: the model, cluster and cost model identity are in its header.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -127,7 +128,7 @@ class Playback:
         reason = final.reason if final is not None and self.finished else None
         return self.watch.view(state, self.baselines, reason)
 
-    def _feed(self, take) -> None:
+    def _feed(self, take: Callable[[_Record], bool]) -> None:
         steps = []
         while self._next < len(self._records) and take(self._records[self._next]):
             r = self._records[self._next]

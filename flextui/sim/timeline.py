@@ -14,7 +14,7 @@ class TaskTiming(NamedTuple):
     """One task of a simulated iteration (a named tuple: a timeline makes one per task,
     hundreds of thousands for a large strategy)."""
 
-    key: tuple
+    key: tuple[int, ...]
     kind: TaskKind
     op: str            # the op (for a transfer: the op whose task it feeds); "" for syncs/updates
     part: int

@@ -7,10 +7,13 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flextui.graph.builder import GraphBuilder
 from flextui.graph.tensor import Tensor
+
+if TYPE_CHECKING:
+    from torch.fx import Node
 
 
 class Unmappable(Exception):
@@ -47,7 +50,7 @@ class Context:
         self._used: set[str] = set()
 
     @contextlib.contextmanager
-    def naming(self, module: tuple[str, bool], node: Any) -> Iterator[None]:
+    def naming(self, module: tuple[str, bool], node: Node) -> Iterator[None]:
         path, layer = module
         name = path if layer and path not in self._used else \
             f"{path}.{node.name}" if path else str(node.name)

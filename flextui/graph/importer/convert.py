@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+from torch.export import ExportedProgram
 from torch.fx import Node
 
 from flextui.errors import GraphError
@@ -28,7 +30,7 @@ class _Unknown:
 UNKNOWN = _Unknown()
 
 
-def import_module(module: Any, example_inputs: tuple, name: str, *,
+def import_module(module: Any, example_inputs: tuple[Any, ...], name: str, *,
                   opaque: bool = False) -> OpGraph:
     """The operator graph of ``module`` run on ``example_inputs`` (their first dim is the
     batch). GraphError (``UnsupportedOps``) names every op that cannot be mapped, unless
@@ -36,8 +38,6 @@ def import_module(module: Any, example_inputs: tuple, name: str, *,
     of this export (its program is given to the op here, never named in the graph). The
     graph's ``meta["module_params"]`` names the module parameter each of its parameters
     is."""
-    import torch
-
     program = export(module, example_inputs, name)
     users = [a for a in example_inputs if isinstance(a, torch.Tensor)]
     if not users or users[0].dim() == 0:
@@ -65,11 +65,12 @@ class _Walk:
     be mapped (``gather``), and with ``regions`` (the program opaque ops run) the
     region of such nodes being gathered into an opaque op (``opaque.Pending``)."""
 
-    def __init__(self, program: Any, module: Any, ctx: Context, opaque_ops: bool) -> None:
+    def __init__(self, program: ExportedProgram, module: torch.nn.Module, ctx: Context,
+                 opaque_ops: bool) -> None:
         self.program, self.module, self.ctx = program, module, ctx
         self.regions = opaque.program_of(program) if opaque_ops else None
         self.gather = Gather()
-        self.values: dict[Any, Any] = {}
+        self.values: dict[Node, Any] = {}
         self.pending = opaque.Pending()
         nodes = program.graph.nodes
         self.order = {node: i for i, node in enumerate(nodes)}
@@ -91,7 +92,7 @@ class _Walk:
                 output = _resolve(node.args[0], self.values)
         return output
 
-    def _visit(self, node: Any) -> None:
+    def _visit(self, node: Node) -> None:
         path = module_path(node)[0]
         if path in self.attention:
             self._attention(path, self.attention.pop(path))
@@ -112,7 +113,7 @@ class _Walk:
                 self._report(node, not_mapped.target, not_mapped.why)
                 self.values[node] = UNKNOWN
 
-    def _attention(self, path: str, nodes: list[Any]) -> None:
+    def _attention(self, path: str, nodes: list[Node]) -> None:
         """An nn.MultiheadAttention's nodes (``mha``): its output's value, the rest
         UNKNOWN (only its own nodes read them)."""
         downstream = any(_any(_resolve((n.args, n.kwargs), self.values), _Unknown)
@@ -144,10 +145,10 @@ class _Walk:
         except Unmappable as why:
             self._report(first, "an opaque region", str(why))
 
-    def _report(self, node: Any, target: str, why: str) -> None:
+    def _report(self, node: Node, target: str, why: str) -> None:
         self.gather.add(target, module_path(node)[0], source_line(node), why)
 
-    def _call(self, node: Any) -> Any:
+    def _call(self, node: Node) -> Any:
         args = _resolve(node.args, self.values)
         kwargs = _resolve(node.kwargs, self.values)
         target = target_name(node.target)
@@ -168,9 +169,14 @@ class _Walk:
             raise _NotMapped(target, str(why)) from None
 
 
-def _placeholder(node: Any, params: dict[str, str], buffers: dict[str, str],
-                 builder: GraphBuilder) -> Any:
+def _placeholder(node: Node, params: dict[str, str], buffers: dict[str, str],
+                 builder: GraphBuilder) -> ParamRef | Dropped | Tensor:
     value = node.meta.get("val")
+    if not isinstance(value, torch.Tensor):
+        raise GraphError(f"model {builder.name!r}: its example input {node.name!r} is "
+                         f"{type(value).__name__}, not a tensor; flextui imports modules "
+                         "whose inputs are all tensors (pass a tensor, or make the value "
+                         "a setting of the module)")
     if node.name in params:
         return ParamRef(params[node.name], tuple(value.shape))
     if node.name in buffers:
@@ -179,7 +185,7 @@ def _placeholder(node: Any, params: dict[str, str], buffers: dict[str, str],
     return builder.input(tuple(int(s) for s in value.shape), dtype=dtype, name=node.name)
 
 
-def _reused_after_change(node: Any, order: dict[Any, int]) -> bool:
+def _reused_after_change(node: Node, order: dict[Node, int]) -> bool:
     """An in-place op (``add_``) is mapped as its out-of-place twin, whose output later
     ops read (torch.export points them at it). That is wrong when the changed tensor is
     read after the change another way: through a view taken before it (conservatively,

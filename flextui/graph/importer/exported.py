@@ -6,14 +6,18 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from flextui.errors import GraphError
+
+if TYPE_CHECKING:
+    from torch.export import ExportedProgram
+    from torch.fx import Node
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 
 
-def export(module: Any, example_inputs: tuple, name: str) -> Any:
+def export(module: Any, example_inputs: tuple[Any, ...], name: str) -> ExportedProgram:
     """``torch.export.export`` without decompositions; GraphError when it cannot trace
     (data-dependent control flow, say), with torch.export's own first line."""
     import torch
@@ -38,7 +42,7 @@ def export(module: Any, example_inputs: tuple, name: str) -> Any:
         fake.setLevel(level)
 
 
-def module_path(node: Any) -> tuple[str, bool]:
+def module_path(node: Node) -> tuple[str, bool]:
     """The path of the innermost module that ran ``node`` ("layer1.0.conv1", "" at the
     top level), and whether that module is one of torch.nn's own (a layer, whose op
     takes its name, rather than a block of the user's that runs several)."""
@@ -50,7 +54,7 @@ def module_path(node: Any) -> tuple[str, bool]:
         "torch.nn.modules.")
 
 
-def module_type(node: Any) -> str:
+def module_type(node: Node) -> str:
     """The qualified class name of the innermost module that ran ``node`` ("" at the top
     level)."""
     stack = node.meta.get("nn_module_stack") or {}
@@ -60,7 +64,7 @@ def module_type(node: Any) -> str:
     return kind if isinstance(kind, str) else f"{kind.__module__}.{kind.__qualname__}"
 
 
-def source_line(node: Any) -> str:
+def source_line(node: Node) -> str:
     """The user's line that made ``node``: the innermost frame outside torch."""
     import torch
 

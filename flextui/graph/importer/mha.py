@@ -6,26 +6,32 @@ no meaning of their own to partition."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from torch.fx import Node
 
 from flextui.graph.importer.context import Context, ParamRef, Unmappable
 from flextui.graph.importer.exported import module_path, module_type
 from flextui.graph.tensor import Tensor
 
+if TYPE_CHECKING:
+    import torch
+
 MHA_TYPE = "torch.nn.modules.activation.MultiheadAttention"
 
 
-def regions(nodes: Any) -> dict[str, list[Any]]:
+def regions(nodes: Iterable[Node]) -> dict[str, list[Node]]:
     """The nodes each nn.MultiheadAttention ran, by its module path, in graph order."""
-    found: dict[str, list[Any]] = {}
+    found: dict[str, list[Node]] = {}
     for node in nodes:
         if node.op == "call_function" and module_type(node) == MHA_TYPE:
             found.setdefault(module_path(node)[0], []).append(node)
     return found
 
 
-def map_region(ctx: Context, root: Any, path: str, nodes: list[Any],
-               values: dict[Any, Any]) -> dict[Any, Any]:
+def map_region(ctx: Context, root: torch.nn.Module, path: str, nodes: list[Node],
+               values: dict[Node, Any]) -> dict[Node, Tensor]:
     """The values of the region's nodes that the rest of the graph reads (its attention
     output), after adding its ops. Unmappable when the module is used in a way the
     multihead_attention op does not cover."""
@@ -33,7 +39,8 @@ def map_region(ctx: Context, root: Any, path: str, nodes: list[Any],
     inside = set(nodes)
     activations = list(dict.fromkeys(
         values[a] for n in nodes for a in (*n.args, *n.kwargs.values())
-        if a in values and a not in inside and isinstance(values[a], Tensor)))
+        if isinstance(a, Node) and a in values and a not in inside
+        and isinstance(values[a], Tensor)))
     if not mha.batch_first:
         raise Unmappable("batch_first=False (the batch must be dim 0)")
     if not mha._qkv_same_embed_dim or mha.bias_k is not None or mha.add_zero_attn:
@@ -63,12 +70,12 @@ def map_region(ctx: Context, root: Any, path: str, nodes: list[Any],
     return {outputs[0]: out}
 
 
-def _ref(mha: Any, path: str, name: str) -> ParamRef | None:
+def _ref(mha: torch.nn.Module, path: str, name: str) -> ParamRef | None:
     param = mha.get_parameter(name) if _has(mha, name) else None
     return None if param is None else ParamRef(f"{path}.{name}", tuple(param.shape))
 
 
-def _has(module: Any, name: str) -> bool:
+def _has(module: torch.nn.Module, name: str) -> bool:
     owner, _, leaf = name.rpartition(".")
     holder = module.get_submodule(owner) if owner else module
     return getattr(holder, leaf, None) is not None

@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+from torch.export import ExportedProgram
+from torch.fx import Node
 from torch.utils.flop_counter import FlopCounterMode
 
 from flextui.graph.importer.context import Context, Dropped, ParamRef, Unmappable
@@ -28,17 +30,17 @@ class Pending:
     """The nodes of the region being gathered, in graph order."""
 
     def __init__(self) -> None:
-        self.nodes: list[Any] = []
+        self.nodes: list[Node] = []
 
-    def __contains__(self, node: Any) -> bool:
+    def __contains__(self, node: object) -> bool:
         return node in self.nodes
 
-    def add(self, node: Any) -> None:
+    def add(self, node: Node) -> None:
         self.nodes.append(node)
 
 
-def close(ctx: Context, nodes: list[Any], values: dict[Any, Any],
-          program: RegionProgram) -> dict[Any, Any]:
+def close(ctx: Context, nodes: list[Node], values: dict[Node, Any],
+          program: RegionProgram) -> dict[Node, Tensor]:
     """The opaque op of a region's ``nodes`` of ``program``: the values of the nodes
     read from outside (its outputs). Unmappable when the region reads or makes
     something other than tensors."""
@@ -69,7 +71,7 @@ def close(ctx: Context, nodes: list[Any], values: dict[Any, Any],
     return dict(zip(outputs, op.outputs))
 
 
-def program_of(program: Any) -> RegionProgram:
+def program_of(program: ExportedProgram) -> RegionProgram:
     """What opaque ops run of the exported ``program``: its nodes by name, and its
     parameters, buffers and lifted constants by placeholder."""
     signature, state = program.graph_signature, program.state_dict
@@ -82,8 +84,8 @@ def program_of(program: Any) -> RegionProgram:
                          {p: v.detach() for p, v in found.items()})
 
 
-def _measure(nodes: list[Any], inputs: list[Any], params: list[Any], constants: list[Any],
-             outputs: list[Any], known: Mapping[str, torch.Tensor],
+def _measure(nodes: list[Node], inputs: list[Node], params: list[Node], constants: list[Node],
+             outputs: list[Node], known: Mapping[str, torch.Tensor],
              batch: int) -> tuple[float, bool]:
     """The region's forward FLOPs on the whole batch, and whether it is batch-wise."""
     gen = torch.Generator().manual_seed(0)

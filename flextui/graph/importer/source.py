@@ -51,7 +51,7 @@ class TorchModel:
         with user_code(f"model {self.name!r}: model()"):
             return self.make()
 
-    def example(self, batch_size: int) -> tuple:
+    def example(self, batch_size: int) -> tuple[Any, ...]:
         """The example inputs at ``batch_size``: ModelError unless the first is a tensor
         of ``batch_size`` rows (its first dim is the batch)."""
         what = f"model {self.name!r}: example_inputs({batch_size})"

@@ -24,7 +24,8 @@ _UNARY: dict[str, Callable[[torch.Tensor, dict[str, Any]], torch.Tensor]] = {
     "identity": lambda x, _: x,
     "scale": lambda x, attrs: x * attrs["factor"],
 }
-_BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul}
+_BINARY: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "add": torch.add, "sub": torch.sub, "mul": torch.mul}
 
 
 @register

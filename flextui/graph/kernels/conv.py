@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from flextui.graph.kernels.base import Kernel, register
+from flextui.graph.kernels.base import Kernel, Tensors, register
 from flextui.graph.op import Op
 from flextui.graph.ops.base import pair
 from flextui.graph.region import Region
@@ -55,7 +55,8 @@ class Pool2dKernel(Kernel):
 
     name = "pool2d"
 
-    def forward(self, op, region, inputs, params, seed):
+    def forward(self, op: Op, region: Region, inputs: Tensors, params: Tensors,
+                seed: int) -> list[torch.Tensor]:
         x, mode = inputs[0], op.attrs["mode"]
         if op.attrs.get("output_size"):
             (oh, ow), (_, _, h, w) = pair(op.attrs["output_size"]), op.inputs[0].shape

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from flextui.graph.dims import Dim, DimKind
 from flextui.graph.ops.base import (
     OpType,
@@ -12,7 +14,10 @@ from flextui.graph.ops.base import (
     require,
     window_range,
 )
-from flextui.graph.region import region_volume
+from flextui.graph.region import Region, region_volume
+
+if TYPE_CHECKING:
+    from flextui.graph.op import Op
 
 
 def _check_nchw(op) -> None:
@@ -66,7 +71,7 @@ class Conv2d(OpType):
             specs.append(ParamSpec("bias", (op.attrs["out_channels"],), (1,)))
         return specs
 
-    def input_regions(self, op, region):
+    def input_regions(self, op: Op, region: Region) -> list[Region]:
         _, cin, h, w = op.inputs[0].shape
         (kh, kw), (sh, sw) = pair(op.attrs["kernel"]), pair(op.attrs["stride"])
         (ph, pw), (dh, dw) = pair(op.attrs["padding"]), pair(op.attrs["dilation"])
@@ -107,7 +112,7 @@ class Pool2d(OpType):
     def space(self, op):
         return _image_space(op.outputs[0].shape, DimKind.ATTRIBUTE)
 
-    def input_regions(self, op, region):
+    def input_regions(self, op: Op, region: Region) -> list[Region]:
         _, _, h, w = op.inputs[0].shape
         if op.attrs.get("output_size"):
             oh, ow = pair(op.attrs["output_size"])
