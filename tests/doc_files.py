@@ -1,5 +1,5 @@
 """The README and the docs under docs/, read as the tests of their examples need them:
-fenced code blocks with their language."""
+fenced code blocks with their language, and sections."""
 
 from __future__ import annotations
 
@@ -25,6 +25,13 @@ class Block:
 
 def blocks(text: str) -> list[Block]:
     return [Block(m.group(1), m.group(2)) for m in FENCE.finditer(text)]
+
+
+def section(text: str, heading: str) -> str:
+    """The section under the ``## heading``, up to the next heading of its level."""
+    start = text.index(f"\n## {heading}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start:end if end >= 0 else len(text)]
 
 
 def name(path: Path) -> str:
