@@ -1,4 +1,4 @@
-"""The limits on what flextui reads, one definition each (the README's "Limits" table).
+"""The limits on what flextui reads, one definition each (the table of docs/limits.md).
 
 Cluster files, strategy files and search logs come from people and from other machines;
 a few numbers in them decide how much work and memory reading them takes (a node count
@@ -94,7 +94,7 @@ CLUSTER_FILE_BYTES = Limit(8 * 2**20, "bytes", "in a cluster file",
 FILE_BYTES = Limit(256 * 2**20, "bytes", "in a strategy or host file",
                    "the file is damaged or not the file meant")
 
-#: every limit's value, by the name the README's table gives it
+#: every limit's value, by the name the table of docs/limits.md gives it
 LIMITS = {"devices per cluster": DEVICES.value, "directed links per cluster": LINKS.value,
           "characters in a name": NAME_CHARS.value,
           "characters in a description or path": TEXT_CHARS.value,

@@ -1,4 +1,4 @@
-"""flextui's documented limits (flextui/limits.py, the README's "Limits" table), as cluster
+"""flextui's documented limits (flextui/limits.py, the table of docs/limits.md), as cluster
 files meet them: a cluster of 10**30 nodes, a 10 MB name, a file nested thousands deep or
 a 5,000-digit integer is refused before any work, in one message naming the file, the
 field and the limit. (Strategy files, graphs, search logs and options have theirs in
@@ -16,7 +16,7 @@ from flextui.errors import FlextuiError
 from flextui.limits import LIMITS
 from flextui.machine import load_cluster, parse_cluster
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+LIMITS_DOC = Path(__file__).resolve().parents[1] / "docs" / "limits.md"
 
 KINDS = """
 [device_kinds.G]
@@ -97,7 +97,7 @@ def test_the_largest_regular_cluster_passes_the_count(tmp_path):
     assert big.num_devices == 65_536 and len(big.links) == 589_824
 
 
-def test_the_readme_lists_every_limit():
-    rows = dict(re.findall(r"^\| ([a-z ]+) \| ([0-9,]+) \|", README.read_text(), re.M))
+def test_the_limits_doc_lists_every_limit():
+    rows = dict(re.findall(r"^\| ([a-z ]+) \| ([0-9,]+) \|", LIMITS_DOC.read_text(), re.M))
     assert {name: int(value.replace(",", "")) for name, value in rows.items()} == LIMITS
     assert LIMITS["devices per cluster"] >= 65_536

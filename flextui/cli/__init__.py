@@ -1,6 +1,6 @@
 """The ``flextui`` command line. Each subcommand calls the core and renders its plain
-data as rich tables, or as JSON with ``--json`` (the shapes are documented in the
-README). Errors the user can cause print one message and exit with status 2.
+data as rich tables, or as JSON with ``--json`` (the shapes are documented in
+docs/json.md). Errors the user can cause print one message and exit with status 2.
 """
 
 from __future__ import annotations

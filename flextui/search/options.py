@@ -35,10 +35,10 @@ class SearchOptions:
     than the current strategy is accepted with probability 0.74, 0.33% worse with 1/e,
     1% worse with 0.05: the same behaviour whether an iteration takes 1 ms or 1 s (a
     fixed beta, such as public FlexFlow's 0.05, is a random walk on small models and
-    frozen on large ones). 300 was measured (README, "Search quality"): against 20 / C0
-    it found 2.2-3.3x instead of 1.6-2.3x over the expert strategy for RNNLM, RNNTC and
-    NMT on 16 GPUs in 60 s, and RNNLM-2's optimum on 4 GPUs in 7 of 8 seeds' 3 s runs
-    instead of 2.
+    frozen on large ones). 300 was measured (docs/speed.md, "Search quality"): against
+    20 / C0 it found 2.2-3.3x instead of 1.6-2.3x over the expert strategy for RNNLM,
+    RNNTC and NMT on 16 GPUs in 60 s, and RNNLM-2's optimum on 4 GPUs in 7 of 8 seeds'
+    3 s runs instead of 2.
 
     ``init``: where chains start: "auto" (the faster of data parallelism and the expert
     strategy), a built-in strategy's name, or "random" (a different one per chain).
