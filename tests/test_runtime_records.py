@@ -145,3 +145,16 @@ def test_a_rank_a_signal_ended_is_named_before_a_peer_that_failed_first(other, r
     assert output.exits == {0: 1, 1: -9}
     assert output.failure(1) == (1, "rank 1 on localhost failed (killed by SIGKILL, signal 9; "
                                     "out of memory?): no output")
+
+
+def test_a_rank_that_raised_is_not_said_to_be_killed_by_torchruns_sigterm():
+    """Rank 0 raised, and torchrun's SIGTERM reached it while it was ending: its exit
+    status is SIGTERM's, but what ended it is what it raised (the message said "killed
+    by SIGTERM" whenever the signal came first)."""
+    output = RankOutput(lambda record: None, lambda rank, line: None)
+    output.feed("[rank0]:" + encode(Failed(0, 1.7e9, "FloatingPointError: the loss became "
+                                              "nan at step 2 of 6")))
+    for line in summary((1, -signal.SIGTERM), (0, -signal.SIGTERM)):
+        output.feed(line)
+    assert output.failure(1) == (0, "rank 0 on localhost failed: FloatingPointError: the loss "
+                                    "became nan at step 2 of 6")

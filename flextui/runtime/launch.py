@@ -223,7 +223,8 @@ class RankOutput:
         last = first.error if first and first.error else said[-1] if said else "no output"
         if rank is None:
             return None, f"torchrun failed (exit code {code}): {last}"
-        why = _why(said, self.exits.get(rank))
+        # a rank that raised is then stopped by torchrun (SIGTERM): not what ended it
+        why = _why(said, None if first is not None else self.exits.get(rank))
         return rank, f"rank {rank} on {self.host_of(rank)} failed{why}: {last}"
 
     def _show(self, rank: int, text: str) -> None:
