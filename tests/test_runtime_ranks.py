@@ -6,7 +6,9 @@ ended by its PID, and each test asserts none survives."""
 import contextlib
 import errno
 import json
+import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -19,6 +21,7 @@ import pytest
 from flextui.runtime.launch import RunStatus, free_port
 from flextui.runtime.metrics import End, Failed, Start, Steps
 from flextui.runtime.runlog import read_run_log
+from helpers import HANG_S
 from processes import end, listening, parent_of, wait_gone
 from runtime_models import SMALL_MODELS, STRATEGIES
 
@@ -180,6 +183,33 @@ def test_a_failing_rank_is_named_and_every_rank_ends(tmp_path):
         final = read_run_log(log).final
         assert final.status == RunStatus.FAILED and final.failed_rank == 1
         assert wait_gone(starts(log).values(), timeout=10) == []
+    finally:
+        end([proc.pid, *starts(log).values()])
+
+
+def test_a_loss_that_becomes_nan_fails_the_run_naming_the_rank_and_step(tmp_path, capsys):
+    """A learning rate far too large makes LeNet's loss NaN at its second step: the rank
+    reports it (its record raised a JSON error on it) and the launch fails naming the
+    rank and the step; the run log keeps the NaN, and ``runs show`` reads it."""
+    from flextui.cli import main
+
+    log = tmp_path / "nan.ffrun"
+    proc = launch(tmp_path, "-m", "lenet", "-b", "16", "--nproc-per-node", "2",
+                  "--strategy", "data-parallel", "--steps", "5", "--warmup", "1",
+                  "--lr", "1e10", "--headless", "--run-log", str(log))
+    try:
+        out, err = proc.communicate(timeout=HANG_S)
+        assert proc.returncode == 1, err[-3000:]
+        said = " ".join(out.split())
+        assert re.search(r"rank [01] on localhost failed: FloatingPointError: the loss became "
+                         r"nan at step 2 of 6;", said), said
+        run = read_run_log(log)
+        assert run.final.status == RunStatus.FAILED and run.final.failed_rank in (0, 1)
+        assert any(math.isnan(loss) for r in run.records if isinstance(r, Steps)
+                   for loss in r.losses)
+        assert main(["runs", "show", str(log)]) == 0
+        assert "the loss became nan at step 2" in " ".join(capsys.readouterr().out.split())
+        assert wait_gone(starts(log).values()) == []
     finally:
         end([proc.pid, *starts(log).values()])
 

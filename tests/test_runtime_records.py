@@ -4,6 +4,7 @@ one is shown as output with a line saying why it was skipped, and the reader goe
 a real torchrun's ranks print a bad record and more output than a pipe holds, and the
 run still ends."""
 
+import math
 import signal
 import threading
 from pathlib import Path
@@ -67,6 +68,23 @@ def test_every_kind_reads_back_as_it_was_written(record):
 def test_a_record_that_is_not_one_names_the_field(body, problem):
     with pytest.raises(RecordError, match=f"^rank 0's record: {problem}"):
         read_line("@flextui " + body, "rank 0's record")
+
+
+def test_a_loss_that_is_not_finite_is_reported_as_such():
+    """A diverging run's loss made the rank's record raise (JSON has no NaN): the rank
+    died of a JSON error instead of saying its loss was NaN."""
+    steps = Steps(0, 3, 5, False, 0.03, 0.02, 0.01, 0, 0, (2.3, math.nan, -math.inf), 0, None)
+    line = encode(steps)
+    assert '"losses":[2.3,"nan","-inf"]' in line
+    back = read_line("[rank0]:" + line, "rank 0")
+    assert repr(back.losses) == "(2.3, nan, -inf)" and back.first == 3
+    check = read_line(encode(Check(0, math.nan, math.inf, (math.inf,), (1.0,))), "rank 0")
+    assert (repr(check.losses), check.param_error, check.worst) == ("(inf,)", math.inf,
+                                                                     math.inf)
+    for bad, problem in ((line.replace('"step_s":0.03', '"step_s":"nan"'), "step_s: expected a number"),
+                         (line.replace('"nan"', '"NaN"'), "losses: expected a number")):
+        with pytest.raises(RecordError, match=problem):
+            read_line(bad, "rank 0")
 
 
 def test_a_bad_record_is_shown_as_output_and_the_next_one_is_read():
