@@ -404,12 +404,17 @@ def test_a_node_killed_mid_run_ends_the_launch_on_every_host(tmp_path, two_nodes
 @pytest.mark.slow
 @pytest.mark.xdist_group("gloo")
 def test_a_failing_rank_on_the_second_node_is_named_with_its_host(tmp_path, two_nodes):
+    """Rank 3 (local rank 1 of the second node) fails; what it printed is filed under
+    rank 3 (torchrun tagged its lines with the local rank, so they went to rank 1)."""
     with Follow(two_nodes(tmp_path, steps=1000, FLEXTUI_RANK_FAULT="3:2")) as follow:
         outcome, _, _ = follow.finish()
         assert outcome.status == RunStatus.FAILED and outcome.failed_rank == 3
         assert outcome.message.startswith("rank 3 on 127.0.0.1 failed"), outcome.message
         assert "fails at step 2" in outcome.message
         assert wait_gone(follow.pids()) == []
+    said = {rank for rank, line in read_run_log(tmp_path / "run.ffrun").output
+            if "RuntimeError: rank 3 fails at step 2" in line and rank >= 0}  # -1: torchrun
+    assert said == {3}, said
 
 
 @pytest.mark.slow

@@ -2,7 +2,8 @@
 
 torchrun (``python -m torch.distributed.run``, through ``runtime.rendezvous``) starts
 one worker per rank, meeting on a free port of the loopback address, with
-``--max-restarts 0``; its output, the ranks' own lines tagged ``[rankN]:`` (``--tee``),
+``--max-restarts 0``; its output, the ranks' own lines tagged ``[rankN]:`` with their
+global rank (``--tee``, ``TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE``),
 is read on a thread: metrics records go to ``on_record``, decoded and checked
 (``metrics.read_line``), every other line to ``on_output``, and the last lines of each
 rank are kept to name what a failed rank said. A line that starts as a record and is
@@ -42,6 +43,8 @@ from flextui.runtime.target import LOOPBACK, loopback_interface
 
 GRACE_S = 5.0
 TAIL_LINES = 20
+#: torchrun's template of the tag before each of a rank's lines (``string.Template``)
+LINE_PREFIX = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
 _RANK_LINE = re.compile(r"^\[rank(\d+)\]:(.*)$")
 _FAILED_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)")
 _EXIT_CODE = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
@@ -84,11 +87,13 @@ class Torchrun:
 
     def environment(self, launcher_pid: int) -> dict[str, str]:
         """What the launch adds to the environment: the launcher's PID (ranks watch it),
-        one thread per rank unless asked otherwise, unbuffered output; on one node, the
-        ranks' own sockets (gloo's, NCCL's) on the loopback interface."""
+        one thread per rank unless asked otherwise, unbuffered output, each rank's lines
+        tagged with its global rank (torchrun's default tag is the local rank, the same
+        on every node); on one node, the ranks' own sockets (gloo's, NCCL's) on the
+        loopback interface."""
         env = {LAUNCHER_PID: str(launcher_pid),
                "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
-               "PYTHONUNBUFFERED": "1"}
+               "PYTHONUNBUFFERED": "1", LINE_PREFIX: "[rank${rank}]:"}
         loopback = loopback_interface() if self.nnodes == 1 else None
         if loopback is not None:
             env |= {"GLOO_SOCKET_IFNAME": loopback, "NCCL_SOCKET_IFNAME": loopback}
