@@ -132,6 +132,32 @@ def test_a_failure_quoting_brackets_is_printed_as_said(tmp_path, capsys, monkeyp
     assert code == 1 and said in out and "Traceback" not in err
 
 
+def test_a_ranks_output_is_printed_escaped(tmp_path, capsys, monkeypatch):
+    """The ranks' lines relayed while the run goes, and the failure message quoting one,
+    reached the terminal raw (a rank could set its title, its clipboard, clear it)."""
+    from flextui.cli import launch as cli_launch
+    from flextui.runtime import job
+    from flextui.runtime.launch import Outcome, RunStatus
+
+    escapes = "\x1b]0;pwned\x07 \x1b]52;c;ZXZpbA==\x07 \x1b[2J"
+
+    def execute(prepared, stop, on_record, on_output):
+        on_output(1, f"hello {escapes}")
+        on_output(-1, f"torchrun {escapes}")
+        return Outcome(RunStatus.FAILED, 1, 1, f"rank 1 on localhost failed: {escapes}",
+                       1.0), None, []
+    monkeypatch.setattr(job, "execute", execute)
+    monkeypatch.setattr(cli_launch, "print_summary", lambda summary, console: None)
+    monkeypatch.setenv("COLUMNS", "1000")
+    code = main(["launch", "-m", "lenet", "--nproc-per-node", "2", "--headless",
+                 "--run-log", str(tmp_path / "run.ffrun")])
+    out, err = capsys.readouterr()
+    shown = "\\x1b]0;pwned\\x07 \\x1b]52;c;ZXZpbA==\\x07 \\x1b[2J"
+    assert code == 1 and "\x1b" not in out + err and "\x07" not in out + err
+    assert f"[rank 1] hello {shown}" in err and f"torchrun {shown}" in err
+    assert f"rank 1 on localhost failed: {shown}" in out
+
+
 def test_a_name_no_file_can_have_is_refused_by_every_command(capsys):
     """``simulate`` and ``show`` asked the file system about a 10,000-character cluster or
     strategy name (``OSError: File name too long``, a traceback)."""

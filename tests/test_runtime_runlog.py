@@ -162,6 +162,22 @@ def test_runs_show_prints_what_the_log_says_as_it_is(tmp_path, capsys, monkeypat
     assert f"failed: {said}" in out and "lenet (mine[/v2]) on 2 ranks" in out, err
 
 
+ESCAPES = "\x1b]0;pwned\x07 \x1b]52;c;ZXZpbA==\x07 \x1b[2J"   # title, clipboard, clear
+
+
+def test_runs_show_escapes_what_a_rank_said(tmp_path, capsys, monkeypatch):
+    """A rank's last line, quoted in the final message, reached the terminal raw: the
+    escapes that set its title, write its clipboard and clear it."""
+    path = tmp_path / "escapes.ffrun"
+    write(path, final=Outcome(RunStatus.FAILED, 1, 0, f"rank 0 on localhost failed: {ESCAPES}",
+                              2.0))
+    monkeypatch.setenv("COLUMNS", "1000")
+    assert main(["runs", "show", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out
+    assert "\\x1b]0;pwned\\x07 \\x1b]52;c;ZXZpbA==\\x07 \\x1b[2J" in out
+
+
 def test_a_version_1_log_names_its_hosts_as_its_target(tmp_path):
     """Before the target was kept, a header named only its hosts (["localhost"] on this
     machine): such a log still reads, its target those hosts."""

@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 import pytest
+from textual.widgets import RichLog, Static
 
 from flextui.cost import AnalyticCostModel
 from flextui.machine import load_named_cluster
@@ -190,6 +191,25 @@ async def test_a_failed_rank_is_named_in_a_dialog(tmp_path):
         await wait_for(pilot, lambda: isinstance(app.screen, ErrorDialog))
         dialog = app.screen
         assert dialog.heading == "Rank 1 on node-b failed" and "boom" in dialog.message
+
+
+async def test_a_ranks_output_and_failure_are_shown_escaped(tmp_path):
+    """A rank's output reached the log pane, and its last line the failure dialog, with
+    its terminal escapes raw."""
+    escapes = "\x1b]0;pwned\x07 \x1b[2J"
+    failed = Outcome(RunStatus.FAILED, 1, 1, f"rank 1 on localhost failed: {escapes}", 2.0)
+    live = RecordedLaunch(lenet_prepared(tmp_path), RECORDS[:4], failed,
+                          lines=[(1, f"hello {escapes}")])
+    app = FlextuiApp()
+    async with app.run_test(size=SIZE) as pilot:
+        open_launch(app, live)
+        await wait_for(pilot, lambda: isinstance(app.screen, ErrorDialog))
+        shown = "\\x1b]0;pwned\\x07 \\x1b[2J"
+        assert str(app.screen.query_one("#error-message", Static).content) == \
+            f"rank 1 on localhost failed: {shown}"
+        pane = app.screen_stack[-2].query_one(RichLog)
+        text = "\n".join(line.text for line in pane.lines)
+        assert f"[1] hello {shown}" in text and "\x1b" not in text
 
 
 async def test_setup_launches_a_built_in_or_a_file_and_names_a_bad_one(tmp_path,

@@ -37,6 +37,7 @@ from flextui.cli.common import (
     strategy_arg,
 )
 from flextui.errors import FlextuiError
+from flextui.fields import printable
 from flextui.limits import DEVICES, RANKS_PER_HOST
 from flextui.runtime.metrics import RankRecord, Steps
 
@@ -152,8 +153,9 @@ def cmd_launch(args: argparse.Namespace, console: Console) -> int:
                    **summary.to_dict(), **recorded})
     else:
         print_summary(summary, console)
-        # the message quotes a rank's output (gloo's errors hold [path:line]): not markup
-        console.print(outcome.message, markup=False, highlight=False)
+        # the message quotes a rank's output (gloo's errors hold [path:line]): not
+        # markup, and its control characters escaped
+        console.print(printable(outcome.message), markup=False, highlight=False)
     if caught.exit_status:
         return caught.exit_status
     return EXIT_FAILED if outcome.status == "failed" else 0
@@ -314,7 +316,10 @@ class _Progress:
               f"{self.batch / step if step else 0:,.1f} samples/s", file=sys.stderr)
 
     def output(self, rank: int, line: str) -> None:
+        """A line of a rank's output (rank -1: torchrun's), its control characters
+        escaped: a rank's output is data, never the terminal's escapes."""
         if not self.quiet:
+            line = printable(line)
             print(f"[rank {rank}] {line}" if rank >= 0 else line, file=sys.stderr)
 
 

@@ -8,6 +8,7 @@ import argparse
 from rich.console import Console
 
 from flextui.cli.common import emit_json
+from flextui.fields import printable
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -41,7 +42,8 @@ def cmd_runs_show(args: argparse.Namespace, console: Console) -> int:
                   f"{header.spec.num_ranks} ranks ({header.cluster.name}), {header.created}",
                   markup=False, highlight=False)
     print_summary(summary, console)
-    said = final.message if final else "the log has no final record"
+    # a rank's words (its last line, what it raised) are data: escaped, never raw
+    said = printable(final.message) if final else "the log has no final record"
     console.print((said if log.status == "finished" else f"{log.status}: {said}")
                   + (" (the log is cut short)" if log.truncated else ""), markup=False,
                   highlight=False)

@@ -18,6 +18,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.widgets import Footer, Header, RichLog, Static
 
+from flextui.fields import printable
 from flextui.session.jobs import JobState
 from flextui.session.launch_watch import LOG_LINES, LaunchView
 from flextui.session.live_launch import LiveLaunch
@@ -122,7 +123,8 @@ class LaunchScreen(KeyScreen):
         if new > 0:
             log = self.query_one(RichLog)
             for rank, line in view.lines[-min(new, len(view.lines)):]:
-                log.write(Text(f"[{rank}] " if rank >= 0 else "", style="dim") + Text(line))
+                log.write(Text(f"[{rank}] " if rank >= 0 else "", style="dim")
+                          + Text(printable(line)))   # a rank's output is data: escaped
             self._lines_shown = view.line_count
         if view.state == JobState.FAILED and not self._failure_shown:
             self._failure_shown = True
