@@ -1,6 +1,7 @@
 """``flextui launch``'s refusals: everything wrong with what was asked is one message
 and exit status 2 before any process starts."""
 
+import os
 import socket
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import pytest
 
 from flextui.cli import main
 from flextui.machine.detect import usable_cpus
+from helpers import HANG_S
 
 
 def run(capsys, *argv):
@@ -156,6 +158,25 @@ def test_a_ranks_output_is_printed_escaped(tmp_path, capsys, monkeypatch):
     assert code == 1 and "\x1b" not in out + err and "\x07" not in out + err
     assert f"[rank 1] hello {shown}" in err and f"torchrun {shown}" in err
     assert f"rank 1 on localhost failed: {shown}" in out
+
+
+def test_a_launch_plan_that_is_not_a_regular_file_is_refused_at_once(tmp_path):
+    """A rank read its plan whatever the file was: a FIFO held it forever."""
+    fifo = tmp_path / "plan.msgpack"
+    os.mkfifo(fifo)
+    rank = subprocess.run([sys.executable, "-m", "flextui.runtime.worker", str(fifo)],
+                          capture_output=True, text=True, timeout=HANG_S)  # a hang, not slow
+    assert rank.returncode != 0
+    assert f"{fifo}: a FIFO (a named pipe), not a regular file" in rank.stderr, rank.stderr
+
+
+def test_a_strategy_file_nested_too_deep_is_one_message(tmp_path, capsys):
+    """Looking in a strategy file for the cluster it was made for parsed it without
+    flextui's limits: a file nested 100,000 deep was a RecursionError traceback."""
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    code, _, err = run(capsys, "-m", "lenet", "--strategy", str(deep), "--dry-run")
+    assert code == 2 and "nested deeper than flextui's limit of 32 levels" in err, err
 
 
 def test_a_name_no_file_can_have_is_refused_by_every_command(capsys):

@@ -2,6 +2,9 @@
 measured against simulated by ``flextui runs show``."""
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -16,6 +19,7 @@ from flextui.runtime.summary import Simulated
 from flextui.runtime.target import LaunchTarget
 from flextui.search.logformat import frame
 from flextui.strategy import Strategy, builtin_strategy
+from helpers import HANG_S
 from runtime_models import small
 
 
@@ -92,6 +96,18 @@ def test_bad_run_logs_are_one_message(tmp_path, capsys):
     assert main(["runs", "show", str(tmp_path / "missing.ffrun")]) == 2
     with pytest.raises(RunLogError, match="exists"):
         RunLogWriter(damaged, header())
+
+
+def test_a_fifo_given_as_a_run_log_is_refused_at_once(tmp_path):
+    """``runs show`` read the file it was given whatever it was: a FIFO held it until
+    something wrote to it, forever."""
+    fifo = tmp_path / "pipe.ffrun"
+    os.mkfifo(fifo)
+    shown = subprocess.run([sys.executable, "-m", "flextui", "runs", "show", str(fifo)],
+                           capture_output=True, text=True, timeout=HANG_S)  # a hang, not slow
+    assert shown.returncode == 2, shown.stderr
+    assert shown.stderr == (f"flextui: error: {fifo}: a FIFO (a named pipe), not a regular "
+                            "file; give the path of a file\n")
 
 
 def test_a_log_reads_back_as_typed_values(tmp_path):

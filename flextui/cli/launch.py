@@ -11,7 +11,6 @@ devices) exits with 2 before any process starts.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import shlex
 import sys
@@ -38,7 +37,7 @@ from flextui.cli.common import (
 )
 from flextui.errors import FlextuiError
 from flextui.fields import printable
-from flextui.limits import DEVICES, RANKS_PER_HOST
+from flextui.limits import DEVICES, FILE_BYTES, RANKS_PER_HOST, read_file, read_json
 from flextui.runtime.metrics import RankRecord, Steps
 
 PROGRESS_S = 1.0
@@ -241,8 +240,8 @@ def _file_cluster(strategy: str) -> str | None:
     if path.suffix != ".json" or not path.is_file():
         return None
     try:
-        name = json.loads(path.read_text()).get("cluster")
-    except (OSError, ValueError, AttributeError):
+        name = read_json(read_file(path, FILE_BYTES).decode(), strategy).get("cluster")
+    except (OSError, ValueError, AttributeError, FlextuiError):
         return None  # loading the strategy says what is wrong with the file
     return name if isinstance(name, str) and re.fullmatch(r"local(-cpu-\d{1,5})?", name) \
         else None
