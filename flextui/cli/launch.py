@@ -98,6 +98,7 @@ def cmd_launch(args: argparse.Namespace, console: Console) -> int:
     from dataclasses import replace
 
     from flextui.runtime import job
+    from flextui.runtime.launch import RunStatus
     from flextui.runtime.nodes import PreflightStopped
     from flextui.session.launching import launch_request, launch_strategy
 
@@ -157,7 +158,7 @@ def cmd_launch(args: argparse.Namespace, console: Console) -> int:
         console.print(printable(outcome.message), markup=False, highlight=False)
     if caught.exit_status:
         return caught.exit_status
-    return EXIT_FAILED if outcome.status == "failed" else 0
+    return EXIT_FAILED if outcome.status == RunStatus.FAILED else 0
 
 
 # -- what is launched -------------------------------------------------------------------
