@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from flextui.runtime.launch import RankOutput, Run, RunStatus, Torchrun, free_port
+from flextui.runtime.launch import Run, RunStatus, Torchrun, free_port
 from flextui.runtime.metrics import (
     Check,
     End,
@@ -24,6 +24,7 @@ from flextui.runtime.metrics import (
     encode,
     read_line,
 )
+from flextui.runtime.rankoutput import RankOutput
 from flextui.session.launch_watch import LaunchWatch
 from processes import end, wait_gone
 

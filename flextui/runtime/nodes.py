@@ -29,16 +29,10 @@ from typing import IO, Any
 from flextui import __version__
 from flextui.errors import FlextuiError
 from flextui.runtime.hosts import Host
-from flextui.runtime.launch import (
-    GRACE_S,
-    TAIL_LINES,
-    Outcome,
-    RankOutput,
-    RunStatus,
-    end_process_group,
-)
+from flextui.runtime.launch import GRACE_S, Outcome, RunStatus, end_process_group
 from flextui.runtime.metrics import RankRecord
 from flextui.runtime.node import HostFacts, PreflightRequest, RunRequest, frame, parse_node_line
+from flextui.runtime.rankoutput import TAIL_LINES, RankOutput
 from flextui.runtime.spec import Training
 from flextui.runtime.target import LOOPBACK, SSH_ENV, LaunchTarget, check_ranks_fit
 
