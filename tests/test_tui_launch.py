@@ -2,6 +2,7 @@
 it shows, stopping, a failed rank's dialog, 80x24 and a snapshot), and once with a real
 2-rank gloo run (every rank ends when the app quits)."""
 
+import sys
 import time
 from pathlib import Path
 
@@ -10,10 +11,14 @@ from textual.widgets import RichLog, Static
 
 from flextui.cost import AnalyticCostModel
 from flextui.machine import load_named_cluster
+from flextui.machine.detect import cpu_ranks
+from flextui.runtime import nodes
+from flextui.runtime.hosts import Host
 from flextui.runtime.job import prepare
 from flextui.runtime.launch import Outcome, RunStatus
 from flextui.runtime.metrics import Start, Steps
 from flextui.runtime.spec import Training
+from flextui.runtime.target import LaunchTarget, Remote
 from flextui.session.jobs import JobState
 from flextui.session.launching import LaunchRequest, launch_request
 from flextui.session.live_launch import ENDED_AS, LiveLaunch
@@ -25,7 +30,8 @@ from flextui.tui.screens.help import HelpScreen
 from flextui.tui.screens.launch import LaunchScreen
 from flextui.tui.screens.search import SearchScreen
 from flextui.tui.widgets.devices import sparkline
-from helpers import screen_text, wait_for
+from helpers import HANG_S, screen_text, wait_for
+from processes import children, end, wait_gone
 from runtime_models import small
 
 SIZE = (80, 24)
@@ -159,7 +165,7 @@ async def test_x_stops_the_run_and_b_waits_for_it(tmp_path):
     live = RecordedLaunch(lenet_prepared(tmp_path), RECORDS[:6], stopped, hold=True)
     made = []
 
-    def baseline():
+    def baseline(stop=None):
         run = RecordedLaunch(lenet_prepared(tmp_path / "dp", "data-parallel"), RECORDS,
                              FINISHED)
         made.append(run)
@@ -179,6 +185,78 @@ async def test_x_stops_the_run_and_b_waits_for_it(tmp_path):
         await wait_for(pilot, lambda: live.done and made and made[0].done)
         assert live.view().state == "stopped"
         await wait_for(pilot, lambda: "(data parallel, finished)" in screen_text(app))
+
+
+FAKE_SSH = f"{sys.executable} {Path(__file__).parent / 'fake_hosts' / 'fake_ssh.py'}"
+SESSION = "fake_ssh.py"  # in the command line of a session the fake ssh holds
+
+
+@pytest.fixture
+def mute_hosts(monkeypatch):
+    """Three hosts whose ssh sessions never answer and never end but when preflight is
+    stopped (no timeout of its own ends them here), on a cluster of a node for each.
+    torch is imported here, outside the app, as the app's model loading imports it:
+    torch's first import inside a running Textual app aborts this process (a C++
+    exception in its initialisation, torch 2.13)."""
+    import torch  # noqa: F401
+    monkeypatch.setattr(nodes, "PREFLIGHT_S", 10 * HANG_S)
+    graph, cluster = small("lenet"), cpu_ranks(1, nodes=3)
+    target = LaunchTarget(tuple(Host(f"mute-{i}") for i in range(3)), Remote.choose(FAKE_SSH))
+
+    def prepared(stop, log):
+        return prepare(graph, builtin_strategy("data-parallel", graph, cluster), cluster,
+                       Training(steps=3, warmup=1), AnalyticCostModel(), target, run_log=log,
+                       stop=stop)
+    return prepared
+
+
+async def wait_for_sessions(pilot, count: int) -> set[int]:
+    """The PIDs of the ``count`` ssh sessions preflight has open, once it has."""
+    seen: set[int] = set()
+
+    def opened() -> bool:
+        seen.update(children(running=SESSION))
+        return len(seen) >= count
+    await wait_for(pilot, opened)
+    return seen
+
+
+async def test_quitting_while_a_launch_is_prepared_ends_its_preflight(tmp_path, mute_hosts):
+    """Quitting the app while a launch was prepared left its preflight's ssh sessions
+    to their own timeout (60 s)."""
+    app = FlextuiApp()
+    seen: set[int] = set()
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            app.prepare_launch(lambda stop: LaunchRequest(
+                mute_hosts(stop, tmp_path / "run.ffrun"), "data-parallel", "mute", None))
+            seen = await wait_for_sessions(pilot, 3)
+            await pilot.press("ctrl+q")
+        assert wait_gone(seen, timeout=HANG_S) == []   # hang protection: only a stop ends them
+    finally:
+        end(seen)
+
+
+async def test_leaving_while_the_baseline_is_prepared_ends_its_preflight(tmp_path, mute_hosts):
+    """``b`` prepared data parallelism on the UI thread: over hosts the app froze in its
+    preflight, which neither esc nor quitting could stop; now it is prepared on a worker
+    thread, and leaving the screen (or the app) ends every ssh session at once."""
+    live = RecordedLaunch(lenet_prepared(tmp_path), RECORDS, FINISHED)
+    app = FlextuiApp()
+    seen: set[int] = set()
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            open_launch(app, live, lambda stop=None: LiveLaunch(
+                mute_hosts(stop, tmp_path / "dp.ffrun"), "data parallel"))
+            await wait_for(pilot, lambda: live.done and app.screen._ended)
+            await pilot.press("b")
+            seen = await wait_for_sessions(pilot, 3)
+            assert not app.screen.check_action("baseline", ())   # b acts once
+            await pilot.press("escape")
+            await wait_for(pilot, lambda: not isinstance(app.screen, LaunchScreen))
+            assert wait_gone(seen, timeout=HANG_S) == []
+    finally:
+        end(seen)
 
 
 async def test_a_failed_rank_is_named_in_a_dialog(tmp_path):
