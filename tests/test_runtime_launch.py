@@ -225,5 +225,5 @@ def test_ctrl_c_while_starting_up_is_a_clean_exit(tmp_path):
         runpy.run_module("flextui", run_name="__main__")
     """)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=tmp_path, timeout=300)
+                          cwd=tmp_path, timeout=HANG_S)
     assert done.returncode == 130 and done.stderr == "flextui: interrupted\n", done.stderr

@@ -26,6 +26,7 @@ from flextui.runtime.metrics import (
 )
 from flextui.runtime.rankoutput import RankOutput
 from flextui.session.launch_watch import LaunchWatch
+from helpers import HANG_S
 from processes import end, wait_gone
 
 CHATTY = Path(__file__).with_name("chatty_rank.py")
@@ -121,9 +122,9 @@ def test_a_rank_printing_a_bad_record_then_much_output_still_finishes(tmp_path):
     run.start()
     try:
         follow.start()
-        follow.join(timeout=300)   # hang protection, not what is tested
+        follow.join(timeout=HANG_S)   # hang protection, not what is tested
         stop.set()
-        follow.join(timeout=60)
+        follow.join(timeout=HANG_S)
         assert ended and ended[0].status == RunStatus.FINISHED, ended
         assert sorted((r.rank, type(r)) for r in records if not isinstance(r, Start)) == \
             [(0, End), (1, End)]

@@ -128,12 +128,11 @@ async def test_a_wide_terminal_shows_busy_and_simulated_times_side_by_side(tmp_p
     app = FlextuiApp()
     async with app.run_test(size=(120, 40)) as pilot:
         open_launch(app, live)
-        await wait_for(pilot, lambda: live.done and app.screen._ended)
-        await pilot.pause(0.3)
-        shown = screen_text(app)
         simulated = live.prepared.simulated.busy_s[0] * 1e3
+        await wait_for(pilot, lambda: f"6.00 {simulated:,.2f}" in " ".join(
+            screen_text(app).split()))                   # the redraw after the last record
+        shown = screen_text(app)
         assert "busy ms" in shown and "sim ms" in shown and "error" in shown
-        assert f"6.00 {simulated:,.2f}" in " ".join(shown.split())
 
 
 async def test_every_rank_is_reachable_at_80x24(tmp_path):
@@ -148,12 +147,12 @@ async def test_every_rank_is_reachable_at_80x24(tmp_path):
         async with app.run_test(size=SIZE) as pilot:
             open_launch(app, live)
             await wait_for(pilot, lambda: live.done and app.screen._ended)
-            await pilot.pause(0.3)
-            shown = screen_text(app)
             if ranks == 4:
-                assert all(f"n0.rank{r}" in shown for r in range(4))
+                await wait_for(pilot, lambda: all(f"n0.rank{r}" in screen_text(app)
+                                                  for r in range(4)))
                 continue
-            assert "n0.rank0" in shown and "n0.rank15" not in shown
+            await wait_for(pilot, lambda: "n0.rank0" in screen_text(app))
+            assert "n0.rank15" not in screen_text(app)
             assert app.focused.id == "devices-list"
             await pilot.press("end")
             await wait_for(pilot, lambda: "n0.rank15" in screen_text(app))
@@ -181,7 +180,7 @@ async def test_x_stops_the_run_and_b_waits_for_it(tmp_path):
         await wait_for(pilot, lambda: app.screen._baseline_wanted)  # b acts once alone
         assert made == []                                   # not while the run goes
         await pilot.press("x")
-        await wait_for(pilot, lambda: live.done, timeout=10)
+        await wait_for(pilot, lambda: live.done)
         await wait_for(pilot, lambda: live.done and made and made[0].done)
         assert live.view().state == "stopped"
         await wait_for(pilot, lambda: "(data parallel, finished)" in screen_text(app))
@@ -232,7 +231,7 @@ async def test_quitting_while_a_launch_is_prepared_ends_its_preflight(tmp_path, 
                 mute_hosts(stop, tmp_path / "run.ffrun"), "data-parallel", "mute", None))
             seen = await wait_for_sessions(pilot, 3)
             await pilot.press("ctrl+q")
-        assert wait_gone(seen, timeout=HANG_S) == []   # hang protection: only a stop ends them
+        assert wait_gone(seen) == []   # only a stop ends them
     finally:
         end(seen)
 
@@ -254,7 +253,7 @@ async def test_leaving_while_the_baseline_is_prepared_ends_its_preflight(tmp_pat
             assert not app.screen.check_action("baseline", ())   # b acts once
             await pilot.press("escape")
             await wait_for(pilot, lambda: not isinstance(app.screen, LaunchScreen))
-            assert wait_gone(seen, timeout=HANG_S) == []
+            assert wait_gone(seen) == []
     finally:
         end(seen)
 
@@ -351,7 +350,8 @@ def test_launch_screen_snapshot(snap_compare, tmp_path):
         app = pilot.app
         open_launch(app, live)
         await wait_for(pilot, lambda: live.done and app.screen._ended)
-        await pilot.pause(0.3)
+        await wait_for(pilot, lambda: "finished" in screen_text(app)   # the redraw after
+                       and "step 10 done" in screen_text(app))         # the end
 
     assert snap_compare(FlextuiApp(), terminal_size=SIZE, run_before=show)
 
@@ -367,7 +367,7 @@ async def test_a_real_launch_runs_in_the_app_and_ends_with_it(tmp_path):
     pids: list[int] = []
     async with app.run_test(size=SIZE) as pilot:
         live = app.launches[0]
-        await wait_for(pilot, lambda: live.view().steps_done >= 3, timeout=120)
+        await wait_for(pilot, lambda: live.view().steps_done >= 3)
         view = live.view()
         assert all(d.samples_per_s > 0 for d in view.devices)
         from flextui.runtime.runlog import read_run_log
