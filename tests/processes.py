@@ -6,6 +6,8 @@ import signal
 import time
 from pathlib import Path
 
+from helpers import HANG_S
+
 
 def alive(pid: int) -> bool:
     try:
@@ -15,8 +17,9 @@ def alive(pid: int) -> bool:
     return True
 
 
-def wait_gone(pids, timeout: float = 20.0) -> list[int]:
-    """The PIDs still alive after ``timeout`` seconds (reaped zombies count as gone)."""
+def wait_gone(pids, timeout: float = HANG_S) -> list[int]:
+    """The PIDs still alive after ``timeout`` seconds (reaped zombies count as gone): by
+    default none but after a hang, however slow the machine."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         left = [p for p in pids if alive(p) and not _zombie(p)]
@@ -93,9 +96,9 @@ class Follow:
         self.result = execute(prepared, self.stop, self.records.append,
                               on_start=lambda run: setattr(self, "run", run))
 
-    def wait_for(self, kind: str, ranks: int, timeout: float = 120.0) -> None:
+    def wait_for(self, kind: str, ranks: int, timeout: float = HANG_S) -> None:
         """Until every one of ``ranks`` ranks has sent a ``kind`` record (a failure
-        after ``timeout`` seconds, or when the launch ends first)."""
+        when the launch ends first, or after ``timeout`` seconds: a hang)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and self.thread.is_alive():
             if len({r.rank for r in list(self.records) if r.kind == kind}) == ranks:
@@ -114,7 +117,7 @@ class Follow:
                if hasattr(self.run, "pids") else [self.run.pid])
         return own + list(self.run.worker_pids.values())
 
-    def finish(self, timeout: float = 120.0):
+    def finish(self, timeout: float = HANG_S):
         self.thread.join(timeout)
         assert not self.thread.is_alive(), "the launch did not end"
         return self.result

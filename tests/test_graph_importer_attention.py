@@ -25,6 +25,7 @@ from flextui.runtime.plan import index_bounds
 from flextui.runtime.reference import forward_whole, train_whole
 from flextui.runtime.runlog import read_run_log
 from flextui.runtime.values import StartingParameters, input_block
+from helpers import HANG_S
 from processes import wait_gone
 
 GPT_FILE = Path(__file__).with_name("torch_models") / "gpt2_decoder.py"
@@ -208,7 +209,7 @@ def test_a_two_rank_launch_of_a_split_strategy_trains_as_the_modules_own_step(tm
     proc = subprocess.run(
         [sys.executable, "-m", "flextui", "launch", "--model", str(GPT_FILE), "--strategy",
          "random", "--seed", "2", "--nproc-per-node", "2", "--check", "--run-log", str(log)],
-        cwd=tmp_path, capture_output=True, text=True, timeout=600,
+        cwd=tmp_path, capture_output=True, text=True, timeout=HANG_S,
         env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout
     assert "check passed: 2 ranks equal one process" in proc.stdout

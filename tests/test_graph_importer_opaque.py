@@ -19,6 +19,7 @@ from flextui.runtime.metrics import Start
 from flextui.runtime.reference import forward_whole
 from flextui.runtime.runlog import read_run_log
 from flextui.runtime.values import StartingParameters
+from helpers import HANG_S
 from processes import wait_gone
 
 MODELS = Path(__file__).with_name("torch_models")
@@ -83,7 +84,7 @@ def test_an_opaque_op_split_by_samples_trains_on_two_ranks_as_one_process(tmp_pa
     proc = subprocess.run(
         [sys.executable, "-m", "flextui", "launch", "--model", str(NET), "--opaque",
          "--strategy", "data-parallel", "--nproc-per-node", "2", "--check", "--run-log",
-         str(log)], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+         str(log)], cwd=tmp_path, capture_output=True, text=True, timeout=HANG_S,
         env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout
     assert "check passed: 2 ranks equal one process" in proc.stdout

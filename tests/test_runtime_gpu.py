@@ -16,6 +16,7 @@ from flextui.runtime.plan import compile_plan
 from flextui.runtime.reference import train_whole
 from flextui.runtime.worker import relative_error
 from flextui.strategy import ParallelConfig, Strategy
+from helpers import HANG_S
 from runtime_models import small, strategy
 
 pytestmark = pytest.mark.gpu
@@ -43,7 +44,7 @@ def test_a_partitioned_step_on_a_gpu_equals_one_process_on_the_cpu():
 def test_launch_check_over_nccl(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "flextui", "launch", "-m", "lenet",
                            "--cluster", "local", "--strategy", "expert", "--check"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                          cwd=tmp_path, capture_output=True, text=True, timeout=HANG_S,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "check passed" in proc.stdout and "nccl" in proc.stdout

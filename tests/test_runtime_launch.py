@@ -1,6 +1,7 @@
 """``flextui launch``'s refusals: everything wrong with what was asked is one message
 and exit status 2 before any process starts."""
 
+import os
 import socket
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import pytest
 
 from flextui.cli import main
 from flextui.machine.detect import usable_cpus
+from helpers import HANG_S
 
 
 def run(capsys, *argv):
@@ -132,6 +134,51 @@ def test_a_failure_quoting_brackets_is_printed_as_said(tmp_path, capsys, monkeyp
     assert code == 1 and said in out and "Traceback" not in err
 
 
+def test_a_ranks_output_is_printed_escaped(tmp_path, capsys, monkeypatch):
+    """The ranks' lines relayed while the run goes, and the failure message quoting one,
+    reached the terminal raw (a rank could set its title, its clipboard, clear it)."""
+    from flextui.cli import launch as cli_launch
+    from flextui.runtime import job
+    from flextui.runtime.launch import Outcome, RunStatus
+
+    escapes = "\x1b]0;pwned\x07 \x1b]52;c;ZXZpbA==\x07 \x1b[2J"
+
+    def execute(prepared, stop, on_record, on_output):
+        on_output(1, f"hello {escapes}")
+        on_output(-1, f"torchrun {escapes}")
+        return Outcome(RunStatus.FAILED, 1, 1, f"rank 1 on localhost failed: {escapes}",
+                       1.0), None, []
+    monkeypatch.setattr(job, "execute", execute)
+    monkeypatch.setattr(cli_launch, "print_summary", lambda summary, console: None)
+    monkeypatch.setenv("COLUMNS", "1000")
+    code = main(["launch", "-m", "lenet", "--nproc-per-node", "2", "--headless",
+                 "--run-log", str(tmp_path / "run.ffrun")])
+    out, err = capsys.readouterr()
+    shown = "\\x1b]0;pwned\\x07 \\x1b]52;c;ZXZpbA==\\x07 \\x1b[2J"
+    assert code == 1 and "\x1b" not in out + err and "\x07" not in out + err
+    assert f"[rank 1] hello {shown}" in err and f"torchrun {shown}" in err
+    assert f"rank 1 on localhost failed: {shown}" in out
+
+
+def test_a_launch_plan_that_is_not_a_regular_file_is_refused_at_once(tmp_path):
+    """A rank read its plan whatever the file was: a FIFO held it forever."""
+    fifo = tmp_path / "plan.msgpack"
+    os.mkfifo(fifo)
+    rank = subprocess.run([sys.executable, "-m", "flextui.runtime.worker", str(fifo)],
+                          capture_output=True, text=True, timeout=HANG_S)  # a hang, not slow
+    assert rank.returncode != 0
+    assert f"{fifo}: a FIFO (a named pipe), not a regular file" in rank.stderr, rank.stderr
+
+
+def test_a_strategy_file_nested_too_deep_is_one_message(tmp_path, capsys):
+    """Looking in a strategy file for the cluster it was made for parsed it without
+    flextui's limits: a file nested 100,000 deep was a RecursionError traceback."""
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 100_000 + "]" * 100_000)
+    code, _, err = run(capsys, "-m", "lenet", "--strategy", str(deep), "--dry-run")
+    assert code == 2 and "nested deeper than flextui's limit of 32 levels" in err, err
+
+
 def test_a_name_no_file_can_have_is_refused_by_every_command(capsys):
     """``simulate`` and ``show`` asked the file system about a 10,000-character cluster or
     strategy name (``OSError: File name too long``, a traceback)."""
@@ -178,5 +225,5 @@ def test_ctrl_c_while_starting_up_is_a_clean_exit(tmp_path):
         runpy.run_module("flextui", run_name="__main__")
     """)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=tmp_path, timeout=300)
+                          cwd=tmp_path, timeout=HANG_S)
     assert done.returncode == 130 and done.stderr == "flextui: interrupted\n", done.stderr

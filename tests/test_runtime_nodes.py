@@ -42,7 +42,7 @@ from flextui.runtime.spec import Training
 from flextui.runtime.target import SSH_ENV, LaunchTarget, Remote
 from flextui.session.launching import launch_request
 from flextui.strategy import builtin_strategy
-from helpers import model
+from helpers import HANG_S, model
 from processes import Follow, children, end, listening, wait_gone
 
 FAKE_SSH = f"{sys.executable} {Path(__file__).parent / 'fake_hosts' / 'fake_ssh.py'}"
@@ -280,7 +280,7 @@ def test_preflight_holds_a_few_sessions_at_once_and_ends_them_when_stopped(monke
         assert counts and max(counts) == 3, counts
     finally:
         stop.set()
-        thread.join(60)
+        thread.join(HANG_S)
     assert not thread.is_alive() and isinstance(raised[0], nodes.PreflightStopped), raised
     assert wait_gone(seen) == [] and children(running=SESSION) == []
 
@@ -299,7 +299,7 @@ def test_a_launcher_stopped_during_preflight_ends_every_session_it_started(tmp_p
             seen.update(children(proc.pid, running=SESSION))
             time.sleep(0.05)
         proc.send_signal(signum)
-        _, err = proc.communicate(timeout=60)
+        _, err = proc.communicate(timeout=HANG_S)
         assert proc.returncode == 128 + signum, err
         assert "stopped during preflight; every ssh session it started has ended" in err
         assert wait_gone(seen) == []
@@ -404,12 +404,17 @@ def test_a_node_killed_mid_run_ends_the_launch_on_every_host(tmp_path, two_nodes
 @pytest.mark.slow
 @pytest.mark.xdist_group("gloo")
 def test_a_failing_rank_on_the_second_node_is_named_with_its_host(tmp_path, two_nodes):
+    """Rank 3 (local rank 1 of the second node) fails; what it printed is filed under
+    rank 3 (torchrun tagged its lines with the local rank, so they went to rank 1)."""
     with Follow(two_nodes(tmp_path, steps=1000, FLEXTUI_RANK_FAULT="3:2")) as follow:
         outcome, _, _ = follow.finish()
         assert outcome.status == RunStatus.FAILED and outcome.failed_rank == 3
         assert outcome.message.startswith("rank 3 on 127.0.0.1 failed"), outcome.message
         assert "fails at step 2" in outcome.message
         assert wait_gone(follow.pids()) == []
+    said = {rank for rank, line in read_run_log(tmp_path / "run.ffrun").output
+            if "RuntimeError: rank 3 fails at step 2" in line and rank >= 0}  # -1: torchrun
+    assert said == {3}, said
 
 
 @pytest.mark.slow

@@ -6,7 +6,9 @@ ended by its PID, and each test asserts none survives."""
 import contextlib
 import errno
 import json
+import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -19,6 +21,7 @@ import pytest
 from flextui.runtime.launch import RunStatus, free_port
 from flextui.runtime.metrics import End, Failed, Start, Steps
 from flextui.runtime.runlog import read_run_log
+from helpers import HANG_S
 from processes import end, listening, parent_of, wait_gone
 from runtime_models import SMALL_MODELS, STRATEGIES
 
@@ -39,7 +42,7 @@ def test_every_strategy_trains_as_one_process_and_moves_the_simulated_bytes(rank
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=ENV, start_new_session=True)
     try:
-        out, err = proc.communicate(timeout=900)
+        out, err = proc.communicate(timeout=HANG_S)
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
@@ -68,8 +71,10 @@ def starts(path: Path) -> dict[int, int]:
     return {r.rank: r.pid for r in log.records if isinstance(r, Start)}
 
 
-def wait_for_starts(path: Path, ranks: int, proc, timeout: float = 120.0) -> dict[int, int]:
-    deadline = time.monotonic() + timeout
+def wait_for_starts(path: Path, ranks: int, proc) -> dict[int, int]:
+    """Rank -> PID once every rank has started (a failure when the launcher ends first,
+    or after HANG_S: a hang)."""
+    deadline = time.monotonic() + HANG_S
     while time.monotonic() < deadline and proc.poll() is None:
         found = starts(path)
         if len(found) == ranks:
@@ -83,7 +88,7 @@ def test_launch_trains_prints_every_device_and_keeps_a_run_log(tmp_path):
     proc = launch(tmp_path, "-m", "lenet", "-b", "16", "--nproc-per-node", "2",
                   "--strategy", "expert", "--steps", "3", "--warmup", "1",
                   "--run-log", str(log))
-    out, err = proc.communicate(timeout=300)
+    out, err = proc.communicate(timeout=HANG_S)
     assert proc.returncode == 0, err[-3000:]
     assert "n0.rank0" in out and "n0.rank1" in out and "simulated" in out, out
     assert "finished in" in out
@@ -100,7 +105,7 @@ def test_launch_check_compares_with_one_process(tmp_path):
     proc = launch(tmp_path, "-m", "transformer", "-o", "layers=1", "-o", "width=16",
                   "-o", "heads=2", "-o", "seq_len=8", "-o", "vocab=50", "--nproc-per-node",
                   "4", "--strategy", "random", "--check", "--run-log", "check.ffrun")
-    out, err = proc.communicate(timeout=300)
+    out, err = proc.communicate(timeout=HANG_S)
     assert proc.returncode == 0, err[-3000:] + out
     assert "check passed: 4 ranks equal one process" in out
     assert wait_gone(starts(tmp_path / "check.ffrun").values()) == []
@@ -142,9 +147,9 @@ def test_a_signal_stops_every_rank(tmp_path, signum):
     kill the launcher outright; torchrun printed its own of SIGTERM every time)."""
     with running(tmp_path, tmp_path / "long.ffrun") as run:
         run.proc.send_signal(signum)
-        _, err = run.proc.communicate(timeout=120)
+        _, err = run.proc.communicate(timeout=HANG_S)
         assert run.proc.returncode == 128 + signum, err[-3000:]
-        assert wait_gone([*run.ranks.values(), run.torchrun, run.guard], timeout=60) == []
+        assert wait_gone([*run.ranks.values(), run.torchrun, run.guard]) == []
         assert read_run_log(run.log).final.status == RunStatus.STOPPED
         assert "Traceback" not in err and "SignalException" not in err, err[-3000:]
 
@@ -174,12 +179,39 @@ def test_a_failing_rank_is_named_and_every_rank_ends(tmp_path):
     proc = launch(tmp_path, "-m", "lenet", "--nproc-per-node", "2", "--steps", "1000",
                   "--run-log", str(log), env={"FLEXTUI_RANK_FAULT": "1:2"})
     try:
-        out, err = proc.communicate(timeout=300)
+        out, err = proc.communicate(timeout=HANG_S)
         assert proc.returncode == 1, err[-3000:]
         assert "rank 1 on localhost failed" in out and "fails at step 2" in out, out
         final = read_run_log(log).final
         assert final.status == RunStatus.FAILED and final.failed_rank == 1
-        assert wait_gone(starts(log).values(), timeout=10) == []
+        assert wait_gone(starts(log).values()) == []
+    finally:
+        end([proc.pid, *starts(log).values()])
+
+
+def test_a_loss_that_becomes_nan_fails_the_run_naming_the_rank_and_step(tmp_path, capsys):
+    """A learning rate far too large makes LeNet's loss NaN at its second step: the rank
+    reports it (its record raised a JSON error on it) and the launch fails naming the
+    rank and the step; the run log keeps the NaN, and ``runs show`` reads it."""
+    from flextui.cli import main
+
+    log = tmp_path / "nan.ffrun"
+    proc = launch(tmp_path, "-m", "lenet", "-b", "16", "--nproc-per-node", "2",
+                  "--strategy", "data-parallel", "--steps", "5", "--warmup", "1",
+                  "--lr", "1e10", "--headless", "--run-log", str(log))
+    try:
+        out, err = proc.communicate(timeout=HANG_S)
+        assert proc.returncode == 1, err[-3000:]
+        said = " ".join(out.split())
+        assert re.search(r"rank [01] on localhost failed: FloatingPointError: the loss became "
+                         r"nan at step 2 of 6;", said), said
+        run = read_run_log(log)
+        assert run.final.status == RunStatus.FAILED and run.final.failed_rank in (0, 1)
+        assert any(math.isnan(loss) for r in run.records if isinstance(r, Steps)
+                   for loss in r.losses)
+        assert main(["runs", "show", str(log)]) == 0
+        assert "the loss became nan at step 2" in " ".join(capsys.readouterr().out.split())
+        assert wait_gone(starts(log).values()) == []
     finally:
         end([proc.pid, *starts(log).values()])
 
@@ -192,10 +224,10 @@ def test_a_rank_killed_by_a_signal_is_named_not_the_peer_it_broke(tmp_path):
         os.kill(run.torchrun, signal.SIGSTOP)
         try:
             os.kill(run.ranks[1], signal.SIGKILL)
-            assert wait_gone([run.ranks[0]], timeout=120) == []  # rank 0 failed (or hangs)
+            assert wait_gone([run.ranks[0]]) == []  # rank 0 failed (or hangs)
         finally:
             os.kill(run.torchrun, signal.SIGCONT)
-        out, err = run.proc.communicate(timeout=300)
+        out, err = run.proc.communicate(timeout=HANG_S)
         assert run.proc.returncode == 1, err[-3000:]
         assert "rank 1 on localhost failed (killed by SIGKILL, signal 9" in " ".join(out.split())
         log = read_run_log(run.log)
@@ -211,12 +243,12 @@ def test_torchrun_ends_with_its_launcher_killed_outright(tmp_path):
         for pid in run.ranks.values():
             os.kill(pid, signal.SIGSTOP)
         run.proc.kill()
-        run.proc.wait(timeout=60)
-        assert wait_gone([run.torchrun, run.guard], timeout=60) == []  # hang protection
+        run.proc.wait(timeout=HANG_S)
+        assert wait_gone([run.torchrun, run.guard]) == []  # hang protection
         for pid in run.ranks.values():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
-        assert wait_gone(run.ranks.values(), timeout=60) == []
+        assert wait_gone(run.ranks.values()) == []
 
 
 @pytest.fixture
@@ -253,13 +285,13 @@ def test_a_full_disk_under_the_run_log_stops_the_run_in_one_line(tmp_path, small
     died on it, with three tracebacks, and the run went on)."""
     with running(tmp_path, small_disk / "full.ffrun") as run:
         fill(small_disk / "filler")
-        _, err = run.proc.communicate(timeout=300)
+        _, err = run.proc.communicate(timeout=HANG_S)
         assert run.proc.returncode == 2, err[-3000:]
         said = [line for line in err.splitlines() if line.startswith("flextui: error")]
         assert said == [f"flextui: error: cannot write run log {run.log}: No space left on "
                         "device; the run was stopped, and the log holds what came before"]
         assert "Traceback" not in err, err[-3000:]
-        assert wait_gone([*run.ranks.values(), run.torchrun, run.guard], timeout=60) == []
+        assert wait_gone([*run.ranks.values(), run.torchrun, run.guard]) == []
         log = read_run_log(run.log)
         assert log.final is None and {r.rank for r in log.records
                                       if isinstance(r, Start)} == {0, 1}

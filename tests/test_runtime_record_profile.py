@@ -15,6 +15,7 @@ from flextui.machine import load_named_cluster
 from flextui.runtime.metrics import Tasks
 from flextui.runtime.recording import merged_times
 from flextui.runtime.runlog import read_run_log
+from helpers import HANG_S
 from test_runtime_ranks import end, launch, starts, wait_gone
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("gloo")]
@@ -27,7 +28,7 @@ def test_recorded_task_times_are_used_by_the_next_search(tmp_path, monkeypatch):
                   "expert", "--steps", "3", "--warmup", "1", "--run-log", str(log),
                   "--record-profile", "--profiles", str(profiles), "--json")
     try:
-        out, err = proc.communicate(timeout=300)
+        out, err = proc.communicate(timeout=HANG_S)
         assert proc.returncode == 0, err[-3000:]
         assert wait_gone(starts(log).values()) == []
     finally:

@@ -4,13 +4,14 @@ one is shown as output with a line saying why it was skipped, and the reader goe
 a real torchrun's ranks print a bad record and more output than a pipe holds, and the
 run still ends."""
 
+import math
 import signal
 import threading
 from pathlib import Path
 
 import pytest
 
-from flextui.runtime.launch import RankOutput, Run, RunStatus, Torchrun, free_port
+from flextui.runtime.launch import Run, RunStatus, Torchrun, free_port
 from flextui.runtime.metrics import (
     Check,
     End,
@@ -23,7 +24,9 @@ from flextui.runtime.metrics import (
     encode,
     read_line,
 )
+from flextui.runtime.rankoutput import RankOutput
 from flextui.session.launch_watch import LaunchWatch
+from helpers import HANG_S
 from processes import end, wait_gone
 
 CHATTY = Path(__file__).with_name("chatty_rank.py")
@@ -69,6 +72,23 @@ def test_a_record_that_is_not_one_names_the_field(body, problem):
         read_line("@flextui " + body, "rank 0's record")
 
 
+def test_a_loss_that_is_not_finite_is_reported_as_such():
+    """A diverging run's loss made the rank's record raise (JSON has no NaN): the rank
+    died of a JSON error instead of saying its loss was NaN."""
+    steps = Steps(0, 3, 5, False, 0.03, 0.02, 0.01, 0, 0, (2.3, math.nan, -math.inf), 0, None)
+    line = encode(steps)
+    assert '"losses":[2.3,"nan","-inf"]' in line
+    back = read_line("[rank0]:" + line, "rank 0")
+    assert repr(back.losses) == "(2.3, nan, -inf)" and back.first == 3
+    check = read_line(encode(Check(0, math.nan, math.inf, (math.inf,), (1.0,))), "rank 0")
+    assert (repr(check.losses), check.param_error, check.worst) == ("(inf,)", math.inf,
+                                                                     math.inf)
+    for bad, problem in ((line.replace('"step_s":0.03', '"step_s":"nan"'), "step_s: expected a number"),
+                         (line.replace('"nan"', '"NaN"'), "losses: expected a number")):
+        with pytest.raises(RecordError, match=problem):
+            read_line(bad, "rank 0")
+
+
 def test_a_bad_record_is_shown_as_output_and_the_next_one_is_read():
     records, lines = [], []
     output = RankOutput(records.append, lambda rank, line: lines.append((rank, line)))
@@ -102,9 +122,9 @@ def test_a_rank_printing_a_bad_record_then_much_output_still_finishes(tmp_path):
     run.start()
     try:
         follow.start()
-        follow.join(timeout=300)   # hang protection, not what is tested
+        follow.join(timeout=HANG_S)   # hang protection, not what is tested
         stop.set()
-        follow.join(timeout=60)
+        follow.join(timeout=HANG_S)
         assert ended and ended[0].status == RunStatus.FINISHED, ended
         assert sorted((r.rank, type(r)) for r in records if not isinstance(r, Start)) == \
             [(0, End), (1, End)]
@@ -145,3 +165,16 @@ def test_a_rank_a_signal_ended_is_named_before_a_peer_that_failed_first(other, r
     assert output.exits == {0: 1, 1: -9}
     assert output.failure(1) == (1, "rank 1 on localhost failed (killed by SIGKILL, signal 9; "
                                     "out of memory?): no output")
+
+
+def test_a_rank_that_raised_is_not_said_to_be_killed_by_torchruns_sigterm():
+    """Rank 0 raised, and torchrun's SIGTERM reached it while it was ending: its exit
+    status is SIGTERM's, but what ended it is what it raised (the message said "killed
+    by SIGTERM" whenever the signal came first)."""
+    output = RankOutput(lambda record: None, lambda rank, line: None)
+    output.feed("[rank0]:" + encode(Failed(0, 1.7e9, "FloatingPointError: the loss became "
+                                              "nan at step 2 of 6")))
+    for line in summary((1, -signal.SIGTERM), (0, -signal.SIGTERM)):
+        output.feed(line)
+    assert output.failure(1) == (0, "rank 0 on localhost failed: FloatingPointError: the loss "
+                                    "became nan at step 2 of 6")

@@ -2,6 +2,9 @@
 measured against simulated by ``flextui runs show``."""
 
 import json
+import os
+import subprocess
+import sys
 
 import pytest
 
@@ -16,6 +19,7 @@ from flextui.runtime.summary import Simulated
 from flextui.runtime.target import LaunchTarget
 from flextui.search.logformat import frame
 from flextui.strategy import Strategy, builtin_strategy
+from helpers import HANG_S
 from runtime_models import small
 
 
@@ -94,6 +98,18 @@ def test_bad_run_logs_are_one_message(tmp_path, capsys):
         RunLogWriter(damaged, header())
 
 
+def test_a_fifo_given_as_a_run_log_is_refused_at_once(tmp_path):
+    """``runs show`` read the file it was given whatever it was: a FIFO held it until
+    something wrote to it, forever."""
+    fifo = tmp_path / "pipe.ffrun"
+    os.mkfifo(fifo)
+    shown = subprocess.run([sys.executable, "-m", "flextui", "runs", "show", str(fifo)],
+                           capture_output=True, text=True, timeout=HANG_S)  # a hang, not slow
+    assert shown.returncode == 2, shown.stderr
+    assert shown.stderr == (f"flextui: error: {fifo}: a FIFO (a named pipe), not a regular "
+                            "file; give the path of a file\n")
+
+
 def test_a_log_reads_back_as_typed_values(tmp_path):
     path = tmp_path / "typed.ffrun"
     write(path)
@@ -160,6 +176,22 @@ def test_runs_show_prints_what_the_log_says_as_it_is(tmp_path, capsys, monkeypat
     assert main(["runs", "show", str(path)]) == 0
     out, err = capsys.readouterr()
     assert f"failed: {said}" in out and "lenet (mine[/v2]) on 2 ranks" in out, err
+
+
+ESCAPES = "\x1b]0;pwned\x07 \x1b]52;c;ZXZpbA==\x07 \x1b[2J"   # title, clipboard, clear
+
+
+def test_runs_show_escapes_what_a_rank_said(tmp_path, capsys, monkeypatch):
+    """A rank's last line, quoted in the final message, reached the terminal raw: the
+    escapes that set its title, write its clipboard and clear it."""
+    path = tmp_path / "escapes.ffrun"
+    write(path, final=Outcome(RunStatus.FAILED, 1, 0, f"rank 0 on localhost failed: {ESCAPES}",
+                              2.0))
+    monkeypatch.setenv("COLUMNS", "1000")
+    assert main(["runs", "show", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\x07" not in out
+    assert "\\x1b]0;pwned\\x07 \\x1b]52;c;ZXZpbA==\\x07 \\x1b[2J" in out
 
 
 def test_a_version_1_log_names_its_hosts_as_its_target(tmp_path):

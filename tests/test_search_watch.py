@@ -14,7 +14,7 @@ from flextui.session.live_search import LiveSearch
 from flextui.session.playback import Playback
 from flextui.session.search_watch import CostHistory, HistoryPoint, SearchWatch
 from flextui.sim import Simulator
-from helpers import four_gpus, model
+from helpers import HANG_S, four_gpus, model
 
 
 def point(step):
@@ -79,27 +79,41 @@ def test_watch_current_strategy_follows_the_chain():
     assert checked and all(checked)
 
 
+def wait_until(condition, what: str) -> None:
+    """Poll ``condition`` until it holds (a failure after HANG_S: a hang, not slowness)."""
+    deadline = time.monotonic() + HANG_S
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def assert_held(live, polls: int = 10) -> int:
+    """Once paused, the search's steps stay as they are over further polls (the chains
+    handed on every step before they said they wait); the steps."""
+    held = live.view().steps
+    for _ in range(polls):
+        time.sleep(0.05)   # paces the polls: the steps must not move however long it is
+        assert live.view().steps == held
+    return held
+
+
 def test_live_search_pauses_stops_and_keeps_its_log(tmp_path):
+    """Paused, the search says so once its chain waits with every step handed on (a
+    batch in flight used to arrive after the pause, so the test slept to let it)."""
     graph, cluster = model("lenet"), four_gpus()
     log = tmp_path / "live.ffsearch"
     options = SearchOptions(time_limit=60, seed=1, converge=False)  # LeNet converges in ~1 s
     live = LiveSearch(graph, cluster, AnalyticCostModel(), options, log_path=log, processes=False)
     assert live.view().state is JobState.STARTING
     live.start()
-    deadline = time.monotonic() + 30
-    while live.view().steps < 50 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: live.view().steps >= 50, "50 steps")
     assert live.toggle_pause()
-    time.sleep(0.3)  # let the batch in flight arrive
-    paused = live.view()
-    assert paused.state is JobState.PAUSED
-    time.sleep(0.5)
-    assert live.view().steps == paused.steps
+    wait_until(lambda: live.view().state is JobState.PAUSED, "the search to pause")
+    held = assert_held(live)
     assert not live.toggle_pause()
-    time.sleep(0.3)
-    assert live.view().steps > paused.steps
+    wait_until(lambda: live.view().steps > held, "the search to go on")
     live.stop()
-    assert live.join(timeout=30)
+    assert live.join(timeout=HANG_S)
     view = live.view()
     assert view.state is JobState.STOPPED and view.reason == "interrupted"
     assert view.best_cost == live.result.best_cost
@@ -115,7 +129,7 @@ def test_live_search_reports_a_failure(tmp_path):
     live = LiveSearch(graph, cluster, AnalyticCostModel(), SearchOptions(iterations=10),
                       log_path=bad, processes=False)
     live.start()
-    assert live.join(timeout=30)
+    assert live.join(timeout=HANG_S)
     view = live.view()
     assert view.state is JobState.FAILED and "x.ffsearch" in view.message
     assert "The log is kept" not in view.message      # it was never created
@@ -143,7 +157,7 @@ def test_a_search_that_fails_after_it_started_its_log_says_the_log_is_kept(tmp_p
                       SearchOptions(iterations=100_000, converge=False), log_path=log,
                       processes=False)
     live.start()
-    assert live.join(timeout=60)
+    assert live.join(timeout=HANG_S)
     view = live.view()
     assert view.state is JobState.FAILED and "no time for this task" in view.message
     assert view.message.endswith(f"The log is kept: {log}")
@@ -198,16 +212,12 @@ def test_live_search_in_a_worker_process_pauses_and_finishes():
                                                                          converge=False))
     live.toggle_pause()          # not running yet: nothing to pause
     live.start()
-    deadline = time.monotonic() + 60
-    while live.view().steps == 0 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_until(lambda: live.view().steps > 0, "the first steps")
     assert live.toggle_pause()
-    time.sleep(0.4)
-    held = live.view().steps
-    time.sleep(0.4)
-    assert live.view().steps == held < 3000
+    wait_until(lambda: live.view().state is JobState.PAUSED, "the search to pause")
+    assert assert_held(live) < 3000
     live.toggle_pause()
-    assert live.join(timeout=60)
+    assert live.join(timeout=HANG_S)
     view = live.view()
     assert view.state is JobState.FINISHED and view.steps == 3000
     assert view.best_cost == live.result.best_cost

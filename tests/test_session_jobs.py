@@ -11,6 +11,7 @@ from flextui.runtime.launch import RunStatus
 from flextui.session.jobs import BackgroundJob, JobState
 from flextui.session.live_launch import ENDED_AS
 from flextui.tui.widgets.stats import STATE_STYLES
+from helpers import HANG_S
 
 ROOT = Path(__file__).resolve().parents[1] / "flextui"
 
@@ -36,14 +37,14 @@ def test_a_job_is_done_once_it_ends_and_not_before(end):
     job = Ends(end)
     assert job._state is JobState.STARTING and not job.done
     job.start()
-    assert job.join(timeout=60) and job.done and job._state is end
+    assert job.join(timeout=HANG_S) and job.done and job._state is end
 
 
 @pytest.mark.parametrize("error", [FlextuiError("no such model"), KeyError("a bug")])
 def test_a_job_that_raises_has_failed_and_says_why(error):
     job = Ends(error=error)
     job.start()
-    assert job.join(timeout=60) and job._state is JobState.FAILED
+    assert job.join(timeout=HANG_S) and job._state is JobState.FAILED
     assert "no such model" in job.failure or "internal error: KeyError" in job.failure
 
 

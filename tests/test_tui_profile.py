@@ -68,9 +68,11 @@ async def profile_once(pilot) -> LiveProfile:
     app = pilot.app
     await pilot.press("p")
     await wait_for(pilot, lambda: isinstance(app.screen, ProfileScreen))
-    live = app.screen.live
+    screen = app.screen
+    live = screen.live
     await wait_for(pilot, lambda: live.done)
-    await pilot.pause(0.4)
+    # the screen shows how it ended once it has redrawn after the end: its table filled
+    await wait_for(pilot, lambda: screen._filled and live.view().state in stats_text(app))
     return live
 
 

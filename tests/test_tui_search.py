@@ -45,7 +45,7 @@ async def test_live_search_shows_what_the_search_found(tmp_path):
             devices = table.get_row(op.name)[-1]
             assert devices.split(",")[0].split("-")[0] == str(result.best[op.name].devices[0])
         await pilot.press("s")
-        await pilot.pause(0.1)
+        await wait_for(pilot, lambda: any(tmp_path.glob("*.best.json")))
         saved = load_strategy(next(tmp_path.glob("*.best.json")), graph, cluster)
         assert Simulator(graph, cluster, AnalyticCostModel()).simulate(saved).cost == \
             pytest.approx(result.best_cost, rel=1e-12)
@@ -65,7 +65,7 @@ async def test_pause_stop_and_quit_keep_the_log(tmp_path):
         live = app.searches[0]
         await wait_for(pilot, lambda: live.view().steps > 0)
         await pilot.press("space")
-        assert live.view().state == "paused"
+        await wait_for(pilot, lambda: live.view().state == "paused")   # once its chain waits
         await pilot.press("space")
         assert live.view().state == "running"
         await pilot.press("x")

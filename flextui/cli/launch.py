@@ -11,7 +11,6 @@ devices) exits with 2 before any process starts.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import shlex
 import sys
@@ -37,7 +36,8 @@ from flextui.cli.common import (
     strategy_arg,
 )
 from flextui.errors import FlextuiError
-from flextui.limits import DEVICES, RANKS_PER_HOST
+from flextui.fields import printable
+from flextui.limits import DEVICES, FILE_BYTES, RANKS_PER_HOST, read_file, read_json
 from flextui.runtime.metrics import RankRecord, Steps
 
 PROGRESS_S = 1.0
@@ -98,6 +98,7 @@ def cmd_launch(args: argparse.Namespace, console: Console) -> int:
     from dataclasses import replace
 
     from flextui.runtime import job
+    from flextui.runtime.launch import RunStatus
     from flextui.runtime.nodes import PreflightStopped
     from flextui.session.launching import launch_request, launch_strategy
 
@@ -152,11 +153,12 @@ def cmd_launch(args: argparse.Namespace, console: Console) -> int:
                    **summary.to_dict(), **recorded})
     else:
         print_summary(summary, console)
-        # the message quotes a rank's output (gloo's errors hold [path:line]): not markup
-        console.print(outcome.message, markup=False, highlight=False)
+        # the message quotes a rank's output (gloo's errors hold [path:line]): not
+        # markup, and its control characters escaped
+        console.print(printable(outcome.message), markup=False, highlight=False)
     if caught.exit_status:
         return caught.exit_status
-    return EXIT_FAILED if outcome.status == "failed" else 0
+    return EXIT_FAILED if outcome.status == RunStatus.FAILED else 0
 
 
 # -- what is launched -------------------------------------------------------------------
@@ -239,8 +241,8 @@ def _file_cluster(strategy: str) -> str | None:
     if path.suffix != ".json" or not path.is_file():
         return None
     try:
-        name = json.loads(path.read_text()).get("cluster")
-    except (OSError, ValueError, AttributeError):
+        name = read_json(read_file(path, FILE_BYTES).decode(), strategy).get("cluster")
+    except (OSError, ValueError, AttributeError, FlextuiError):
         return None  # loading the strategy says what is wrong with the file
     return name if isinstance(name, str) and re.fullmatch(r"local(-cpu-\d{1,5})?", name) \
         else None
@@ -314,7 +316,10 @@ class _Progress:
               f"{self.batch / step if step else 0:,.1f} samples/s", file=sys.stderr)
 
     def output(self, rank: int, line: str) -> None:
+        """A line of a rank's output (rank -1: torchrun's), its control characters
+        escaped: a rank's output is data, never the terminal's escapes."""
         if not self.quiet:
+            line = printable(line)
             print(f"[rank {rank}] {line}" if rank >= 0 else line, file=sys.stderr)
 
 

@@ -4,12 +4,15 @@ profile cache (``runtime.recording``), so the next ``--cost profiled`` search us
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
 from flextui.errors import FlextuiError
 from flextui.runtime.metrics import RankRecord
+
+if TYPE_CHECKING:
+    from flextui.runtime.launch import Outcome
 
 
 def add_argument(p: argparse.ArgumentParser) -> None:
@@ -31,10 +34,11 @@ def check(args: argparse.Namespace) -> None:
     check_recording(args.profiles)
 
 
-def record(args: argparse.Namespace, graph, outcome, records: list[RankRecord],
+def record(args: argparse.Namespace, graph, outcome: Outcome, records: list[RankRecord],
            console: Console) -> dict[str, Any]:
     """A finished run's task times into the cache; what was written, for --json."""
-    if not args.record_profile or outcome.status != "finished":
+    from flextui.runtime.launch import RunStatus
+    if not args.record_profile or outcome.status != RunStatus.FINISHED:
         return {}
     from flextui.runtime.recording import record_profile
     written = record_profile(graph, records, args.profiles)

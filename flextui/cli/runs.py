@@ -8,6 +8,7 @@ import argparse
 from rich.console import Console
 
 from flextui.cli.common import emit_json
+from flextui.fields import printable
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -25,6 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def cmd_runs_show(args: argparse.Namespace, console: Console) -> int:
     from flextui.cli.launch import print_summary
+    from flextui.runtime.launch import RunStatus
     from flextui.runtime.runlog import read_run_log, summary_of_log
 
     log = read_run_log(args.log)
@@ -41,8 +43,10 @@ def cmd_runs_show(args: argparse.Namespace, console: Console) -> int:
                   f"{header.spec.num_ranks} ranks ({header.cluster.name}), {header.created}",
                   markup=False, highlight=False)
     print_summary(summary, console)
-    said = final.message if final else "the log has no final record"
-    console.print((said if log.status == "finished" else f"{log.status}: {said}")
+    # a rank's words (its last line, what it raised) are data: escaped, never raw
+    said = printable(final.message) if final else "the log has no final record"
+    finished = final is not None and final.status == RunStatus.FINISHED
+    console.print((said if finished else f"{log.status}: {said}")
                   + (" (the log is cut short)" if log.truncated else ""), markup=False,
                   highlight=False)
     return 0

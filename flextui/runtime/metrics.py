@@ -17,12 +17,17 @@ what) and ``End``. The rank encodes a record (``encode``); the launcher decodes 
 checks it once, where it reads the line (``read_line``), and hands the record itself
 to the run log and every display. A line that starts as a record and is not one is a
 RecordError naming the field.
+
+A loss, or a check's error, that is not finite (a diverging run's) is written as its
+name, ``"nan"``, ``"inf"`` or ``"-inf"`` (JSON has no such numbers), and read back as
+that float; every other number of a record is finite.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,6 +42,10 @@ MAX_LINE = 4000
 REPORT_S = 0.5
 #: the most loss values one ``steps`` record carries (a longer report sends their mean)
 MAX_LOSSES = 64
+#: the names a record writes a value JSON cannot hold by: a loss may be any of them, a
+#: check's relative error the first two
+LOSS_NAMES = ("nan", "inf", "-inf")
+ERROR_NAMES = ("nan", "inf")
 
 
 class RecordKind(StrEnum):
@@ -119,7 +128,7 @@ class Steps(_Record):
                    f.number(t["compute_s"], "compute_s", 0.0),
                    f.number(t["wait_s"], "wait_s", 0.0), f.integer(t["sent"], "sent", 0),
                    f.integer(t["received"], "received", 0),
-                   _numbers(f, t["losses"], "losses", MAX_LOSSES),
+                   _losses(f, t["losses"], "losses", MAX_LOSSES),
                    f.integer(t["peak_memory"], "peak_memory", 0),
                    None if util is None else f.number(util, "gpu_util", 0.0, 100.0))
 
@@ -138,14 +147,17 @@ class Check(_Record):
 
     @property
     def worst(self) -> float:
+        """The larger error; infinite when either is not a number."""
+        if math.isnan(self.loss_error) or math.isnan(self.param_error):
+            return math.inf
         return max(self.loss_error, self.param_error)
 
     @classmethod
     def read(cls, f: FieldReader, t: dict[str, Any]) -> Self:
-        return cls(_rank(f, t), f.number(t["loss_error"], "loss_error", 0.0),
-                   f.number(t["param_error"], "param_error", 0.0),
-                   _numbers(f, t["losses"], "losses"),
-                   _numbers(f, t["reference_losses"], "reference_losses"))
+        return cls(_rank(f, t), _measured(f, t["loss_error"], "loss_error", ERROR_NAMES, 0.0),
+                   _measured(f, t["param_error"], "param_error", ERROR_NAMES, 0.0),
+                   _losses(f, t["losses"], "losses"),
+                   _losses(f, t["reference_losses"], "reference_losses"))
 
 
 @dataclass(frozen=True)
@@ -254,6 +266,8 @@ def decode_record(data: object, where: str) -> RankRecord:
 
 
 def _plain(value: object) -> object:
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)   # "nan", "inf", "-inf": the names the readers take
     if isinstance(value, TaskRow):
         return value.to_list()
     if isinstance(value, tuple):
@@ -265,12 +279,21 @@ def _rank(f: FieldReader, t: dict[str, Any]) -> int:
     return f.integer(t["rank"], "rank", 0)
 
 
-def _numbers(f: FieldReader, value: object, name: str,
-             most: int | None = None) -> tuple[float, ...]:
+def _losses(f: FieldReader, value: object, name: str,
+            most: int | None = None) -> tuple[float, ...]:
     items = f.items(value, name)
     if most is not None and len(items) > most:
         f.fail(name, f"expected at most {most} values, found {len(items)}")
-    return tuple(f.number(x, name) for x in items)
+    return tuple(_measured(f, x, name, LOSS_NAMES) for x in items)
+
+
+def _measured(f: FieldReader, value: object, name: str, names: tuple[str, ...],
+              minimum: float | None = None) -> float:
+    """A measured value: a number from ``minimum``, or one of ``names`` for one that is
+    not finite."""
+    if isinstance(value, str) and value in names:
+        return float(value)
+    return f.number(value, name, minimum)
 
 
 @dataclass

@@ -29,16 +29,10 @@ from typing import IO, Any
 from flextui import __version__
 from flextui.errors import FlextuiError
 from flextui.runtime.hosts import Host
-from flextui.runtime.launch import (
-    GRACE_S,
-    TAIL_LINES,
-    Outcome,
-    RankOutput,
-    RunStatus,
-    end_process_group,
-)
+from flextui.runtime.launch import GRACE_S, Outcome, RunStatus, end_process_group
 from flextui.runtime.metrics import RankRecord
 from flextui.runtime.node import HostFacts, PreflightRequest, RunRequest, frame, parse_node_line
+from flextui.runtime.rankoutput import TAIL_LINES, RankOutput
 from flextui.runtime.spec import Training
 from flextui.runtime.target import LOOPBACK, SSH_ENV, LaunchTarget, check_ranks_fit
 
@@ -87,7 +81,7 @@ class PreflightStopped(FlextuiError):
 
 
 def preflight(target: LaunchTarget, ranks: list[int], training: Training,
-              timeout_s: float = PREFLIGHT_S, stop: threading.Event | None = None,
+              timeout_s: float | None = None, stop: threading.Event | None = None,
               modules: tuple[str, ...] = ()) -> Nodes:
     """Ask every host of ``target`` for its facts, PREFLIGHT_SESSIONS at a time, and
     check them: reachable without a password, the same flextui and torch as here, enough
@@ -95,12 +89,13 @@ def preflight(target: LaunchTarget, ranks: list[int], training: Training,
     torchvision) importable, the first host's address known to the others, the
     rendezvous port free on the first host. FlextuiError naming the first host (in
     order) that is not ready; nothing starts. Every ssh session it starts has ended
-    when it returns or raises, ``stop`` set (PreflightStopped) or interrupted."""
+    when it returns or raises, ``stop`` set (PreflightStopped) or interrupted; a host
+    has ``timeout_s`` (default PREFLIGHT_S) to answer."""
     import torch
 
     hosts = target.hosts
     request = frame(PreflightRequest(hosts[0].address, target.port, modules))
-    sessions = _Sessions(target, request, timeout_s)
+    sessions = _Sessions(target, request, PREFLIGHT_S if timeout_s is None else timeout_s)
     answers = sessions.ask_all(stop)
     versions = {"flextui": __version__, "torch": torch.__version__}
     found: list[HostFacts] = []

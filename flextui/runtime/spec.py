@@ -19,6 +19,7 @@ from flextui.errors import FlextuiError
 from flextui.fields import FieldReader, FormFields
 from flextui.graph import OpGraph, graph_from_dict
 from flextui.graph.model_source import ModelSource
+from flextui.limits import read_file
 from flextui.strategy import ParallelConfig, Strategy
 
 LAUNCH = DocumentFormat("flextui-launch", 2, "launch plan")
@@ -145,8 +146,10 @@ class LaunchSpec:
 
     @classmethod
     def read(cls, path: str | Path) -> LaunchSpec:
+        """The plan in the file at ``path``: a regular file (a FIFO or a device is
+        refused before it is read), decoded and checked."""
         try:
-            data = Path(path).read_bytes()
+            data = read_file(path, None)
         except OSError as exc:
             raise FlextuiError(f"cannot read launch plan {path}: "
                                f"{exc.strerror or exc}") from None

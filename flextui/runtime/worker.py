@@ -12,12 +12,17 @@ A watchdog thread ends the rank at once when the process that started it (torchr
 agent) or the launcher (``FLEXTUI_LAUNCHER_PID``) is gone, so no rank outlives its
 launch however the launch ends.
 
+A loss that is not finite (a diverging run: a learning rate too large) ends the rank
+once it has reported that step: it raises FloatingPointError naming the step, so the
+launch fails naming the rank, as a trainer stops on it, rather than train on NaNs.
+
 ``FLEXTUI_RANK_FAULT=RANK:STEP`` makes rank RANK raise at step STEP: how the tests (and
 anyone trying a launch's teardown) make one rank fail.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import resource
 import socket
@@ -102,9 +107,13 @@ def _run(spec: LaunchSpec, rank: int, device: torch.device) -> int:
         losses.append(result.loss_share)
         if step >= training.warmup:
             task_times.add(result.task_s)
+        finite = math.isfinite(result.loss_share)
         reporter.step(step, step < training.warmup, result.loss_share, result.step_s,
                       result.compute_s, result.wait_s, result.sent, result.received,
-                      last=step in (training.warmup - 1, total - 1))
+                      last=step in (training.warmup - 1, total - 1) or not finite)
+        if not finite:
+            raise FloatingPointError(f"the loss became {result.loss_share} at step {step + 1} "
+                                     f"of {total}; a smaller learning rate may keep it finite")
     reporter.flush()
     if training.record_tasks:
         for record in task_times.records(rank, _profile_device(device)):

@@ -44,12 +44,14 @@ def hash_seed(text: str) -> int:
 
 
 def drive(chain: Chain, options: SearchOptions, stopped: Callable[[], bool],
-          emit: Callable[[list], None], held: Callable[[], bool] = lambda: False
-          ) -> StopReason:
+          emit: Callable[[list], None], held: Callable[[], bool] = lambda: False,
+          on_hold: Callable[[bool], None] = lambda waiting: None) -> StopReason:
     """Step ``chain`` until a stop rule fires; hand events on in batches. Returns why it
     stopped. The last item emitted is always the chain's final checkpoint. While
-    ``held()`` the chain waits, and the wait does not count towards its elapsed time.
-    A step still running when the time budget runs out is abandoned (not logged)."""
+    ``held()`` the chain waits, and the wait does not count towards its elapsed time:
+    it hands on its pending events, then says ``on_hold(True)``, and ``on_hold(False)``
+    when it goes on (so whoever holds it knows when no more events will come). A step
+    still running when the time budget runs out is abandoned (not logged)."""
     pending: list = []
     last_emit = last_checkpoint = time.monotonic()
     by_time = options.iterations is None
@@ -58,7 +60,9 @@ def drive(chain: Chain, options: SearchOptions, stopped: Callable[[], bool],
             if pending:
                 emit(pending)
                 pending = []
+            on_hold(True)
             _wait_while_held(chain, held, stopped)
+            on_hold(False)
         if options.iterations is not None and chain.iteration >= options.iterations:
             reason = StopReason.ITERATIONS
         elif options.time_limit is not None and chain.elapsed >= options.time_limit:

@@ -47,6 +47,8 @@ PARENT_POLL_S = 0.2  # how often a worker checks that the process that started i
 
 EventSink = Callable[[list[StepEvent]], None]
 ResetSink = Callable[[Checkpoint | RestartEvent], None]
+#: hears whether every running chain waits while held (``run_search``'s ``on_held``)
+HeldSink = Callable[[bool], None]
 
 
 class SearchLogFailed(SearchLogError):
@@ -107,9 +109,12 @@ class _Collector:
     the merged frontier and each chain's last checkpoint, passes steps to ``on_events``."""
 
     def __init__(self, writer: SearchLogWriter | None, on_events: EventSink | None,
-                 on_reset: ResetSink | None, frontier: Frontier, stop: threading.Event) -> None:
+                 on_reset: ResetSink | None, frontier: Frontier, stop: threading.Event,
+                 on_held: HeldSink | None = None) -> None:
         self.writer, self.frontier, self.stop = writer, frontier, stop
-        self.on_events, self.on_reset = on_events, on_reset
+        self.on_events, self.on_reset, self.on_held = on_events, on_reset, on_held
+        self.held: set[int] = set()      # chains waiting while held, their events handed on
+        self.ended: set[int] = set()
         self.last: dict[int, Checkpoint] = {}
         self.accepted: dict[int, int] = {}
         self.initial_cost: dict[int, float] = {}
@@ -158,6 +163,21 @@ class _Collector:
         if steps and self.on_events:
             self.on_events(steps)
 
+    def hold(self, chain: int, waiting: bool) -> None:
+        """Chain ``chain`` waits while held (every event it made handed on) or goes on;
+        ``on_held`` hears whether every chain still running waits."""
+        (self.held.add if waiting else self.held.discard)(chain)
+        self._tell_held()
+
+    def end(self, chain: int) -> None:
+        self.ended.add(chain)
+        self._tell_held()
+
+    def _tell_held(self) -> None:
+        running = set(self.initial_cost) - self.ended
+        if self.on_held:
+            self.on_held(bool(running) and running <= self.held)
+
     def started(self, chain: int, initial_cost: float, items: list) -> None:
         """Chain ``chain`` is running; ``items`` is its first checkpoint if it is new."""
         self.initial_cost[chain] = initial_cost
@@ -173,7 +193,7 @@ def run_search(graph: OpGraph, cluster: Cluster, cost_model: CostModel,
                on_events: EventSink | None = None,
                on_reset: ResetSink | None = None,
                stop: threading.Event | None = None, pause: threading.Event | None = None,
-               processes: bool | None = None,
+               on_held: HeldSink | None = None, processes: bool | None = None,
                baselines: dict[str, float] | None = None) -> SearchResult:
     """Run ``options.chains`` chains to their stop rules (or until ``stop`` is set) and
     return the best strategy found. ``initial`` overrides ``options.init``.
@@ -185,7 +205,9 @@ def run_search(graph: OpGraph, cluster: Cluster, cost_model: CostModel,
 
     ``on_events`` gets the steps in batches and ``on_reset`` what sets a chain's
     strategies outright (its checkpoints, the first at iteration 0, and its restarts),
-    in the order the chain made them. While ``pause`` is set the chains wait. Chains run in
+    in the order the chain made them. While ``pause`` is set the chains wait; ``on_held``
+    hears True once every chain waits, each having handed on every event it made (no
+    more come until they go on), and False when one goes on. Chains run in
     worker processes when there are several or ``processes`` is true (an app keeps its own
     thread free)."""
     if cluster.num_devices < 2:
@@ -205,7 +227,7 @@ def run_search(graph: OpGraph, cluster: Cluster, cost_model: CostModel,
     elif log_path is not None:
         header = SearchHeader(graph, cluster, cost_model.identity, options.seed, options.to_dict())
         writer = SearchLogWriter(log_path, header)
-    collector = _Collector(writer, on_events, on_reset, frontier, stop)
+    collector = _Collector(writer, on_events, on_reset, frontier, stop, on_held)
     if resume is not None:
         for step in resume.steps:
             collector.accepted[step.chain] = collector.accepted.get(step.chain, 0) + step.accepted
@@ -244,7 +266,8 @@ def _run_here(start: ChainStart, graph, cluster, cost_model, options, stop, paus
               collector) -> StopReason:
     chain = start.chain(graph, cluster, cost_model, options)
     collector.started(chain.index, chain.initial_cost, _first_items(start, chain))
-    return drive(chain, options, stop.is_set, collector.take, pause.is_set)
+    return drive(chain, options, stop.is_set, collector.take, pause.is_set,
+                 lambda waiting: collector.hold(chain.index, waiting))
 
 
 def _run_workers(starts, graph, cluster, cost_model, options, stop, pause,
@@ -283,8 +306,11 @@ def _run_workers(starts, graph, cluster, cost_model, options, stop, pause,
                 collector.started(chain, *payload)
             elif kind == "batch":
                 collector.take(payload)
+            elif kind == "held":
+                collector.hold(chain, payload)
             else:
                 reasons[chain] = payload
+                collector.end(chain)
     finally:
         halt.set()
         for w in workers:
@@ -314,7 +340,8 @@ def _worker(start: ChainStart, graph_data, cluster_data, identity, options, inbo
         def stopped() -> bool:
             return halt.is_set() or asked_to_end.is_set()
         reason = drive(chain, options, stopped,
-                       lambda items: inbox.put(("batch", chain.index, items)), hold.is_set)
+                       lambda items: inbox.put(("batch", chain.index, items)), hold.is_set,
+                       lambda waiting: inbox.put(("held", chain.index, waiting)))
         inbox.put(("done", chain.index, reason))
     except FlextuiError as exc:
         inbox.put(("error", start.index, str(exc)))

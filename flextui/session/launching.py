@@ -36,7 +36,8 @@ class LaunchRequest:
     prepared: Prepared
     label: str
     title: str
-    baseline: Callable[[], LiveLaunch] | None
+    #: the baseline prepared (over hosts: after a preflight, which the event stops)
+    baseline: Callable[[threading.Event | None], LiveLaunch] | None
 
 
 def launch_strategy(text: str, graph: OpGraph, cluster: Cluster) -> Strategy:
@@ -66,10 +67,11 @@ def launch_request(graph: OpGraph, strategy: Strategy, cluster: Cluster,
                        run_log=run_log or default_log_path(graph, cluster, log_dir,
                                                            suffix=RUN_SUFFIX), stop=stop)
 
-    def baseline() -> LiveLaunch:
+    def baseline(stop: threading.Event | None = None) -> LiveLaunch:
         data_parallel = builtin_strategy("data-parallel", graph, cluster)
         run = prepare(graph, data_parallel, cluster, training, cost_model, target.again(),
-                      run_log=default_log_path(graph, cluster, log_dir, suffix=RUN_SUFFIX))
+                      run_log=default_log_path(graph, cluster, log_dir, suffix=RUN_SUFFIX),
+                      stop=stop)
         return LiveLaunch(run, "data parallel")
 
     return LaunchRequest(prepared, strategy.name or "strategy", title,

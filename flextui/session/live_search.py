@@ -4,7 +4,9 @@ feeds a ``SearchWatch`` under a lock, and answers ``view()`` with the latest fra
 
 The caller polls ``view()`` at its own pace (the app: a few times a second), so updates
 are coalesced however fast the search runs. Pause, resume and stop are safe from any
-thread; stopping keeps the best found, and the log (if any) gets its final record.
+thread; stopping keeps the best found, and the log (if any) gets its final record. A
+search asked to pause reports PAUSED once every chain has said it waits, each having
+handed on every step it made: from then on its steps do not change until it resumes.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ class LiveSearch(BackgroundJob):
         super().__init__()
         self._watch = SearchWatch(graph, options.iterations, options.time_limit, options.chains)
         self._pause = threading.Event()
+        self._held = False     # every running chain waits, its steps all taken
         self._baselines: dict[str, float] = {}
         self.result: SearchResult | None = None
         self.error: str | None = None
@@ -49,15 +52,16 @@ class LiveSearch(BackgroundJob):
     # -- control (any thread) -----------------------------------------------------------
 
     def toggle_pause(self) -> bool:
-        """Pause a running search or resume a paused one; True if it is paused now."""
+        """Ask a running search to pause (it is PAUSED once its chains wait), or resume
+        a paused or pausing one; True if it is asked to pause now."""
         with self._lock:
-            if self._state == JobState.RUNNING:
+            if self._state == JobState.RUNNING and not self._pause.is_set():
                 self._pause.set()
-                self._state = JobState.PAUSED
-            elif self._state == JobState.PAUSED:
+                self._state = JobState.PAUSED if self._held else JobState.RUNNING
+            elif self._state in (JobState.RUNNING, JobState.PAUSED):
                 self._pause.clear()
                 self._state = JobState.RUNNING
-            return self._state == JobState.PAUSED
+            return self._pause.is_set()
 
     def stop(self) -> None:
         """Stop the search (a paused one too); the best found is kept."""
@@ -81,7 +85,8 @@ class LiveSearch(BackgroundJob):
                             initial=self._initial, log_path=self.log_path,
                             resume=self._resume, on_events=self._take,
                             on_reset=self._reset, stop=self._stop, pause=self._pause,
-                            processes=self._processes, baselines=baselines)
+                            on_held=self._on_held, processes=self._processes,
+                            baselines=baselines)
         self._end(JobState.STOPPED if result.reason == StopReason.INTERRUPTED
                   else JobState.FINISHED, result)
 
@@ -96,6 +101,12 @@ class LiveSearch(BackgroundJob):
              message: str | None = None) -> None:
         with self._lock:
             self.result, self.error, self._state = result, message, state
+
+    def _on_held(self, held: bool) -> None:
+        with self._lock:
+            self._held = held
+            if self._pause.is_set() and self._state in (JobState.RUNNING, JobState.PAUSED):
+                self._state = JobState.PAUSED if held else JobState.RUNNING
 
     def _take(self, steps: list[StepEvent]) -> None:
         now = time.monotonic()

@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import termios
+import threading
 from collections.abc import Callable, Iterable
 from multiprocessing import resource_tracker
 from pathlib import Path
@@ -30,6 +31,7 @@ from flextui.errors import FlextuiError
 from flextui.graph import OpGraph
 from flextui.graph.library import model_source
 from flextui.machine import Cluster
+from flextui.runtime.nodes import PreflightStopped
 from flextui.search.baselines import baseline_costs
 from flextui.search.files import default_log_path
 from flextui.search.log import read_search_log
@@ -85,6 +87,9 @@ class FlextuiApp(App):
         self.searches: list[LiveSearch] = []
         self.profiles: list[LiveProfile] = []
         self.launches: list[LiveLaunch] = []
+        #: what stops each launch being prepared (a preflight's ssh sessions): all set
+        #: when the app quits
+        self.preparing: list[threading.Event] = []
 
     def on_mount(self) -> None:
         if not self.is_headless:   # a terminal's app (tests run headless, in their own loop)
@@ -131,12 +136,12 @@ class FlextuiApp(App):
     def on_setup_screen_start_launch(self, message: SetupScreen.StartLaunch) -> None:
         graph, cluster = message.graph, message.cluster
 
-        def request() -> LaunchRequest:
+        def request(stop: threading.Event) -> LaunchRequest:
             strategy = launch_strategy(message.strategy, graph, cluster)
             choice = choose_cost_model(graph, cluster, message.cost, training=True)
             return launch_request(graph, strategy, cluster, choice.model,
                                   f"{message.model_label} on {message.cluster_label}",
-                                  self.log_dir)
+                                  self.log_dir, stop=stop)
         self.prepare_launch(request)
 
     def start_search(self, message: SetupScreen.StartSearch, cost_model: CostModel) -> None:
@@ -167,25 +172,38 @@ class FlextuiApp(App):
         replay LOG --model FILE`` types it there), if that builds the log's graph."""
         typed = self.setup_screen.typed_model()
 
-        def request() -> LaunchRequest:
+        def request(stop: threading.Event) -> LaunchRequest:
             model = model_source(typed) if graph.imported and graph.source is None else None
             return launch_request(graph, strategy, cluster, cost_model, title, self.log_dir,
-                                  model=model)
+                                  model=model, stop=stop)
         self.prepare_launch(request)
 
-    def prepare_launch(self, request: Callable[[], LaunchRequest]) -> None:
-        """Prepare a launch on a worker thread (it simulates the strategy), then start
-        it; what stops it is shown in a dialog."""
+    def prepare_launch(self, request: Callable[[threading.Event], LaunchRequest]) -> None:
+        """Prepare a launch on a worker thread (it simulates the strategy; over hosts, a
+        preflight asks each of them), then start it; what stops it is shown in a
+        dialog. ``request`` is given the event that stops it (``preparation``): the app
+        quitting stops a preflight, which ends every ssh session it started at once."""
         self.notify("preparing the launch…", timeout=2)
+        stop = self.preparation()
 
         def prepare() -> None:
             try:
-                prepared = request()
+                prepared = request(stop)
+            except PreflightStopped:
+                return   # the app is quitting
             except FlextuiError as exc:
                 self.call_from_thread(self.show_error, "Cannot launch this strategy", str(exc))
                 return
-            self.call_from_thread(self.start_launch_asking, prepared)
+            if not stop.is_set():
+                self.call_from_thread(self.start_launch_asking, prepared)
         self.run_worker(prepare, thread=True, group="launch")
+
+    def preparation(self) -> threading.Event:
+        """The event that stops a launch about to be prepared: set when the app quits,
+        or by the screen that asked for it (left before it was ready)."""
+        stop = threading.Event()
+        self.preparing.append(stop)
+        return stop
 
     def start_launch_asking(self, request: LaunchRequest) -> None:
         """Start ``request``, once the user has agreed to what stands in for the
@@ -277,7 +295,10 @@ class FlextuiApp(App):
     def stop_searches(self) -> None:
         """Stop every live search, profile and launch and wait for them, so each search
         log gets its final record, each profile cache what was measured, and every rank
-        of a launch ends (its run log finished)."""
+        of a launch ends (its run log finished); a launch being prepared stops its
+        preflight."""
+        for stop in self.preparing:
+            stop.set()
         work = [*self.searches, *self.profiles, *self.launches]
         for live in work:
             live.stop()

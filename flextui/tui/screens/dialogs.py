@@ -12,6 +12,8 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
+from flextui.fields import printable
+
 
 class ErrorDialog(ModalScreen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,enter", "dismiss", "Close")]
@@ -23,7 +25,8 @@ class ErrorDialog(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="error-dialog", classes="dialog"):
             yield Label(self.heading, classes="dialog-title")
-            yield Static(self.message, id="error-message", markup=False)
+            # an error may quote data (a rank's last line): its control characters escaped
+            yield Static(printable(self.message), id="error-message", markup=False)
             yield Button("Close", variant="error", id="close")
 
     def on_button_pressed(self) -> None:

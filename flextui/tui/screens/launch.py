@@ -4,10 +4,13 @@ output. A timer polls the launch four times a second, so however often ranks rep
 the screen redraws at most that often; histories and the log pane are bounded.
 
 ``b`` runs data parallelism on the same devices once the run has ended (two runs at once
-would share the devices) and shows both runs' throughput side by side."""
+would share the devices) and shows both runs' throughput side by side. It is prepared
+on a worker thread (over hosts, a preflight asks each of them), which the app quitting
+stops."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar, cast
 
@@ -18,6 +21,8 @@ from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.widgets import Footer, Header, RichLog, Static
 
+from flextui.fields import printable
+from flextui.runtime.nodes import PreflightStopped
 from flextui.session.jobs import JobState
 from flextui.session.launch_watch import LOG_LINES, LaunchView
 from flextui.session.live_launch import LiveLaunch
@@ -83,12 +88,14 @@ class LaunchScreen(KeyScreen):
     help_section = "launch"
 
     def __init__(self, live: LiveLaunch, title: str,
-                 baseline: Callable[[], LiveLaunch] | None = None) -> None:
+                 baseline: Callable[[threading.Event | None], LiveLaunch] | None = None
+                 ) -> None:
         super().__init__()
         self.live, self.title_text = live, title
         self._make_baseline = baseline
         self.baseline: LiveLaunch | None = None
         self._baseline_wanted = False
+        self._baseline_stop: threading.Event | None = None   # while it is prepared
         self._lines_shown = 0
         self._failure_shown = False
         self._ended = False
@@ -122,7 +129,8 @@ class LaunchScreen(KeyScreen):
         if new > 0:
             log = self.query_one(RichLog)
             for rank, line in view.lines[-min(new, len(view.lines)):]:
-                log.write(Text(f"[{rank}] " if rank >= 0 else "", style="dim") + Text(line))
+                log.write(Text(f"[{rank}] " if rank >= 0 else "", style="dim")
+                          + Text(printable(line)))   # a rank's output is data: escaped
             self._lines_shown = view.line_count
         if view.state == JobState.FAILED and not self._failure_shown:
             self._failure_shown = True
@@ -139,7 +147,8 @@ class LaunchScreen(KeyScreen):
         if action == "stop":
             return not self.live.done or (self.baseline is not None and not self.baseline.done)
         if action == "baseline":
-            return self._make_baseline is not None and self.baseline is None
+            return self._make_baseline is not None and self.baseline is None \
+                and self._baseline_stop is None
         return True
 
     def action_stop(self) -> None:
@@ -150,7 +159,7 @@ class LaunchScreen(KeyScreen):
                     timeout=3)
 
     def action_baseline(self) -> None:
-        if self._make_baseline is None or self.baseline is not None:
+        if not self.check_action("baseline", ()):
             return
         if not self.live.done:
             self._baseline_wanted = True
@@ -160,18 +169,40 @@ class LaunchScreen(KeyScreen):
         self._start_baseline()
 
     def _start_baseline(self) -> None:
-        assert self._make_baseline is not None
+        """Prepare the baseline on a worker thread, then start it (``_baseline_ready``)."""
+        make = self._make_baseline
+        assert make is not None
+        app = cast("FlextuiApp", self.app)
+        stop = self._baseline_stop = app.preparation()
         self._baseline_wanted = False
-        try:
-            self.baseline = self._make_baseline()
-        except Exception as exc:  # noqa: BLE001 (a refusal, shown; the screen goes on)
-            cast("FlextuiApp", self.app).show_error("Cannot run data parallelism", str(exc))
-            return
-        self.baseline.start()
-        cast("FlextuiApp", self.app).launches.append(self.baseline)
         self.refresh_bindings()
 
+        def prepare() -> None:
+            try:
+                live = make(stop)
+            except PreflightStopped:
+                return   # the app quit, or the screen was left
+            except Exception as exc:  # noqa: BLE001 (a refusal, shown; the screen goes on)
+                app.call_from_thread(self._baseline_ready, None, str(exc))
+                return
+            if not stop.is_set():
+                app.call_from_thread(self._baseline_ready, live, None)
+        app.run_worker(prepare, thread=True, group="baseline")
+
+    def _baseline_ready(self, live: LiveLaunch | None, error: str | None) -> None:
+        self._baseline_stop = None
+        self.refresh_bindings()
+        app = cast("FlextuiApp", self.app)
+        if live is None:
+            app.show_error("Cannot run data parallelism", error or "")
+            return
+        self.baseline = live
+        live.start()
+        app.launches.append(live)
+
     def action_back(self) -> None:
+        if self._baseline_stop is not None:
+            self._baseline_stop.set()
         for live in (self.live, self.baseline):
             if live is not None and not live.done:
                 live.stop()
