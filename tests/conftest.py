@@ -8,6 +8,16 @@ from flextui.machine import cluster_names
 from helpers import cluster, lenet_node, model
 
 
+@pytest.fixture(autouse=True)
+def cpu_only_unless_marked_gpu(request, monkeypatch):
+    """The suite is of CPU runs on any machine: on one with a GPU, a launch would run NCCL
+    ranks over its GPUs and a profile would time on cuda:0, so every test but those
+    marked ``gpu`` sees none (in this process, and in the processes it starts)."""
+    if request.node.get_closest_marker("gpu") is None:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+        monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+
+
 @pytest.fixture(params=model_names())
 def any_model(request):
     return model(request.param)

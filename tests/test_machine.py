@@ -520,9 +520,6 @@ def test_load_named_cluster_by_path(tmp_path):
 
 
 def test_detect_local_cpu_only():
-    torch = pytest.importorskip("torch")
-    if torch.cuda.is_available():
-        pytest.skip("this machine has CUDA")
     c = detect_local()
     assert c.num_devices == 1 and c.links == []
     d = c.device(0)

@@ -8,6 +8,8 @@ import sys
 import pytest
 import torch
 
+from flextui.cost.cache import decode_cache
+from flextui.cost.cache_records import device_kind_slug
 from flextui.graph import full_region
 from flextui.machine import load_named_cluster
 from flextui.runtime.comm import Comm
@@ -39,12 +41,31 @@ def test_a_partitioned_step_on_a_gpu_equals_one_process_on_the_cpu():
                                                                  full_region(whole.shape))]) < 1e-9
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(GPUS < 2, reason="needs two CUDA GPUs")
+@pytest.mark.skipif(GPUS < 1, reason="needs a CUDA GPU")
 def test_launch_check_over_nccl(tmp_path):
+    """A rank per GPU (one will do): NCCL reduces GPU tensors only, and a check's losses
+    were summed on the CPU (the first GPU run failed there)."""
     proc = subprocess.run([sys.executable, "-m", "flextui", "launch", "-m", "lenet",
-                           "--cluster", "local", "--strategy", "expert", "--check"],
+                           "--cluster", "local", "--check"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=HANG_S,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "check passed" in proc.stdout and "nccl" in proc.stdout
+
+
+@pytest.mark.skipif(GPUS < 1, reason="needs a CUDA GPU")
+def test_a_profile_on_the_gpu_times_every_task_there(tmp_path):
+    """Every task is timed with CUDA events on cuda:0 and cached under the GPU's name,
+    float32 with the math mode torch ran it in."""
+    proc = subprocess.run([sys.executable, "-m", "flextui", "profile", "-m", "lenet",
+                           "--max-devices", "2", "--profiles", str(tmp_path), "--json"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=HANG_S)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    gpu = torch.cuda.get_device_name(0)
+    [path] = tmp_path.glob("*.msgpack")
+    assert path.stem == device_kind_slug(gpu)
+    items = decode_cache(path.read_bytes()).items()
+    assert items
+    for key, entry in items:
+        assert key.device_name == gpu and "conv=" in key.math
+        assert entry.forward_s and entry.forward_s > 0 and entry.backward_s and entry.backward_s > 0

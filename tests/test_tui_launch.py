@@ -315,7 +315,6 @@ async def test_l_on_a_replayed_p100_search_says_what_stands_in_and_asks(lenet_lo
     processes stand in for them (the times measured are not the P100s') and launches
     only once agreed to."""
     monkeypatch.setattr(keys, "TYPING_GAP_S", 0.05)
-    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
     monkeypatch.setattr("flextui.runtime.job.usable_cpus", lambda: 4)  # a core per rank
     started: list[LaunchRequest] = []
     monkeypatch.setattr(FlextuiApp, "start_launch", lambda app, request: started.append(request))

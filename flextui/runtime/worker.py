@@ -119,16 +119,17 @@ def _run(spec: LaunchSpec, rank: int, device: torch.device) -> int:
         for record in task_times.records(rank, _profile_device(device)):
             reporter.emit(record)
     if training.check:
-        _check(spec, program, losses, reporter, total, dtype)
+        _check(spec, program, losses, reporter, total, dtype, device)
     reporter.emit(End(rank))
     return 0
 
 
 def _check(spec: LaunchSpec, program: RankProgram, losses: list[float], reporter: Reporter,
-           steps: int, dtype: torch.dtype) -> None:
+           steps: int, dtype: torch.dtype, device: torch.device) -> None:
     """Train the whole graph in this process and report the largest relative error of
     this rank's parameter shards and of the summed loss of every step."""
-    totals = torch.tensor(losses, dtype=torch.float64)
+    # on the rank's device: NCCL reduces GPU tensors only
+    totals = torch.tensor(losses, dtype=torch.float64, device=device)
     dist.all_reduce(totals)  # the loss of each step: the ranks' shares summed
     training = spec.training
     reference = train_whole(spec.graph, steps, seed=training.seed, dtype=dtype,
