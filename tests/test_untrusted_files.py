@@ -303,10 +303,20 @@ def test_a_file_that_is_not_a_file_is_refused_unread(tmp_path, kind):
     for argv in (["simulate", "-m", "lenet", "-c", path],
                  ["show", "-m", "lenet", "-c", "local-cpu-4", "-s", path],
                  ["replay", path, "--headless"],
-                 ["launch", "-m", "lenet", "-c", "local-cpu-2", "--hostfile", path, "--dry-run"]):
+                 ["launch", "-m", "lenet", "-c", "local-cpu-2", "--hostfile", path, "--dry-run"],
+                 ["runs", "show", path]):
         done = _flextui(tmp_path, *argv)
         assert done.returncode == 2 and f"{path}: {what}, not a regular file" in done.stderr
         assert "Traceback" not in done.stderr
+
+
+def test_a_strategy_file_nested_thousands_deep_is_refused_by_launch(capsys, tmp_path):
+    """launch looks into a strategy file for the cluster it was made for before loading
+    it: that look is within the limits too (it raised RecursionError)."""
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    refused(capsys, ["launch", "--dry-run", "-m", "lenet", "-s", path],
+            f"{path}: nested deeper than flextui's limit of 32 levels")
 
 
 def test_a_profile_cache_that_is_a_fifo_is_refused_unread(tmp_path):

@@ -11,7 +11,6 @@ devices) exits with 2 before any process starts.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import shlex
 import sys
@@ -235,12 +234,14 @@ def _cluster(args: argparse.Namespace, training, hosts):
 def _file_cluster(strategy: str) -> str | None:
     """The cluster a strategy file was made for, when it is this machine's CPU
     processes or GPUs (``local-cpu-N``, ``local``): the launch runs it as it is."""
+    from flextui.limits import FILE_BYTES, read_file, read_json
+
     path = Path(strategy)
     if path.suffix != ".json" or not path.is_file():
         return None
-    try:
-        name = json.loads(path.read_text()).get("cluster")
-    except (OSError, ValueError, AttributeError):
+    try:  # within the limits (size, nesting) loading the strategy will check
+        name = read_json(read_file(path, FILE_BYTES).decode(), str(path)).get("cluster")
+    except (OSError, ValueError, AttributeError, FlextuiError):
         return None  # loading the strategy says what is wrong with the file
     return name if isinstance(name, str) and re.fullmatch(r"local(-cpu-\d{1,5})?", name) \
         else None

@@ -39,6 +39,7 @@ from flextui import __version__
 from flextui.documents import BadDocument, DocumentFormat, pack, unpack
 from flextui.errors import FlextuiError
 from flextui.fields import FieldReader
+from flextui.limits import LimitError, read_file
 from flextui.machine import Cluster
 from flextui.runtime.hosts import Host
 from flextui.runtime.launch import Outcome, RunStatus
@@ -169,9 +170,11 @@ def read_run_log(path: str | Path) -> RunLog:
     ``truncated``, anything else wrong is one RunLogError naming the file."""
     path = Path(path)
     try:
-        data = path.read_bytes()
+        data = read_file(path, None)  # a FIFO or /dev/zero is refused, not waited on
     except OSError as exc:
         raise RunLogError(f"cannot read run log {path}: {exc.strerror or exc}") from None
+    except LimitError as exc:
+        raise RunLogError(str(exc)) from None
     if not data.startswith(MAGIC):
         raise RunLogError(f"{path} is not a flextui run log")
     frames = scan_frames(data, len(MAGIC), path)
