@@ -415,6 +415,14 @@ def _append(log, record):
         f.write(frame(msgpack.packb(record, use_bin_type=True)))
 
 
+def test_a_dry_run_with_json_prints_json(capsys):
+    code, out, err = run(capsys, "launch", "--dry-run", "-m", "lenet", "-c", "local-cpu-2",
+                         "--json")
+    shown = json.loads(out)
+    assert code == 0 and shown["ranks"] == 2 and shown["backend"] == "gloo"
+    assert shown["commands"][0][-1].endswith("plan.msgpack") and shown["environment"]
+
+
 def test_a_negative_cost_in_a_search_log_is_refused(capsys, tmp_path, lenet_log):
     log = tmp_path / "bad.ffsearch"
     rewrite_final(lenet_log, log, lambda record: record.__setitem__(4, -1.0))  # best cost

@@ -126,7 +126,7 @@ def cmd_launch(args: argparse.Namespace, console: Console) -> int:
         small = _check_graph(args, graph, strategy)
         prepared = job.as_check(prepared, small)
     if args.dry_run:
-        return _dry_run(prepared, console)
+        return _dry_run(prepared, console, args.json)
     if not (args.headless or args.json or args.check or args.record_profile) \
             and interactive():
         from flextui.tui.app import run_app
@@ -275,10 +275,17 @@ def _check_graph(args: argparse.Namespace, graph, strategy):
 # -- output ------------------------------------------------------------------------------
 
 
-def _dry_run(prepared, console: Console) -> int:
+def _dry_run(prepared, console: Console, as_json: bool) -> int:
+    env = None if prepared.nodes is not None else \
+        prepared.torchrun(Path("<plan dir>")).environment(launcher_pid=0)
+    if as_json:
+        emit_json({"commands": [list(command) for command in prepared.commands()],
+                   "environment": env, "ranks": prepared.spec.num_ranks,
+                   "backend": str(prepared.spec.training.backend),
+                   "run_log": str(prepared.run_log)})
+        return 0
     for command in prepared.commands():
-        if prepared.nodes is None:
-            env = prepared.torchrun(Path("<plan dir>")).environment(launcher_pid=0)
+        if env is not None:
             print(" ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()), end=" ")
         print(shlex.join(command))
     where = ("the plan travels over each ssh session's stdin to the node program, which "
