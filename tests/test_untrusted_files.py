@@ -142,6 +142,16 @@ def test_a_cluster_file_with_an_escape_in_a_name_is_refused(capsys, tmp_path, es
         refused(capsys, argv, f"{path}: {field}", "control character '\\x1b'")
 
 
+@pytest.mark.parametrize("argv", [["runs", "show", "a.ffrun", "b\x1b[2J"],
+                                  ["\x1b]0;pwned\x07"], ["show", "--limit", "\x1b[2J"]])
+def test_a_command_line_error_shows_what_was_typed_escaped(capsys, argv):
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and "error: " in err and "\\x1b" in err
+    assert not any(c in err for c in RAW), repr(err)
+
+
 def test_an_unknown_key_with_an_escape_is_shown_escaped(capsys, tmp_path):
     path = cluster_file(tmp_path)
     path.write_text(f'"{toml_string(ESCAPES[2])}" = 1\n' + path.read_text())

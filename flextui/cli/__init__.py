@@ -10,7 +10,7 @@ import importlib
 import sys
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from flextui import __version__
 from flextui.cli.common import interactive
@@ -59,10 +59,19 @@ COMMANDS: dict[str, Command] = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose errors quote what was typed escaped: an argument holding
+    a terminal escape is shown, not acted on by the terminal."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {printable(message)}\n")
+
+
 def build_parser(configured: Collection[str] = tuple(COMMANDS)) -> argparse.ArgumentParser:
     """The command line; the subcommands not in ``configured`` are listed with their
     help (for ``flextui --help``) but get no arguments."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="flextui",
         description="Find fast parallelization strategies for deep networks on GPU clusters.")
     parser.add_argument("--version", action="version", version=f"flextui {__version__}")
