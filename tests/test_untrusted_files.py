@@ -152,6 +152,20 @@ def test_a_command_line_error_shows_what_was_typed_escaped(capsys, argv):
     assert not any(c in err for c in RAW), repr(err)
 
 
+@pytest.mark.parametrize("argv, flag", [
+    (["replay", "--headless", "LOG", "--export-strategy", "x{}.json"], "--export-strategy"),
+    (["replay", "--headless", "LOG", "--trace", "x{}.json"], "--trace"),
+    (["show", "-m", "lenet", "--export", "x{}.json"], "--export"),
+    (["runs", "show", "x{}.ffrun"], "log"),
+    (["search", "-m", "lenet", "--budget", "5", "--out", "x{}.ffsearch"], "--out")])
+def test_a_path_typed_with_an_escape_is_refused_before_it_is_shown(capsys, lenet_log, argv,
+                                                                   flag):
+    """A path is shown back (where a strategy or a trace was written): one holding a
+    control character is refused before the command runs."""
+    argv = [str(lenet_log) if a == "LOG" else a.format(ESCAPES[0]) for a in argv]
+    refused(capsys, argv, f"{flag} 'x\\x1b]0;pwned\\x07", "holds the control character")
+
+
 def test_an_unknown_key_with_an_escape_is_shown_escaped(capsys, tmp_path):
     path = cluster_file(tmp_path)
     path.write_text(f'"{toml_string(ESCAPES[2])}" = 1\n' + path.read_text())
