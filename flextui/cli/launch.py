@@ -41,6 +41,8 @@ from flextui.runtime.metrics import RankRecord, Steps
 
 PROGRESS_S = 1.0
 EXIT_FAILED = 1
+#: how a Python traceback begins
+TRACEBACK = "Traceback (most recent call last):"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -298,10 +300,15 @@ def _dry_run(prepared, console: Console, as_json: bool) -> int:
 
 
 class _Progress:
-    """A progress line at most every PROGRESS_S seconds, and the ranks' other output."""
+    """A progress line at most every PROGRESS_S seconds, and the ranks' other output
+    (escaped: it is text from other processes). A rank's output from a traceback on (it
+    is failing), and torchrun's from its own (its report of the failure), stay in the
+    run log: the failure is named once at the end, and a line says where the rest is."""
 
     def __init__(self, prepared, console: Console, quiet: bool) -> None:
         self.console, self.quiet = console, quiet
+        self.run_log = prepared.run_log
+        self.failing: set[int] = set()   # ranks (-1: torchrun) whose traceback began
         self.total = prepared.spec.training.warmup + prepared.spec.training.steps
         self.batch = prepared.spec.graph.batch_size
         self.done: dict[int, int] = {}
@@ -322,8 +329,20 @@ class _Progress:
               f"{self.batch / step if step else 0:,.1f} samples/s", file=sys.stderr)
 
     def output(self, rank: int, line: str) -> None:
-        if not self.quiet:
-            print(f"[rank {rank}] {line}" if rank >= 0 else line, file=sys.stderr)
+        from flextui.fields import printable
+
+        if self.quiet or rank in self.failing:
+            return
+        if TRACEBACK in line:
+            said = bool(self.failing)
+            self.failing.add(rank)
+            if said:
+                return
+            line = (f"{'torchrun' if rank < 0 else f'rank {rank}'} reports a traceback; "
+                    "it and what follows are in the run log: flextui runs show --output "
+                    f"{shlex.quote(str(self.run_log))}")
+        print(f"[rank {rank}] {printable(line)}" if rank >= 0 else printable(line),
+              file=sys.stderr)
 
 
 def print_summary(summary, console: Console) -> None:
