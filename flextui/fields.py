@@ -204,8 +204,9 @@ class FieldReader:
 
     def path(self, value: object, field: str) -> str:
         """A name or path a person typed (a cluster, a strategy, a file): a non-empty
-        string that can name a file, checked before any file is looked at."""
-        text = self.string(value, field, limit=None)
+        string that can name a file, with no control character (it is shown back: in an
+        error, as where something was written), checked before any file is looked at."""
+        text = self.string(value, field, limit=None, raw=False)
         problem = path_problem(text)
         if problem is not None:
             self.fail(field, problem)

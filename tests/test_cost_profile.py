@@ -1,5 +1,6 @@
 """Profiling tasks with the block kernels, and the profiled cost model built on them."""
 
+import itertools
 import json
 import zlib
 
@@ -13,10 +14,12 @@ from flextui.cost.cache import PROFILES, ProfileCache, ProfileEntry
 from flextui.cost.calibrated import CalibratedCommModel
 from flextui.cost.calibration import CommCalibration, read_calibrations, save_calibration
 from flextui.cost.choose import choose_cost_model
+from flextui.cost.clocks import CpuClock, Stopped
 from flextui.cost.localdevice import cpu_name, resolve_device
 from flextui.cost.profile import profile_tasks, time_task
 from flextui.cost.profiled import ProfiledCostModel
 from flextui.cost.signatures import Measurement, block_shapes, task_signatures
+from flextui.cost.update import time_update
 from flextui.errors import FlextuiError
 from flextui.machine import DeviceSpec
 from flextui.sim import Simulator
@@ -103,6 +106,29 @@ def test_profiling_stops_when_asked_and_keeps_what_it_measured(tmp_path):
     assert measured == 3
     assert profile_tasks(signatures[:3], ProfileCache(cpu_name(), [tmp_path]),
                          torch.device("cpu")) == 0
+
+
+def test_a_stop_ends_a_task_of_a_million_repeats_at_its_next_sample(tmp_path, monkeypatch):
+    """Ctrl-C during `profile --repeats 1000000`: the task in hand stops at its next
+    sample, unmeasured (stop was asked between tasks only, so one task ran to its end),
+    and so does an optimizer update's timing."""
+    signatures = task_signatures(lenet(), measurement(), num_devices=2)
+    cache = ProfileCache(cpu_name(), [tmp_path])
+    samples, real = [], CpuClock.time
+
+    def counted(clock, run, runs):
+        samples.append(runs)
+        assert len(samples) < 1000, "the stop was not asked between samples"
+        return real(clock, run, runs)
+    monkeypatch.setattr(CpuClock, "time", counted)
+    asked = itertools.count()
+    stop = lambda: next(asked) >= 10  # noqa: E731
+    assert profile_tasks(signatures, cache, torch.device("cpu"), warmup=0, repeats=10**6,
+                         stop=stop) == 0
+    assert len(samples) < 50 and cache.get(signatures[0].key) is None  # not a million
+    with pytest.raises(Stopped):
+        time_update(4096, torch.float32, torch.device("cpu"), warmup=0, repeats=10**6,
+                    stop=lambda: next(asked) >= 20)
 
 
 def hand_model(graph, times_by_op: dict[str, tuple[float, float]]):

@@ -46,6 +46,19 @@ def test_a_model_file_that_calls_sys_exit_is_an_error(capsys, tmp_path, where):
     assert code == 2 and out == "" and "called sys.exit(0)" in err, err
 
 
+@pytest.mark.parametrize("raised", ["GeneratorExit", "Mine('of its own')"])
+@pytest.mark.parametrize("where", ["at import", "in model()"])
+def test_a_model_file_that_raises_a_base_exception_is_an_error(capsys, tmp_path, raised,
+                                                               where):
+    """Not only an Exception: GeneratorExit, or a BaseException the file defines."""
+    mine = "class Mine(BaseException):\n    pass\n"
+    text = TORCH_MODEL + f"\n{mine}raise {raised}\n" if where == "at import" else \
+        mine + TORCH_MODEL.replace("    return nn.Sequential(", f"    raise {raised}\n"
+                                   "    return nn.Sequential(")
+    code, out, err = show(capsys, tmp_path, text)
+    assert code == 2 and out == "" and f"raised {raised.partition('(')[0]}" in err, err
+
+
 def test_what_a_model_file_prints_goes_to_stderr_and_json_stays_json(capsys, tmp_path):
     text = TORCH_MODEL.replace("import torch\n", "import torch\nprint('loading my model')\n") \
         .replace("    return nn.Sequential(", "    print('building it')\n"

@@ -72,6 +72,7 @@ def test_no_torchrun_is_one_message(capsys, monkeypatch):
     ("--port", "70000", "--port must be a whole number <= 65,535, found 70,000"),
     ("--lr", "nan", "--lr must be a finite number, found nan"),
     ("--lr", "1e400", "--lr must be a finite number, found inf"),
+    ("--lr", "1e300", "--lr must be a number <= 3.40282e+38, found 1e+300"),
     ("--nproc-per-node", "0", "--nproc-per-node must be at least 1"),
     ("--nproc-per-node", "65536", "--nproc-per-node must be at most 1,024"),
     ("--nproc-per-node", str(usable_cpus() + 1),
@@ -89,7 +90,7 @@ def test_a_bad_option_is_one_line_before_any_work(tmp_path, monkeypatch, capsys,
     """Each gave a traceback (a port out of range, a step count msgpack cannot store,
     which left an empty run log behind that blocked its name), ran 90 s before a word
     (65,536 ranks), started more ranks than cores, or was refused by the ranks after
-    they started (a NaN learning rate)."""
+    they started (a NaN learning rate, or one past what a float32 holds)."""
     monkeypatch.chdir(tmp_path)
     code = main(["launch", "-m", "lenet", "--headless", option, *([value] if value else [])])
     err = capsys.readouterr().err

@@ -38,7 +38,7 @@ from flextui.runtime.node import (
     read_request,
 )
 from flextui.runtime.runlog import read_run_log
-from flextui.runtime.spec import Training
+from flextui.runtime.spec import LaunchSpec, Training
 from flextui.runtime.target import SSH_ENV, LaunchTarget, Remote
 from flextui.session.launching import launch_request
 from flextui.strategy import builtin_strategy
@@ -148,7 +148,10 @@ def framed(body: dict) -> io.BytesIO:
 
 
 def test_a_node_request_is_decoded_once_into_its_class():
-    run = RunRequest(b"plan", 2, 1, 2, "10.0.0.1", 29500, "abc")
+    graph = model("lenet")
+    plan = LaunchSpec(graph, builtin_strategy("data-parallel", graph, cpu_ranks(2, nodes=2)),
+                      4, Training()).encode()
+    run = RunRequest(plan, 2, 1, 2, "10.0.0.1", 29500, "abc")
     preflight = PreflightRequest("h1", None)
     assert read_request(io.BytesIO(frame(run))) == run
     assert read_request(io.BytesIO(frame(preflight))) == preflight
@@ -156,7 +159,10 @@ def test_a_node_request_is_decoded_once_into_its_class():
     for change, problem in (({"node_rank": 2}, "node_rank: expected a whole number <= 1"),
                             ({"port": 0}, "port: expected a whole number >= 1"),
                             ({"plan": "text"}, "plan: expected bytes"),
-                            ({"ranks": 10**6}, "ranks: expected a whole number <= 1,024"),
+                            ({"ranks": 10**6}, "ranks: expected a whole number <= 4"),
+                            ({"plan": b"\0" * 64}, "plan: not a flextui launch plan"),
+                            ({"nnodes": 1, "node_rank": 0},
+                             "ranks: 2 ranks on the only node of a plan for 4"),
                             ({"extra": 1}, "unknown 'extra'"),
                             ({"action": "exec"}, "action: expected one of preflight, run")):
         with pytest.raises(FlextuiError, match=f"request: {re.escape(problem)}"):

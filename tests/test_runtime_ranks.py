@@ -184,6 +184,11 @@ def test_a_failing_rank_is_named_and_every_rank_ends(tmp_path):
         assert "rank 1 on localhost failed" in out and "fails at step 2" in out, out
         final = read_run_log(log).final
         assert final.status == RunStatus.FAILED and final.failed_rank == 1
+        # the ranks' and torchrun's tracebacks are in the run log, not on the terminal
+        assert "Traceback" not in err and f"flextui runs show --output {log}" in err, err
+        shown = subprocess.run([sys.executable, "-m", "flextui", "runs", "show", "--output",
+                                str(log)], capture_output=True, text=True, timeout=HANG_S)
+        assert "[rank 1] [rank1]: Traceback (most recent call last):" in shown.stdout
         assert wait_gone(starts(log).values()) == []
     finally:
         end([proc.pid, *starts(log).values()])

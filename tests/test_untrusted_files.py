@@ -142,6 +142,30 @@ def test_a_cluster_file_with_an_escape_in_a_name_is_refused(capsys, tmp_path, es
         refused(capsys, argv, f"{path}: {field}", "control character '\\x1b'")
 
 
+@pytest.mark.parametrize("argv", [["runs", "show", "a.ffrun", "b\x1b[2J"],
+                                  ["\x1b]0;pwned\x07"], ["show", "--limit", "\x1b[2J"]])
+def test_a_command_line_error_shows_what_was_typed_escaped(capsys, argv):
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and "error: " in err and "\\x1b" in err
+    assert not any(c in err for c in RAW), repr(err)
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (["replay", "--headless", "LOG", "--export-strategy", "x{}.json"], "--export-strategy"),
+    (["replay", "--headless", "LOG", "--trace", "x{}.json"], "--trace"),
+    (["show", "-m", "lenet", "--export", "x{}.json"], "--export"),
+    (["runs", "show", "x{}.ffrun"], "log"),
+    (["search", "-m", "lenet", "--budget", "5", "--out", "x{}.ffsearch"], "--out")])
+def test_a_path_typed_with_an_escape_is_refused_before_it_is_shown(capsys, lenet_log, argv,
+                                                                   flag):
+    """A path is shown back (where a strategy or a trace was written): one holding a
+    control character is refused before the command runs."""
+    argv = [str(lenet_log) if a == "LOG" else a.format(ESCAPES[0]) for a in argv]
+    refused(capsys, argv, f"{flag} 'x\\x1b]0;pwned\\x07", "holds the control character")
+
+
 def test_an_unknown_key_with_an_escape_is_shown_escaped(capsys, tmp_path):
     path = cluster_file(tmp_path)
     path.write_text(f'"{toml_string(ESCAPES[2])}" = 1\n' + path.read_text())
@@ -303,10 +327,20 @@ def test_a_file_that_is_not_a_file_is_refused_unread(tmp_path, kind):
     for argv in (["simulate", "-m", "lenet", "-c", path],
                  ["show", "-m", "lenet", "-c", "local-cpu-4", "-s", path],
                  ["replay", path, "--headless"],
-                 ["launch", "-m", "lenet", "-c", "local-cpu-2", "--hostfile", path, "--dry-run"]):
+                 ["launch", "-m", "lenet", "-c", "local-cpu-2", "--hostfile", path, "--dry-run"],
+                 ["runs", "show", path]):
         done = _flextui(tmp_path, *argv)
         assert done.returncode == 2 and f"{path}: {what}, not a regular file" in done.stderr
         assert "Traceback" not in done.stderr
+
+
+def test_a_strategy_file_nested_thousands_deep_is_refused_by_launch(capsys, tmp_path):
+    """launch looks into a strategy file for the cluster it was made for before loading
+    it: that look is within the limits too (it raised RecursionError)."""
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    refused(capsys, ["launch", "--dry-run", "-m", "lenet", "-s", path],
+            f"{path}: nested deeper than flextui's limit of 32 levels")
 
 
 def test_a_profile_cache_that_is_a_fifo_is_refused_unread(tmp_path):
@@ -403,6 +437,14 @@ def _append(log, record):
     from flextui.search.logformat import frame
     with open(log, "ab") as f:
         f.write(frame(msgpack.packb(record, use_bin_type=True)))
+
+
+def test_a_dry_run_with_json_prints_json(capsys):
+    code, out, err = run(capsys, "launch", "--dry-run", "-m", "lenet", "-c", "local-cpu-2",
+                         "--json")
+    shown = json.loads(out)
+    assert code == 0 and shown["ranks"] == 2 and shown["backend"] == "gloo"
+    assert shown["commands"][0][-1].endswith("plan.msgpack") and shown["environment"]
 
 
 def test_a_negative_cost_in_a_search_log_is_refused(capsys, tmp_path, lenet_log):

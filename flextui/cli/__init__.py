@@ -10,7 +10,7 @@ import importlib
 import sys
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from flextui import __version__
 from flextui.cli.common import interactive
@@ -59,10 +59,19 @@ COMMANDS: dict[str, Command] = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose errors quote what was typed escaped: an argument holding
+    a terminal escape is shown, not acted on by the terminal."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {printable(message)}\n")
+
+
 def build_parser(configured: Collection[str] = tuple(COMMANDS)) -> argparse.ArgumentParser:
     """The command line; the subcommands not in ``configured`` are listed with their
     help (for ``flextui --help``) but get no arguments."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="flextui",
         description="Find fast parallelization strategies for deep networks on GPU clusters.")
     parser.add_argument("--version", action="version", version=f"flextui {__version__}")
@@ -93,6 +102,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         return INTERRUPTED
 
 
+#: the arguments that name a file or directory (or a built-in by name): each is checked
+#: as a path before the command runs, so none that a file cannot have, or that holds a
+#: control character (it would be shown back raw: "wrote ..."), gets further
+PATHS = ("model", "cluster", "strategy", "init", "log", "out", "resume", "export",
+         "export_strategy", "trace", "run_log", "hostfile", "remote_python", "profiles",
+         "show", "merge")
+
+
+def _check_paths(args: argparse.Namespace) -> None:
+    from flextui.errors import FieldError
+    from flextui.fields import FormFields
+
+    form = FormFields()
+    for dest in PATHS:
+        value = getattr(args, dest, None)
+        for text in value if isinstance(value, list) else [value]:
+            try:
+                if text is not None:
+                    form.path(text, dest)
+            except FieldError as e:  # a positional (log) has no flag to name
+                raise FlextuiError(str(e) if dest == "log" else e.flag_message) from None
+
+
 def _run(argv: list[str]) -> int:
     parser = build_parser(command_named(argv))
     args = parser.parse_args(argv)
@@ -104,6 +136,7 @@ def _run(argv: list[str]) -> int:
         handler = open_app
     from rich.console import Console
     try:
+        _check_paths(args)
         return handler(args, Console()) or 0
     except FlextuiError as exc:   # printable: no message carries a terminal escape
         print(f"flextui: error: {printable(str(exc))}", file=sys.stderr)

@@ -42,6 +42,8 @@ from flextui.runtime.metrics import RankRecord, Steps
 
 PROGRESS_S = 1.0
 EXIT_FAILED = 1
+#: how a Python traceback begins
+TRACEBACK = "Traceback (most recent call last):"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -128,7 +130,7 @@ def cmd_launch(args: argparse.Namespace, console: Console) -> int:
         small = _check_graph(args, graph, strategy)
         prepared = job.as_check(prepared, small)
     if args.dry_run:
-        return _dry_run(prepared, console)
+        return _dry_run(prepared, console, args.json)
     if not (args.headless or args.json or args.check or args.record_profile) \
             and interactive():
         from flextui.tui.app import run_app
@@ -237,11 +239,13 @@ def _cluster(args: argparse.Namespace, training, hosts):
 def _file_cluster(strategy: str) -> str | None:
     """The cluster a strategy file was made for, when it is this machine's CPU
     processes or GPUs (``local-cpu-N``, ``local``): the launch runs it as it is."""
+    from flextui.limits import FILE_BYTES, read_file, read_json
+
     path = Path(strategy)
     if path.suffix != ".json" or not path.is_file():
         return None
-    try:
-        name = read_json(read_file(path, FILE_BYTES).decode(), strategy).get("cluster")
+    try:  # within the limits (size, nesting) loading the strategy will check
+        name = read_json(read_file(path, FILE_BYTES).decode(), str(path)).get("cluster")
     except (OSError, ValueError, AttributeError, FlextuiError):
         return None  # loading the strategy says what is wrong with the file
     return name if isinstance(name, str) and re.fullmatch(r"local(-cpu-\d{1,5})?", name) \
@@ -276,10 +280,17 @@ def _check_graph(args: argparse.Namespace, graph, strategy):
 # -- output ------------------------------------------------------------------------------
 
 
-def _dry_run(prepared, console: Console) -> int:
+def _dry_run(prepared, console: Console, as_json: bool) -> int:
+    env = None if prepared.nodes is not None else \
+        prepared.torchrun(Path("<plan dir>")).environment(launcher_pid=0)
+    if as_json:
+        emit_json({"commands": [list(command) for command in prepared.commands()],
+                   "environment": env, "ranks": prepared.spec.num_ranks,
+                   "backend": str(prepared.spec.training.backend),
+                   "run_log": str(prepared.run_log)})
+        return 0
     for command in prepared.commands():
-        if prepared.nodes is None:
-            env = prepared.torchrun(Path("<plan dir>")).environment(launcher_pid=0)
+        if env is not None:
             print(" ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()), end=" ")
         print(shlex.join(command))
     where = ("the plan travels over each ssh session's stdin to the node program, which "
@@ -292,10 +303,15 @@ def _dry_run(prepared, console: Console) -> int:
 
 
 class _Progress:
-    """A progress line at most every PROGRESS_S seconds, and the ranks' other output."""
+    """A progress line at most every PROGRESS_S seconds, and the ranks' other output
+    (escaped: it is text from other processes). A rank's output from a traceback on (it
+    is failing), and torchrun's from its own (its report of the failure), stay in the
+    run log: the failure is named once at the end, and a line says where the rest is."""
 
     def __init__(self, prepared, console: Console, quiet: bool) -> None:
         self.console, self.quiet = console, quiet
+        self.run_log = prepared.run_log
+        self.failing: set[int] = set()   # ranks (-1: torchrun) whose traceback began
         self.total = prepared.spec.training.warmup + prepared.spec.training.steps
         self.batch = prepared.spec.graph.batch_size
         self.done: dict[int, int] = {}
@@ -317,10 +333,20 @@ class _Progress:
 
     def output(self, rank: int, line: str) -> None:
         """A line of a rank's output (rank -1: torchrun's), its control characters
-        escaped: a rank's output is data, never the terminal's escapes."""
-        if not self.quiet:
-            line = printable(line)
-            print(f"[rank {rank}] {line}" if rank >= 0 else line, file=sys.stderr)
+        escaped (a rank's output is data, never the terminal's escapes), up to the first
+        traceback: from there the lines go to the run log only."""
+        if self.quiet or rank in self.failing:
+            return
+        if TRACEBACK in line:
+            said = bool(self.failing)
+            self.failing.add(rank)
+            if said:
+                return
+            line = (f"{'torchrun' if rank < 0 else f'rank {rank}'} reports a traceback; "
+                    "it and what follows are in the run log: flextui runs show --output "
+                    f"{shlex.quote(str(self.run_log))}")
+        print(f"[rank {rank}] {printable(line)}" if rank >= 0 else printable(line),
+              file=sys.stderr)
 
 
 def print_summary(summary, console: Console) -> None:

@@ -20,6 +20,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                            "run ended. A run log cut short by a killed launcher reads up to "
                            "its last whole record.")
     show.add_argument("log", metavar="RUNLOG", help="a .ffrun file")
+    show.add_argument("--output", action="store_true",
+                      help="also print every line the ranks and torchrun wrote that was "
+                      "not a record (a failed rank's traceback among them)")
     show.add_argument("--json", action="store_true", help="print JSON instead of tables")
     show.set_defaults(handler=cmd_runs_show)
 
@@ -35,7 +38,9 @@ def cmd_runs_show(args: argparse.Namespace, console: Console) -> int:
     if args.json:
         emit_json({"run_log": str(log.path), "status": log.status,
                    "message": final.message if final else None, "truncated": log.truncated,
-                   **summary.to_dict()})
+                   **summary.to_dict(),
+                   **({"output": [{"rank": rank, "line": line} for rank, line in log.output]}
+                      if args.output else {})})
         return 0
     # what the log says (names, gloo's "[path:line]" in an error) is text, never markup
     header = log.header
@@ -49,4 +54,7 @@ def cmd_runs_show(args: argparse.Namespace, console: Console) -> int:
     console.print((said if finished else f"{log.status}: {said}")
                   + (" (the log is cut short)" if log.truncated else ""), markup=False,
                   highlight=False)
+    if args.output:
+        for rank, line in log.output:  # another process's text: escaped
+            print(printable(f"[rank {rank}] {line}" if rank >= 0 else line))
     return 0

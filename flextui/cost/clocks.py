@@ -17,6 +17,18 @@ from typing import Protocol
 import torch
 
 
+class Stopped(Exception):
+    """A measurement its caller stopped between two samples (Ctrl-C): what it had
+    measured of the task is dropped."""
+
+
+def check_stop(stop: Callable[[], bool] | None) -> None:
+    """Raise Stopped when ``stop()`` says so: asked before every sample, so a task of
+    thousands of repeats stops within one sample."""
+    if stop is not None and stop():
+        raise Stopped
+
+
 class Clock(Protocol):
     """How runs are timed, and memory counted, on one kind of device."""
 

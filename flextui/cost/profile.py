@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 import torch
 
 from flextui.cost.cache import ProfileCache, ProfileEntry
-from flextui.cost.clocks import Clock, CpuClock, CudaClock
+from flextui.cost.clocks import Clock, CpuClock, CudaClock, Stopped, check_stop
 from flextui.cost.compare import OpTypeComparison, compare_with_analytic, reference_device
 from flextui.cost.estimate import ProfileClock, runs_per_sample, task_estimates
 from flextui.cost.localdevice import LocalDevice, resolve_device
@@ -153,7 +153,8 @@ def profile_tasks(signatures: Sequence[TaskSignature], cache: ProfileCache, devi
                   on_event: Callable[[ProfileEvent], None] | None = None,
                   stop: Callable[[], bool] | None = None) -> int:
     """Measure every signature the cache lacks on ``device``, put the entries in the
-    cache and save it; return how many were measured. ``stop`` is asked between tasks."""
+    cache and save it; return how many were measured. ``stop`` is asked before every
+    sample of a task: the task it stops is left unmeasured."""
     measured, last_save = 0, time.monotonic()
     try:
         for done, signature in enumerate(signatures, 1):
@@ -162,7 +163,11 @@ def profile_tasks(signatures: Sequence[TaskSignature], cache: ProfileCache, devi
             entry, failure = cache.get(signature.key), None
             cached = entry is not None
             if entry is None:
-                entry, failure = attempt_task(signature, device, warmup=warmup, repeats=repeats)
+                try:
+                    entry, failure = attempt_task(signature, device, warmup=warmup,
+                                                  repeats=repeats, stop=stop)
+                except Stopped:
+                    break
                 cache.put(signature.key, entry)
                 measured += 1
                 if failure is not None:
@@ -201,14 +206,16 @@ def time_task(signature: TaskSignature, device: torch.device, *, warmup: int = 2
 
 
 def attempt_task(signature: TaskSignature, device: torch.device, *, warmup: int = 2,
-                 repeats: int = 10) -> tuple[ProfileEntry, str | None]:
+                 repeats: int = 10, stop: Callable[[], bool] | None = None,
+                 ) -> tuple[ProfileEntry, str | None]:
     """Time one task: its entry, and why it has no times when it could not run (out of
-    memory, or an error of the device on this block: ``_block_failure``)."""
+    memory, or an error of the device on this block: ``_block_failure``); Stopped when
+    ``stop()`` says so before a sample."""
     key = signature.key
     clock = CudaClock(device) if device.type == "cuda" else CpuClock()
     try:
         return _time_task(signature, device, torch_dtype(key.dtype), key.training,
-                          warmup, repeats, clock), None
+                          warmup, repeats, clock, stop), None
     except RuntimeError as exc:   # torch.OutOfMemoryError and torch.AcceleratorError are
         failure = _block_failure(exc, device)
         if failure is None:
@@ -243,7 +250,8 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _time_task(signature: TaskSignature, device: torch.device, dtype: torch.dtype,
-               training: bool, warmup: int, repeats: int, clock: Clock) -> ProfileEntry:
+               training: bool, warmup: int, repeats: int, clock: Clock,
+               stop: Callable[[], bool] | None = None) -> ProfileEntry:
     op, region = signature.op, origin_block(signature.block)
     kernel = kernel_for(op.type)
     clock.begin()
@@ -254,12 +262,14 @@ def _time_task(signature: TaskSignature, device: torch.device, dtype: torch.dtyp
     runs = _Runs(lambda: kernel.forward_loss(op, region, ins, ps, 0), training,
                  [t for t in leaves if t.requires_grad], generator)
     for _ in range(warmup):
+        check_stop(stop)
         runs.forward()
         runs.backward()
     fwd_runs = runs_per_sample(clock.time(runs.forward, 1))
     bwd_runs = runs_per_sample(clock.time(runs.backward, 1)) if training else 0
     fwd, bwd = [], []
     for _ in range(repeats):
+        check_stop(stop)
         fwd.append(clock.time(runs.forward, fwd_runs))
         if training:
             bwd.append(clock.time(runs.backward, bwd_runs))

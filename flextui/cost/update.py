@@ -64,7 +64,9 @@ def cached_updates(cache: ProfileCache, measurement: Measurement, sizes: Sequenc
 def profile_updates(sizes: Sequence[int], measurement: Measurement, cache: ProfileCache,
                     device: torch.device, *, warmup: int = 2, repeats: int = 10,
                     stop: Callable[[], bool] | None = None) -> int:
-    """Time the updates of ``sizes`` the cache lacks into it (saved); how many were."""
+    """Time the updates of ``sizes`` the cache lacks into it (saved); how many were.
+    ``stop`` is asked before every run: the update it stops is left unmeasured."""
+    from flextui.cost.clocks import Stopped
     from flextui.graph.kernels import torch_dtype
     measured = 0
     for nbytes in sizes:
@@ -72,17 +74,24 @@ def profile_updates(sizes: Sequence[int], measurement: Measurement, cache: Profi
             break
         key = update_key(measurement, nbytes)
         if cache.get_update(key) is None:
-            cache.put_update(key, time_update(nbytes, torch_dtype(measurement.dtype), device,
-                                              warmup=warmup, repeats=repeats))
+            try:
+                entry = time_update(nbytes, torch_dtype(measurement.dtype), device,
+                                    warmup=warmup, repeats=repeats, stop=stop)
+            except Stopped:
+                break
+            cache.put_update(key, entry)
             measured += 1
     cache.save()
     return measured
 
 
 def time_update(nbytes: int, dtype: torch.dtype, device: torch.device, *, warmup: int = 2,
-                repeats: int = 10) -> UpdateEntry:
-    """Median seconds of one SGD-with-momentum update of an ``nbytes`` shard."""
+                repeats: int = 10, stop: Callable[[], bool] | None = None) -> UpdateEntry:
+    """Median seconds of one SGD-with-momentum update of an ``nbytes`` shard; Stopped
+    when ``stop()`` says so before a run."""
     import torch
+
+    from flextui.cost.clocks import check_stop
     numel = nbytes // torch.empty((), dtype=dtype).element_size()
     generator = torch.Generator(device=device).manual_seed(0)
     weight, grad = (torch.randn(numel, dtype=dtype, device=device, generator=generator)
@@ -93,6 +102,7 @@ def time_update(nbytes: int, dtype: torch.dtype, device: torch.device, *, warmup
     times = []
     with torch.no_grad():
         for i in range(warmup + repeats):
+            check_stop(stop)
             scratch.fill_(i)   # the shard out of cache
             if cuda:
                 torch.cuda.synchronize(device)

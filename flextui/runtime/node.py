@@ -50,6 +50,7 @@ from flextui.graph.model_source import MODULE
 from flextui.limits import HOSTS, RANKS_PER_HOST
 from flextui.machine.detect import usable_cpus
 from flextui.runtime.launch import Torchrun, end_process_group, free_port, port_is_free
+from flextui.runtime.spec import LaunchSpec
 
 NODE_REQUEST = DocumentFormat("flextui-node", 2, "node request")
 NODE_TAG = "@flextui-node "
@@ -252,10 +253,15 @@ def decode_request(body: dict[Any, Any]) -> Request:
                         "run_id"), "")
     if not isinstance(body["plan"], bytes):
         f.fail("plan", f"expected bytes, found {describe(body['plan'])}")
-    nnodes = f.integer(body["nnodes"], "nnodes", 1, HOSTS.value)
+    # the plan is checked here, where it arrives, not by every rank after torchrun started
+    # them: a damaged one is this program's one error, not a traceback from each rank
+    spec = LaunchSpec.decode(body["plan"], "request: plan")
+    nnodes = f.integer(body["nnodes"], "nnodes", 1, min(HOSTS.value, spec.num_ranks))
+    ranks = f.integer(body["ranks"], "ranks", 1, min(RANKS_PER_HOST.value, spec.num_ranks))
+    if nnodes == 1 and ranks != spec.num_ranks:
+        f.fail("ranks", f"{ranks} ranks on the only node of a plan for {spec.num_ranks}")
     return RunRequest(body["plan"], nnodes,
-                      f.integer(body["node_rank"], "node_rank", 0, nnodes - 1),
-                      f.integer(body["ranks"], "ranks", 1, RANKS_PER_HOST.value),
+                      f.integer(body["node_rank"], "node_rank", 0, nnodes - 1), ranks,
                       f.string(body["master"], "master"), f.port(body["port"], "port"),
                       f.string(body["run_id"], "run_id"))
 

@@ -26,6 +26,8 @@ LAUNCH = DocumentFormat("flextui-launch", 2, "launch plan")
 #: The environment variable that gives every rank its launcher's PID (a rank whose
 #: launcher is gone ends itself; see ``worker``).
 LAUNCHER_PID = "FLEXTUI_LAUNCHER_PID"
+#: the largest float32, the largest learning rate a rank's optimizer can take
+FLOAT32_MAX = 3.4028234663852886e38
 
 
 class Backend(StrEnum):
@@ -62,12 +64,13 @@ class Training:
     def __post_init__(self) -> None:
         """Every number in range (a FieldError names the field, ``--steps`` on the command
         line), so a Training that exists can be written to a plan and trained: no
-        step count past flextui's integers, no NaN learning rate."""
+        step count past flextui's integers, no NaN learning rate, none a float32 cannot
+        hold (the ranks' optimizer failed on one)."""
         f = FormFields()
         f.integer(self.steps, "steps", 1)
         f.integer(self.warmup, "warmup", 0)
         f.integer(self.seed, "seed")
-        f.number(self.lr, "lr", 0.0)
+        f.number(self.lr, "lr", 0.0, FLOAT32_MAX)
         f.number(self.momentum, "momentum", 0.0, 1.0)
 
 
@@ -137,7 +140,7 @@ class LaunchSpec:
                          "training")
         training = Training(
             f.integer(t["steps"], "steps", 1), f.integer(t["warmup"], "warmup", 0),
-            f.integer(t["seed"], "seed"), f.number(t["lr"], "lr", 0.0),
+            f.integer(t["seed"], "seed"), f.number(t["lr"], "lr", 0.0, FLOAT32_MAX),
             f.number(t["momentum"], "momentum", 0.0, 1.0),
             RunDtype(f.choice(t["dtype"], "dtype", tuple(RunDtype))),
             Backend(f.choice(t["backend"], "backend", tuple(Backend))),
