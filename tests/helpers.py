@@ -112,3 +112,36 @@ def start_lenet_search(app, options) -> None:
     graph, cluster = lenet_node()
     app.on_setup_screen_start_search(SetupScreen.StartSearch(graph, cluster, options, "lenet",
                                                              "p100-4x4"))
+
+
+#: a cluster file listed device by device and link by link (the explicit form), with a
+#: place to add text to each of its names: ``.format(name=..., description=..., kind=...,
+#: device=..., link=...)`` (an empty string each for the plain file)
+TWO_CPUS_CLUSTER = """\
+name = "two{name}"
+description = "two CPUs{description}"
+[device_kinds."cpu{kind}"]
+memory = "64GiB"
+peak_flops = {{ float32 = "1 TFLOPS" }}
+mem_bandwidth = "50 GB/s"
+[[devices]]
+name = "c0{device}"
+kind = "cpu{kind}"
+[[devices]]
+name = "c1"
+kind = "cpu{kind}"
+[[switches]]
+name = "sw"
+[[links]]
+a = "c0{device}"
+b = "sw"
+kind = "shm{link}"
+bandwidth = "10 GB/s"
+latency = "1us"
+[[links]]
+a = "c1"
+b = "sw"
+kind = "shm"
+bandwidth = "10 GB/s"
+latency = "1us"
+"""

@@ -23,7 +23,7 @@ import pytest
 from flextui.cli import main
 from flextui.cli.common import emit_json
 from flextui.errors import FlextuiError
-from helpers import HANG_S, edit_log_header
+from helpers import HANG_S, TWO_CPUS_CLUSTER, edit_log_header
 
 #: a window title, the clipboard (OSC 52) and a cleared screen
 ESCAPES = ["\x1b]0;pwned\x07", "\x1b]52;c;cHduZWQ=\x07", "\x1b[2J"]
@@ -82,34 +82,6 @@ def test_a_strategy_file_with_an_escape_in_a_name_is_refused(capsys, tmp_path, d
 
 # -- names in cluster files -----------------------------------------------------------
 
-CLUSTER = """\
-name = "two{name}"
-description = "two CPUs{description}"
-[device_kinds."cpu{kind}"]
-memory = "64GiB"
-peak_flops = {{ float32 = "1 TFLOPS" }}
-mem_bandwidth = "50 GB/s"
-[[devices]]
-name = "c0{device}"
-kind = "cpu{kind}"
-[[devices]]
-name = "c1"
-kind = "cpu{kind}"
-[[switches]]
-name = "sw"
-[[links]]
-a = "c0{device}"
-b = "sw"
-kind = "shm{link}"
-bandwidth = "10 GB/s"
-latency = "1us"
-[[links]]
-a = "c1"
-b = "sw"
-kind = "shm"
-bandwidth = "10 GB/s"
-latency = "1us"
-"""
 PLACES = ("name", "description", "kind", "device", "link")
 
 
@@ -121,7 +93,8 @@ def toml_string(text: str) -> str:
 
 def cluster_file(tmp_path, **escapes) -> str:
     path = tmp_path / "two.toml"
-    path.write_text(CLUSTER.format(**{p: toml_string(escapes.get(p, "")) for p in PLACES}))
+    names = {p: toml_string(escapes.get(p, "")) for p in PLACES}
+    path.write_text(TWO_CPUS_CLUSTER.format(**names))
     return path
 
 

@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 from fuzz.oracle import FLEXTUI
+from helpers import TWO_CPUS_CLUSTER
 
 TESTS = Path(__file__).resolve().parents[1]
 REPO = TESTS.parent
@@ -17,34 +18,8 @@ FAKE_SSH = TESTS / "fake_hosts" / "fake_ssh.py"
 CLUSTERS = [REPO / "library" / "clusters" / name
             for name in ("local-cpu.toml", "p100-4x4.toml", "k80-16x4.toml")]
 #: a cluster listed device by device and link by link (the explicit form)
-EXPLICIT_CLUSTER = """\
-name = "two"
-description = "two CPUs"
-[device_kinds.cpu]
-memory = "64GiB"
-peak_flops = { float32 = "1 TFLOPS" }
-mem_bandwidth = "50 GB/s"
-[[devices]]
-name = "c0"
-kind = "cpu"
-[[devices]]
-name = "c1"
-kind = "cpu"
-[[switches]]
-name = "sw"
-[[links]]
-a = "c0"
-b = "sw"
-kind = "shm"
-bandwidth = "10 GB/s"
-latency = "1us"
-[[links]]
-a = "c1"
-b = "sw"
-kind = "shm"
-bandwidth = "10 GB/s"
-latency = "1us"
-"""
+EXPLICIT_CLUSTER = TWO_CPUS_CLUSTER.format(name="", description="", kind="", device="",
+                                           link="")
 #: the model and cluster the strategies, logs and caches are made for
 MODEL_NAME, CLUSTER_NAME = "lenet", "local-cpu-4"
 STRATEGIES = ("data-parallel", "model-parallel", "random", "expert", "searched")

@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from fuzz import frames
 from fuzz.values import mutate, mutate_bytes, paths
@@ -18,10 +19,17 @@ from fuzz.values import mutate, mutate_bytes, paths
 class LogFormat:
     magic: bytes
     final_tag: int
-    #: redo the fingerprints of a changed header's body, where it can still be built
-    rehash: Callable[[dict], None]
-    #: the header's keys whose change the fingerprints cover
-    hashed: tuple[str, ...]
+    #: header key -> (the key of its fingerprint, what builds the value that has one)
+    fingerprints: dict[str, tuple[str, Callable[[Any], Any]]]
+
+    def rehash(self, header: dict) -> None:
+        """Redo the fingerprints of a changed header's body, where it can still be
+        built (where the mutation broke it, the reader must say so)."""
+        for key, (hash_key, build) in self.fingerprints.items():
+            try:
+                header[hash_key] = build(header[key]).fingerprint
+            except Exception:  # noqa: BLE001
+                pass
 
 
 def without_final(fmt: LogFormat, data: bytes) -> bytes:
@@ -58,7 +66,7 @@ def _edit(rng: random.Random, fmt: LogFormat, recs: list) -> tuple[list, str]:
     if how in ("header", "rehash", "field", "unfinished"):
         rehashed = how == "rehash"
         places = [p for p in paths(recs[0]) if len(p) >= 2 and p[0] == 1
-                  and (not rehashed or p[1] in fmt.hashed)] or [()]
+                  and (not rehashed or p[1] in fmt.fingerprints)] or [()]
         recs[0], what = mutate(rng, recs[0], places)
         if rehashed and isinstance(recs[0], list) and len(recs[0]) == 2 \
                 and isinstance(recs[0][1], dict):

@@ -6,24 +6,14 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+from flextui.graph.builder import graph_from_dict
 from flextui.runtime.runlog import MAGIC, TAG_FINAL
 from fuzz.bases import Bases
 from fuzz.logmutations import LogFormat, damaged
 from fuzz.oracle import FLEXTUI, Case
 
 CATEGORY = "runlogs"
-
-
-def rehash(header: dict) -> None:
-    from flextui.graph.builder import graph_from_dict
-
-    try:
-        header["graph_hash"] = graph_from_dict(header["graph"]).fingerprint
-    except Exception:  # noqa: BLE001 (the mutation broke it: the reader must say so)
-        pass
-
-
-FORMAT = LogFormat(MAGIC, TAG_FINAL, rehash, ("graph",))
+FORMAT = LogFormat(MAGIC, TAG_FINAL, {"graph": ("graph_hash", graph_from_dict)})
 
 
 def case(rng: random.Random, index: int, bases: Bases, work: Path) -> Case:
