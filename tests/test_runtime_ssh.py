@@ -4,16 +4,19 @@ Two hosts of two CPU ranks train equal to one process, report every device, and 
 on their own addresses on the hosts' subnet only; a stop, a killed session, a failing
 rank and an sshd gone before the run each end with no process left on any host
 (every process in a host's namespace, by PID); preflight names a host that wants a
-password or runs another flextui. Skipped, with the reason, where namespaces or sshd
-cannot be made (not root, no openssh-server)."""
+password, whose key is unknown (at once, with a terminal to ask on too), or that runs
+another flextui. Skipped, with the reason, where namespaces or sshd cannot be made (not
+root, no openssh-server)."""
 
 import asyncio
+import fcntl
 import ipaddress
 import json
 import os
 import signal
 import subprocess
 import sys
+import termios
 import time
 from pathlib import Path
 
@@ -297,6 +300,10 @@ def test_the_store_and_the_ranks_listen_on_their_hosts_address_only(hosts, tmp_p
 @pytest.mark.parametrize("k, problem", [
     (PASSWORD, "ssh cannot log in without a password (BatchMode): {user}@{address}: "
                "Permission denied (password)"),
+    (UNKNOWN_KEY, "ssh does not trust its host key (Host key verification failed: the key "
+                  "is unknown here, or it changed): check that the key is the host's, then "
+                  "add it to the known_hosts file ssh reads, e.g. ssh-keyscan {address} >> "
+                  "~/.ssh/known_hosts"),
     (OTHER_FLEXTUI, f"has flextui {OTHER_VERSION} and torch {torch.__version__}, this "
                     f"machine flextui {__version__} and torch {torch.__version__}: install "
                     "the same versions on every host"),
@@ -311,3 +318,39 @@ def test_preflight_over_real_ssh_names_the_host_that_is_not_ready(hosts, capsys,
     assert code == 2 and f"host {address}" in err, err
     assert problem.format(user=getpass.getuser(), address=address) in err, err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_an_unknown_host_key_is_refused_not_asked_about_at_a_terminal(hosts, tmp_path):
+    """With a terminal to ask on, ssh asks whether to trust a new host key and waits;
+    the launch's ssh never asks: its preflight ends at once, naming ssh-keyscan."""
+    address = hosts.addresses[UNKNOWN_KEY]
+    asked = at_a_terminal(["ssh", "-F", str(hosts.config), address, "true"])
+    try:
+        said = b""
+        while b"continue connecting" not in said:  # ssh asks on the terminal
+            said += os.read(asked.terminal, 4096)
+    finally:
+        asked.kill()
+        asked.wait()
+        os.close(asked.terminal)
+    launch = at_a_terminal([sys.executable, "-m", "flextui", "launch", "-m", "lenet",
+                            "--hosts", f"{hosts.addresses[0]},{address}", "--ssh",
+                            hosts.ssh, "--dry-run"])
+    try:
+        _, err = launch.communicate(timeout=HANG_S)
+    finally:
+        launch.kill()
+        os.close(launch.terminal)
+    assert launch.returncode == 2 and f"ssh-keyscan {address}" in err.decode(), err
+
+
+def at_a_terminal(command: list[str]) -> subprocess.Popen:
+    """``command`` in a session of its own whose controlling terminal is a new pseudo
+    terminal (``.terminal``: its other side), as at a person's terminal."""
+    terminal, tty = os.openpty()
+    proc = subprocess.Popen(command, stdin=tty, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True,
+                            preexec_fn=lambda: fcntl.ioctl(0, termios.TIOCSCTTY, 0))
+    os.close(tty)
+    proc.terminal = terminal
+    return proc
