@@ -38,7 +38,7 @@ from flextui.runtime.target import LaunchTarget, Remote
 from flextui.strategy import builtin_strategy
 from helpers import HANG_S, model, screen_text, wait_for
 from netns_hosts import OTHER_VERSION, SUBNET, Kind, NetnsHosts, unavailable
-from processes import Follow, children, parent_of, wait_gone
+from processes import Follow, children, end, parent_of, wait_gone
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("gloo")]
 
@@ -66,10 +66,11 @@ def made(tmp_path_factory):
 
 @pytest.fixture
 def hosts(made):
-    """The hosts; after each test, no process is left on any of them (sshd aside) and
-    every sshd runs."""
+    """The hosts; after each test, no process is left on any of them (sshd aside: what
+    is, is a failure, and ended by PID) and every sshd runs."""
     yield made
     left = made.survivors()
+    end(left)
     for k in range(len(KINDS)):
         made.start_sshd(k)
     assert left == [], f"processes left on the hosts: {left}"
