@@ -108,6 +108,8 @@ def test_a_host_never_reaches_ssh_as_an_option(name):
 def test_a_host_given_with_its_port_is_reached_there():
     assert Host.parse("me@h1:2222", "x").destination == "ssh://me@h1:2222"
     assert Host.parse("[fe80::1]:22", "x").destination == "ssh://[fe80::1]:22"
+    assert (Host("me@h1:2222").port, Host("[fe80::1]:22").port, Host("h1").port) == \
+        (2222, 22, None)
     assert [Host.parse(n, "x").address for n in ("me@h1:22", "[fe80::1]:22", "fe80::1")] == \
         ["h1", "fe80::1", "fe80::1"]
     with pytest.raises(FlextuiError, match="'h1:99999' is not a host name"):

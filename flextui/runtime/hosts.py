@@ -64,11 +64,18 @@ class Host:
         return self.address.lower().rstrip(".")
 
     @property
+    def port(self) -> int | None:
+        """The port ssh connects to, when the name gives one."""
+        m = _parts(self.name)
+        port = m["port"] or m["v6port"]
+        return int(port) if port else None
+
+    @property
     def destination(self) -> str:
         """What ssh connects to: ``[user@]address``, or an ``ssh://`` URI with the port."""
         m = _parts(self.name)
         user = f"{m['user']}@" if m["user"] else ""
-        port = m["port"] or m["v6port"]
+        port = self.port
         if not port:
             return f"{user}{self.address}"
         host = f"[{self.address}]" if ":" in self.address else self.address

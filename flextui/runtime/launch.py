@@ -34,11 +34,12 @@ from enum import StrEnum
 from pathlib import Path
 from typing import IO
 
+from flextui.runtime.interfaces import SOCKET_IFNAMES, interface_toward
 from flextui.runtime.metrics import RankRecord
 from flextui.runtime.rankoutput import RankOutput
 from flextui.runtime.rendezvous import BACKEND
 from flextui.runtime.spec import LAUNCHER_PID
-from flextui.runtime.target import LOOPBACK, loopback_interface
+from flextui.runtime.target import LOOPBACK
 
 GRACE_S = 5.0
 #: torchrun's template of the tag before each of a rank's lines (``string.Template``)
@@ -84,14 +85,16 @@ class Torchrun:
         """What the launch adds to the environment: the launcher's PID (ranks watch it),
         one thread per rank unless asked otherwise, unbuffered output, each rank's lines
         tagged with its global rank (torchrun's default tag is the local rank, the same
-        on every node); on one node, the ranks' own sockets (gloo's, NCCL's) on the
-        loopback interface."""
+        on every node), and the interface the ranks' own sockets (gloo's, NCCL's) listen
+        on: the one holding this host's address toward ``master`` (on one node, the
+        loopback; over hosts, unless this host's environment names one)."""
         env = {LAUNCHER_PID: str(launcher_pid),
                "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
                "PYTHONUNBUFFERED": "1", LINE_PREFIX: "[rank${rank}]:"}
-        loopback = loopback_interface() if self.nnodes == 1 else None
-        if loopback is not None:
-            env |= {"GLOO_SOCKET_IFNAME": loopback, "NCCL_SOCKET_IFNAME": loopback}
+        interface = interface_toward(self.master)
+        if interface is not None:
+            env |= {name: interface for name in SOCKET_IFNAMES
+                    if self.nnodes == 1 or name not in os.environ}
         return env
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import io
+import shlex
 import subprocess
 import threading
 import time
@@ -41,6 +42,8 @@ PREFLIGHT_S = 60.0
 NODE_START_S = 60.0
 #: ssh sessions preflight holds open at once
 PREFLIGHT_SESSIONS = 32
+#: what ssh says when BatchMode keeps it from asking whether to trust a host's key
+HOST_KEY_FAILED = "Host key verification failed"
 
 
 @dataclass(frozen=True)
@@ -170,7 +173,7 @@ class _Sessions:
             proc = _start(self.target, host)
             self._live.add(proc)
         try:
-            return _answer(proc, self.request, self.timeout_s)
+            return _answer(proc, host, self.request, self.timeout_s)
         finally:
             end_process_group(proc, grace_s=1.0)
             with self._lock:
@@ -196,9 +199,9 @@ def _start(target: LaunchTarget, host: Host) -> subprocess.Popen[bytes]:
                            f"command with --ssh or {SSH_ENV}") from None
 
 
-def _answer(proc: subprocess.Popen[bytes], request: bytes, timeout_s: float
+def _answer(proc: subprocess.Popen[bytes], host: Host, request: bytes, timeout_s: float
             ) -> tuple[Any, str]:
-    """A host's facts as it said them, or why there are none."""
+    """``host``'s facts as it said them, or why there are none."""
     try:
         out, err = proc.communicate(request, timeout=timeout_s)
     except subprocess.TimeoutExpired:
@@ -213,6 +216,13 @@ def _answer(proc: subprocess.Popen[bytes], request: bytes, timeout_s: float
              if line.strip()]
     last = words[-1] if words else f"exit status {proc.returncode}, nothing said"
     if proc.returncode == 255:  # ssh's own failure
+        if any(HOST_KEY_FAILED in line for line in words):
+            scan = shlex.join(["ssh-keyscan", *(["-p", str(host.port)] if host.port else []),
+                               host.address])
+            return None, (f"ssh does not trust its host key ({HOST_KEY_FAILED}: the key is "
+                          "unknown here, or it changed): check that the key is the host's, "
+                          f"then add it to the known_hosts file ssh reads, e.g. {scan} >> "
+                          "~/.ssh/known_hosts")
         if "Permission denied" in last or "password" in last.lower():
             return None, (f"ssh cannot log in without a password (BatchMode): {last.rstrip('.')}; "
                           "set up "

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import socket
 import sys
 import uuid
 from dataclasses import dataclass, field, replace
@@ -136,11 +135,3 @@ def check_ranks_fit(where: str, count: int, training: Training, gpus: int, cpus:
         raise FlextuiError(f"{where} has {devices} {what}; the launch puts {count} ranks there "
                            f"(one {what[:-1]} each{hint})")
 
-
-def loopback_interface() -> str | None:
-    """The name of this machine's loopback interface ("lo" on Linux), if it has one."""
-    try:
-        names = [name for _, name in socket.if_nameindex()]
-    except OSError:
-        return None
-    return next((name for name in names if name.startswith("lo")), None)
