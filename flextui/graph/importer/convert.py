@@ -19,7 +19,9 @@ from flextui.graph.importer import mha, opaque
 from flextui.graph.importer.aten import HANDLERS
 from flextui.graph.importer.context import Context, Dropped, ParamRef, Unmappable
 from flextui.graph.importer.exported import export, module_path, source_line, target_name
+from flextui.graph.importer.module_run import META_KEY, ModuleCall
 from flextui.graph.importer.unsupported import Gather
+from flextui.graph.importer.verify import Verdict, check_import
 from flextui.graph.tensor import Tensor
 
 
@@ -33,11 +35,19 @@ UNKNOWN = _Unknown()
 def import_module(module: Any, example_inputs: tuple[Any, ...], name: str, *,
                   opaque: bool = False) -> OpGraph:
     """The operator graph of ``module`` run on ``example_inputs`` (their first dim is the
-    batch). GraphError (``UnsupportedOps``) names every op that cannot be mapped, unless
+    batch), checked against the module (``import_checked``)."""
+    return import_checked(module, example_inputs, name, opaque=opaque)[0]
+
+
+def import_checked(module: Any, example_inputs: tuple[Any, ...], name: str, *,
+                   opaque: bool = False) -> tuple[OpGraph, Verdict]:
+    """The operator graph of ``module`` run on ``example_inputs``, and whether it was
+    compared with the module (``verify``: GraphError when it computes something else).
+    GraphError (``UnsupportedOps``) names every op that cannot be mapped, unless
     ``opaque``: each region of such ops then becomes one opaque op, which runs the nodes
     of this export (its program is given to the op here, never named in the graph). The
     graph's ``meta["module_params"]`` names the module parameter each of its parameters
-    is."""
+    is, ``meta["module_call"]`` how the module is called (``ModuleCall``)."""
     program = export(module, example_inputs, name)
     users = [a for a in example_inputs if isinstance(a, torch.Tensor)]
     if not users or users[0].dim() == 0:
@@ -47,9 +57,9 @@ def import_module(module: Any, example_inputs: tuple[Any, ...], name: str, *,
     walk = _Walk(program, module, Context(builder), opaque)
     output = walk.run()
     walk.gather.raise_if_any(name)
-    graph = _finish(builder, output, name)
+    graph = _finish(builder, output, name, walk.inputs)
     graph.meta["module_params"] = dict(walk.ctx.module_params)
-    return graph
+    return graph, check_import(graph, module, example_inputs, walk.values, program)
 
 
 class _NotMapped(Exception):
@@ -75,6 +85,8 @@ class _Walk:
         nodes = program.graph.nodes
         self.order = {node: i for i, node in enumerate(nodes)}
         self.attention = mha.regions(nodes)
+        #: the input ops of the module's own inputs, in its forward's order
+        self.inputs: list[str] = []
 
     def run(self) -> Any:
         """The value of the module's output."""
@@ -83,7 +95,10 @@ class _Walk:
         output: Any = None
         for node in self.program.graph.nodes:
             if node.op == "placeholder":
-                self.values[node] = _placeholder(node, params, buffers, self.ctx.builder)
+                value = self.values[node] = _placeholder(node, params, buffers,
+                                                         self.ctx.builder)
+                if isinstance(value, Tensor) and value.producer is not None:
+                    self.inputs.append(value.producer.name)
             elif node.op == "call_function" and node not in self.values \
                     and node not in self.pending:
                 self._visit(node)
@@ -220,18 +235,23 @@ def _any(value: Any, kind: type) -> bool:
     return isinstance(value, kind)
 
 
-def _finish(builder: GraphBuilder, output: Any, name: str) -> OpGraph:
-    """The graph, with a loss when the module returns logits."""
+def _finish(builder: GraphBuilder, output: Any, name: str, inputs: list[str]) -> OpGraph:
+    """The graph, with a loss when the module returns logits; its meta says how the
+    module is called (``ModuleCall``: its ``inputs``, which output is its result)."""
     outputs = output if isinstance(output, (list, tuple)) else [output]
     tensors = [t for t in outputs if isinstance(t, Tensor)]
     if len(tensors) != 1:
         raise GraphError(f"model {name!r} returns {len(tensors)} tensors; flextui takes a "
                          "module that returns its logits or its loss")
     result = tensors[0]
+    labels_op = None
     if result.producer is None or result.producer.type != "softmax_ce":
         if len(result.shape) != 2:
             raise GraphError(f"model {name!r} returns a tensor of shape {list(result.shape)}; "
                              "return (batch, classes) logits or a cross-entropy loss")
         labels = builder.input((result.shape[0],), dtype="int64", name="labels")
+        labels_op = labels.producer.name if labels.producer else None
         builder.softmax_ce(result, labels, name="loss")
+    builder.meta[META_KEY] = ModuleCall(tuple(inputs), outputs.index(result),
+                                        labels_op).to_meta()
     return builder.build()
