@@ -160,3 +160,22 @@ def test_launch_check_fails_for_an_import_that_changes_the_model(tmp_path):
     assert proc.returncode == 1, proc.stderr[-3000:] + proc.stdout
     assert "check failed" in said and "away from one process of the module" in said
     assert all(c.loss_error > 1e-3 for c in checks)
+
+
+def test_a_module_that_does_not_run_in_float64_is_imported_unchecked_saying_why():
+    """A module that refuses float64 inputs cannot be compared, which is no reason to
+    refuse it."""
+    class Float32Only(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = torch.nn.Linear(4, 3)
+
+        def forward(self, x):
+            if x.dtype != torch.float32:
+                raise TypeError("float32 inputs only")
+            return self.fc(x)
+
+    graph, verdict = convert.import_checked(Float32Only(), (torch.randn(2, 4),), "fp32")
+    assert not verdict.checked and [op.type for op in graph.ops][:2] == ["input", "linear"]
+    assert "the module does not run in float64 as the graph does: TypeError: float32 " \
+           "inputs only" in verdict.why

@@ -125,15 +125,21 @@ def check_import(graph: OpGraph, module: torch.nn.Module, inputs: tuple[Any, ...
     own = dict(module64.named_parameters(remove_duplicate=False))
     params = {g: own[names[g]].detach().clone().requires_grad_() for g in graph.parameters}
     outputs: dict[int, list[torch.Tensor]] = {}
-    graph_loss = run_whole(graph, params, lambda op: _data(op, data), _SEED, outputs=outputs)
-    graph_loss.backward()
+    try:
+        graph_loss = run_whole(graph, params, lambda op: _data(op, data), _SEED,
+                               outputs=outputs)
+        graph_loss.backward()
+    except Exception as exc:  # noqa: BLE001 (an opaque op's nodes tied to float32)
+        return Verdict(False, f"the graph does not run in float64 here: "
+                              f"{type(exc).__name__}: {str(exc)[:160]}")
     try:
         with flextui_terms(graph, _SEED):
-            result = module64(*args)
-    except GraphError as exc:  # dropout the graph runs in an opaque op
-        return Verdict(False, str(exc))
-    loss = module_loss(call, result, labels)
-    loss.backward()
+            loss = module_loss(call, module64(*args), labels)
+        loss.backward()
+    except Exception as exc:  # noqa: BLE001 (the user's code, tied to float32, say; or
+        # dropout the graph runs in an opaque op: flextui_terms' GraphError)
+        return Verdict(False, f"the module does not run in float64 as the graph does: "
+                              f"{type(exc).__name__}: {str(exc)[:160]}")
     found, expected = float(graph_loss.detach()), float(loss.detach())
     error = abs(found - expected) / max(abs(expected), 1e-300)
     where = (f"in float64 on its example inputs the graph's loss is {found:.10g} and the "
