@@ -147,7 +147,8 @@ def cmd_launch(args: argparse.Namespace, console: Console) -> int:
         outcome, summary, records = job.execute(prepared, stop, progress.record,
                                                 progress.output)
     if args.check:
-        return _report_check(outcome, records, console, args.json) or caught.exit_status
+        return _report_check(outcome, records, console, args.json, graph) or \
+            caught.exit_status
     recorded = record_profile.record(args, graph, outcome, records, console)
     if args.json:
         emit_json({"status": str(outcome.status), "message": outcome.message,
@@ -376,13 +377,13 @@ def print_summary(summary, console: Console) -> None:
 
 
 def _report_check(outcome, records: list[RankRecord], console: Console,
-                  as_json: bool) -> int:
-    from flextui.runtime.check import TOLERANCE, check_result
-    result = check_result(outcome, records)
+                  as_json: bool, graph) -> int:
+    from flextui.runtime.check import TOLERANCE, check_result, referee_of
+    result = check_result(outcome, records, referee_of(graph))
     if as_json:
         emit_json(result.to_dict())
     elif result.equal:
-        console.print(f"check passed: {result.ranks} ranks equal one process to "
+        console.print(f"check passed: {result.ranks} ranks equal {result.referee} to "
                       f"{result.worst:.1e} (tolerance {TOLERANCE:.0e}) over "
                       f"{result.steps} steps", highlight=False)
     else:

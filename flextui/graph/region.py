@@ -24,3 +24,8 @@ def intersect(a: Region, b: Region) -> Region | None:
             return None
         out.append((lo, hi))
     return tuple(out)
+
+
+def within(region: Region, box: Region) -> tuple[slice, ...]:
+    """The slices of a tensor holding ``box`` that select ``region`` (inside it)."""
+    return tuple(slice(r0 - b0, r1 - b0) for (r0, r1), (b0, _) in zip(region, box))

@@ -26,6 +26,7 @@ import torch
 from flextui.graph import Op, Region
 from flextui.graph.kernels import kernel_for
 from flextui.graph.kernels.positional import key_of
+from flextui.graph.region import within
 from flextui.graph.tensor import FLOAT_DTYPES
 from flextui.runtime.comm import Comm, PendingSums, Transfer
 from flextui.runtime.plan import Piece, Plan, ReplicaSync
@@ -65,11 +66,6 @@ class StepResult:
 def kernel_seed(seed: int, step: int) -> int:
     """The seed a step's stochastic kernels (dropout) get, the same on every rank."""
     return key_of("kernels", seed, step)
-
-
-def within(region: Region, box: Region) -> tuple[slice, ...]:
-    """The slices of a tensor holding ``box`` that select ``region`` (inside it)."""
-    return tuple(slice(r0 - b0, r1 - b0) for (r0, r1), (b0, _) in zip(region, box))
 
 
 def shape_of(region: Region) -> tuple[int, ...]:

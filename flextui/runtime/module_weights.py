@@ -18,6 +18,14 @@ def module_parameters(graph: OpGraph, seed: int) -> dict[str, torch.Tensor] | No
     parameter name), or None when the graph was not imported from a module."""
     if not graph.imported:
         return None
+    return {name: p.detach() for name, p in seeded_module(graph, seed)[1].items()}
+
+
+def seeded_module(graph: OpGraph, seed: int) -> tuple[torch.nn.Module,
+                                                       dict[str, torch.nn.Parameter]]:
+    """The module ``graph`` was imported from, built under ``torch.manual_seed(seed)``,
+    and its parameter each of the graph's parameters is (by the graph's name; a tied
+    one under each of its names). ModelError when the module does not fit the graph."""
     source = graph.source
     if source is None:
         raise ModelError(f"graph {graph.name!r} was imported from a PyTorch module, and no "
@@ -33,10 +41,10 @@ def module_parameters(graph: OpGraph, seed: int) -> dict[str, torch.Tensor] | No
         raise ModelError(f"model {source.text}: the module model() builds now does not have "
                          f"the parameters the graph was imported with "
                          f"({', '.join(missing)[:200]}); search and launch from the same model")
-    tensors = {name: own[names[name]].detach() for name in graph.parameters}
-    for name, tensor in tensors.items():
+    params = {name: own[names[name]] for name in graph.parameters}
+    for name, param in params.items():
         shape = graph.parameters[name].shape
-        if tuple(tensor.shape) != shape:
+        if tuple(param.shape) != shape:
             raise ModelError(f"model {source.text}: parameter {names[name]} now has shape "
-                             f"{list(tensor.shape)}, the graph's {list(shape)}")
-    return tensors
+                             f"{list(param.shape)}, the graph's {list(shape)}")
+    return module, params

@@ -16,8 +16,8 @@ import torch
 
 from flextui.graph import Op, OpGraph, Region, full_region
 from flextui.graph.dims import DimKind
-from flextui.graph.kernels import kernel_for
-from flextui.runtime.engine import SGD, Optimizer, kernel_seed, within
+from flextui.graph.kernels.whole import run_whole
+from flextui.runtime.engine import SGD, Optimizer, kernel_seed
 from flextui.runtime.plan import index_bounds
 from flextui.runtime.values import StartingParameters, input_block
 from flextui.strategy import Strategy
@@ -68,28 +68,8 @@ def forward_whole(graph: OpGraph, params: dict[str, torch.Tensor],
     """One forward pass of the whole graph, every op as one block through its kernel
     (but ``sample_blocks``), from ``params`` (by name) and each input op's ``data``;
     returns the loss."""
-    outputs: dict[int, list[torch.Tensor]] = {}
-    loss = torch.zeros((), dtype=dtype)
-    for op in graph.ops:
-        parts = []
-        for region in sample_blocks(op, strategy):
-            if op.type == "input":
-                inputs = [data(op)]
-            else:
-                inputs = []
-                for t, need in zip(op.inputs, op.input_regions(region)):
-                    assert t.producer is not None
-                    inputs.append(outputs[t.producer.index][t.index][
-                        within(need, full_region(t.shape))])
-            blocks = [params[p.name][within(op.param_region(i, region), full_region(p.shape))]
-                      for i, p in enumerate(op.params)]
-            outs, share = kernel_for(op.type).forward_loss(op, region, inputs, blocks, seed)
-            parts.append(outs)
-            if share is not None:
-                loss = loss + share
-        outputs[op.index] = parts[0] if len(parts) == 1 else \
-            [torch.cat(blocks, dim=0) for blocks in zip(*parts)]
-    return loss
+    return run_whole(graph, params, data, seed, dtype,
+                     None if strategy is None else lambda op: sample_blocks(op, strategy))
 
 
 def sample_blocks(op: Op, strategy: Strategy | None) -> list[Region]:

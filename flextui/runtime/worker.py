@@ -5,8 +5,9 @@ launch uses NCCL and on the CPU otherwise. It reads the launch plan (``spec``: w
 imported model, the model source the user gave, from which it builds the module's
 weights and what its opaque ops run, ``module_weights`` and ``regions``), compiles
 the same step as every other rank (``plan``), trains (``engine``) and reports on stdout
-(``metrics``). With a check it then trains the whole graph in this process
-(``reference``) and reports how far its own parameter shards and the loss are from it.
+(``metrics``). With a check it then trains the referee in this process (``referee``:
+the user's module, or the whole graph of a model flextui built) and reports how far
+its own parameter shards and the loss are from it.
 
 A watchdog thread ends the rank at once when the process that started it (torchrun's
 agent) or the launcher (``FLEXTUI_LAUNCHER_PID``) is gone, so no rank outlives its
@@ -36,11 +37,13 @@ import torch.distributed as dist
 from torch.distributed.elastic.multiprocessing.errors import record
 
 from flextui.cost.localdevice import cpu_name
+from flextui.graph.kernels.whole import relative_error
+from flextui.graph.region import within
 from flextui.runtime.comm import Comm
-from flextui.runtime.engine import Optimizer, RankProgram, within
+from flextui.runtime.engine import Optimizer, RankProgram
 from flextui.runtime.metrics import MAX_LINE, Check, End, Failed, Reporter, Start, encode
 from flextui.runtime.plan import compile_plan
-from flextui.runtime.reference import train_whole
+from flextui.runtime.referee import train_referee
 from flextui.runtime.regions import bind_regions
 from flextui.runtime.spec import LAUNCHER_PID, Backend, LaunchSpec
 from flextui.runtime.tasktimes import TaskTimes
@@ -126,15 +129,16 @@ def _run(spec: LaunchSpec, rank: int, device: torch.device) -> int:
 
 def _check(spec: LaunchSpec, program: RankProgram, losses: list[float], reporter: Reporter,
            steps: int, dtype: torch.dtype, device: torch.device) -> None:
-    """Train the whole graph in this process and report the largest relative error of
-    this rank's parameter shards and of the summed loss of every step."""
+    """Train the referee in this process (the user's module for an imported graph, else
+    the whole graph: ``referee``) and report the largest relative error of this rank's
+    parameter shards and of the summed loss of every step."""
     # on the rank's device: NCCL reduces GPU tensors only
     totals = torch.tensor(losses, dtype=torch.float64, device=device)
     dist.all_reduce(totals)  # the loss of each step: the ranks' shares summed
     training = spec.training
-    reference = train_whole(spec.graph, steps, seed=training.seed, dtype=dtype,
-                            optimizer=Optimizer(training.lr, training.momentum),
-                            strategy=spec.strategy)
+    reference = train_referee(spec.graph, steps, seed=training.seed, dtype=dtype,
+                              optimizer=Optimizer(training.lr, training.momentum),
+                              strategy=spec.strategy)
     loss_error = max((abs(a - b) / max(abs(b), 1e-300)
                       for a, b in zip(totals.tolist(), reference.losses)), default=0.0)
     param_error = 0.0
@@ -145,16 +149,6 @@ def _check(spec: LaunchSpec, program: RankProgram, losses: list[float], reporter
                                                       whole[within(box, full)]))
     reporter.emit(Check(reporter.rank, loss_error, param_error, tuple(totals.tolist()),
                         tuple(reference.losses)))
-
-
-def relative_error(found: torch.Tensor, expected: torch.Tensor) -> float:
-    """The largest elementwise relative error, an element's error taken against at least
-    a millionth of the tensor's largest magnitude (so values near zero are not divided
-    by nearly nothing)."""
-    floor = float(expected.abs().max()) * 1e-6 if expected.numel() else 0.0
-    scale = expected.abs().clamp_min(max(floor, 1e-300))
-    return float(((found.to(expected.dtype) - expected).abs() / scale).max()) \
-        if expected.numel() else 0.0
 
 
 def _profile_device(device: torch.device) -> str:

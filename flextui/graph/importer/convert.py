@@ -18,8 +18,16 @@ from flextui.graph.graph import OpGraph
 from flextui.graph.importer import mha, opaque
 from flextui.graph.importer.aten import HANDLERS
 from flextui.graph.importer.context import Context, Dropped, ParamRef, Unmappable
-from flextui.graph.importer.exported import export, module_path, source_line, target_name
-from flextui.graph.importer.unsupported import Gather
+from flextui.graph.importer.exported import (
+    cache_said,
+    export,
+    module_path,
+    source_line,
+    target_name,
+)
+from flextui.graph.importer.module_run import META_KEY, ModuleCall
+from flextui.graph.importer.unsupported import Gather, stand_in
+from flextui.graph.importer.verify import Verdict, check_import
 from flextui.graph.tensor import Tensor
 
 
@@ -33,23 +41,54 @@ UNKNOWN = _Unknown()
 def import_module(module: Any, example_inputs: tuple[Any, ...], name: str, *,
                   opaque: bool = False) -> OpGraph:
     """The operator graph of ``module`` run on ``example_inputs`` (their first dim is the
-    batch). GraphError (``UnsupportedOps``) names every op that cannot be mapped, unless
+    batch), checked against the module (``import_checked``)."""
+    return import_checked(module, example_inputs, name, opaque=opaque)[0]
+
+
+def import_checked(module: Any, example_inputs: tuple[Any, ...], name: str, *,
+                   opaque: bool = False) -> tuple[OpGraph, Verdict]:
+    """The operator graph of ``module`` run on ``example_inputs``, and whether it was
+    compared with the module (``verify``: GraphError when it computes something else).
+    GraphError (``UnsupportedOps``) names every op that cannot be mapped, unless
     ``opaque``: each region of such ops then becomes one opaque op, which runs the nodes
     of this export (its program is given to the op here, never named in the graph). The
     graph's ``meta["module_params"]`` names the module parameter each of its parameters
-    is."""
-    program = export(module, example_inputs, name)
+    is, ``meta["module_call"]`` how the module is called (``ModuleCall``)."""
     users = [a for a in example_inputs if isinstance(a, torch.Tensor)]
     if not users or users[0].dim() == 0:
         raise GraphError(f"model {name!r}: its first example input must be a tensor whose "
                          "first dim is the batch")
-    builder = GraphBuilder(name, batch_size=int(users[0].shape[0]), family="imported")
-    walk = _Walk(program, module, Context(builder), opaque)
-    output = walk.run()
-    walk.gather.raise_if_any(name)
-    graph = _finish(builder, output, name)
+    with cache_said(module, name):
+        program = export(module, example_inputs, name)
+        builder = GraphBuilder(name, batch_size=int(users[0].shape[0]), family="imported")
+        walk = _Walk(program, module, Context(builder), opaque)
+        output = walk.run()
+        if walk.gather.seen:
+            walk.gather.raise_if_any(name, "" if opaque else
+                                     _with_opaque(program, module, name))
+        graph = _finish(builder, output, name, walk.inputs)
     graph.meta["module_params"] = dict(walk.ctx.module_params)
-    return graph
+    return graph, check_import(graph, module, example_inputs, walk.values, program)
+
+
+def _with_opaque(program: ExportedProgram, module: Any, name: str) -> str:
+    """What ``--opaque`` would do for an import refused without it: the walk again,
+    regions of what cannot be mapped made opaque ops."""
+    builder = GraphBuilder(name, batch_size=1, family="imported")
+    walk = _Walk(program, module, Context(builder), True)
+    try:
+        output = walk.run()
+        if not walk.gather.seen:
+            _finish(builder, output, name, walk.inputs)
+    except GraphError as exc:
+        return f"--opaque does not import it either: {str(exc).splitlines()[0]}"
+    if walk.gather.seen:
+        first = next(iter(walk.gather.seen.values()))
+        return f"--opaque does not import it either: {first.target}: {first.why}"
+    count = sum(op.type == "opaque" for op in builder.build().ops)
+    return (f"--opaque imports it: these ops become {count} opaque op"
+            f"{'s that run' if count != 1 else ' that runs'} the module's own code (searched "
+            "and split as whole regions, by samples at most)")
 
 
 class _NotMapped(Exception):
@@ -75,15 +114,24 @@ class _Walk:
         nodes = program.graph.nodes
         self.order = {node: i for i, node in enumerate(nodes)}
         self.attention = mha.regions(nodes)
+        #: the nodes that could not be mapped, and those that read them
+        self.tainted: set[Node] = set()
+        #: the input ops of the module's own inputs, in its forward's order
+        self.inputs: list[str] = []
 
     def run(self) -> Any:
         """The value of the module's output."""
         signature = self.program.graph_signature
-        params, buffers = signature.inputs_to_parameters, signature.inputs_to_buffers
+        params = signature.inputs_to_parameters
+        # a tensor the forward makes (torch.tensor(...)) is a constant, as a buffer is
+        buffers = {**signature.inputs_to_buffers, **signature.inputs_to_lifted_tensor_constants}
         output: Any = None
         for node in self.program.graph.nodes:
             if node.op == "placeholder":
-                self.values[node] = _placeholder(node, params, buffers, self.ctx.builder)
+                value = self.values[node] = _placeholder(node, params, buffers,
+                                                         self.ctx.builder)
+                if isinstance(value, Tensor) and value.producer is not None:
+                    self.inputs.append(value.producer.name)
             elif node.op == "call_function" and node not in self.values \
                     and node not in self.pending:
                 self._visit(node)
@@ -111,7 +159,7 @@ class _Walk:
                 self.pending.add(node)
             else:
                 self._report(node, not_mapped.target, not_mapped.why)
-                self.values[node] = UNKNOWN
+                self._stand_in([node])
 
     def _attention(self, path: str, nodes: list[Node]) -> None:
         """An nn.MultiheadAttention's nodes (``mha``): its output's value, the rest
@@ -131,6 +179,7 @@ class _Walk:
             else:
                 self.gather.add("torch.nn.MultiheadAttention", path, source_line(nodes[0]),
                                 str(why))
+                self._stand_in(nodes)
 
     def _close(self) -> None:
         """The region gathered so far becomes an opaque op."""
@@ -144,9 +193,21 @@ class _Walk:
                 self.values.update(opaque.close(self.ctx, nodes, self.values, self.regions))
         except Unmappable as why:
             self._report(first, "an opaque region", str(why))
+            self._stand_in(nodes)
+
+    def _stand_in(self, nodes: list[Node]) -> None:
+        """Nodes that could not be mapped: what the rest of the graph reads of them
+        stands in as tensors of their shapes (``unsupported.stand_in``), so that every
+        op after them is still tried, and all that cannot be mapped is said at once."""
+        inside = set(nodes)
+        for node in nodes:
+            self.tainted.add(node)
+            if any(user not in inside for user in node.users):
+                self.values[node] = stand_in(node.meta.get("val"), node.name) or UNKNOWN
 
     def _report(self, node: Node, target: str, why: str) -> None:
-        self.gather.add(target, module_path(node)[0], source_line(node), why)
+        downstream = target in HANDLERS and any(a in self.tainted for a in node.all_input_nodes)
+        self.gather.add(target, module_path(node)[0], source_line(node), why, downstream)
 
     def _call(self, node: Node) -> Any:
         args = _resolve(node.args, self.values)
@@ -162,11 +223,18 @@ class _Walk:
         if _reused_after_change(node, self.order):
             raise _NotMapped(target, "an activation changed in place is used again as it "
                              "was before")
+        after_unmapped = any(a in self.tainted for a in node.all_input_nodes)
+        if after_unmapped:
+            self.tainted.add(node)
         try:
             with self.ctx.naming(module_path(node), node):
                 return handler(self.ctx, *args, **kwargs)
         except Unmappable as why:
             raise _NotMapped(target, str(why)) from None
+        except GraphError:
+            if after_unmapped:  # what stands in for an unmapped value does not fit here
+                return UNKNOWN
+            raise
 
 
 def _placeholder(node: Node, params: dict[str, str], buffers: dict[str, str],
@@ -220,18 +288,23 @@ def _any(value: Any, kind: type) -> bool:
     return isinstance(value, kind)
 
 
-def _finish(builder: GraphBuilder, output: Any, name: str) -> OpGraph:
-    """The graph, with a loss when the module returns logits."""
+def _finish(builder: GraphBuilder, output: Any, name: str, inputs: list[str]) -> OpGraph:
+    """The graph, with a loss when the module returns logits; its meta says how the
+    module is called (``ModuleCall``: its ``inputs``, which output is its result)."""
     outputs = output if isinstance(output, (list, tuple)) else [output]
     tensors = [t for t in outputs if isinstance(t, Tensor)]
     if len(tensors) != 1:
         raise GraphError(f"model {name!r} returns {len(tensors)} tensors; flextui takes a "
                          "module that returns its logits or its loss")
     result = tensors[0]
+    labels_op = None
     if result.producer is None or result.producer.type != "softmax_ce":
         if len(result.shape) != 2:
             raise GraphError(f"model {name!r} returns a tensor of shape {list(result.shape)}; "
                              "return (batch, classes) logits or a cross-entropy loss")
         labels = builder.input((result.shape[0],), dtype="int64", name="labels")
+        labels_op = labels.producer.name if labels.producer else None
         builder.softmax_ce(result, labels, name="loss")
+    builder.meta[META_KEY] = ModuleCall(tuple(inputs), outputs.index(result),
+                                        labels_op).to_meta()
     return builder.build()

@@ -3,8 +3,10 @@ the exported graph came from (its module path and the user's source line)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +42,26 @@ def export(module: Any, example_inputs: tuple[Any, ...], name: str) -> ExportedP
                          "control flow needs torch.cond)") from None
     finally:
         fake.setLevel(level)
+
+
+@contextlib.contextmanager
+def cache_said(module: Any, name: str) -> Iterator[None]:
+    """A refusal of a Hugging Face transformers model whose ``config.use_cache`` is on
+    says that first, in plain words: its forward then returns a key/value cache (for
+    generation), which torch.export cannot return and a training step does not use."""
+    try:
+        yield
+    except GraphError as exc:
+        config = getattr(module, "config", None)
+        if not getattr(config, "use_cache", False) or \
+                not type(module).__module__.startswith("transformers."):
+            raise
+        raise GraphError(
+            f"model {name!r} is a Hugging Face transformers model with use_cache on: its "
+            "forward returns a key/value cache for generation, which training does not "
+            "use; build it with the cache off (model.config.use_cache = False in model(), "
+            f"or use_cache=False in its config). What failed: {str(exc).splitlines()[0]:.160}"
+            ) from None
 
 
 def module_path(node: Node) -> tuple[str, bool]:

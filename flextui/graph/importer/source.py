@@ -18,19 +18,21 @@ optionally ``BATCH_SIZE`` and ``DESCRIPTION``::
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from flextui.errors import ModelError
 from flextui.graph.graph import OpGraph
-from flextui.graph.importer.convert import import_module
+from flextui.graph.importer.convert import import_checked
 from flextui.graph.importer.exported import export
 from flextui.graph.importer.opaque import program_of
 from flextui.graph.kernels.opaque import RegionProgram
 from flextui.graph.usercode import user_code
 
 DEFAULT_BATCH_SIZE = 32
+LOG = logging.getLogger("flextui.import")
 DESCRIPTION = "a PyTorch module, imported through torch.export"
 
 
@@ -66,11 +68,22 @@ class TorchModel:
 
     def build(self, batch_size: int, opaque: bool = False) -> OpGraph:
         """The graph at ``batch_size``; with ``opaque`` what cannot be mapped op by op
-        becomes opaque ops rather than an error."""
+        becomes opaque ops rather than an error. The import is compared with the module
+        (``verify``), at a smaller batch when ``batch_size`` is too large for that here;
+        when no batch is small enough, a warning says it was not."""
         module = self.module()
         inputs = self.example(batch_size)
         with user_code(f"model {self.name!r}: its forward"):
-            return import_module(module, inputs, self.name, opaque=opaque)
+            graph, verdict = import_checked(module, inputs, self.name, opaque=opaque)
+        if verdict.smaller:
+            module, inputs = self.module(), self.example(verdict.smaller)
+            with user_code(f"model {self.name!r}: its forward"):
+                verdict = import_checked(module, inputs, self.name, opaque=opaque)[1]
+        if not verdict.checked:
+            LOG.warning(f"model {self.name!r}: flextui did not compare the import with the "
+                        f"module in float64 ({verdict.why}); `flextui launch --check` "
+                        "compares a run with the module, at a small batch")
+        return graph
 
     def program(self, batch_size: int) -> RegionProgram:
         """The module exported at ``batch_size``, as its opaque ops run it."""

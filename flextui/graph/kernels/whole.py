@@ -1,0 +1,59 @@
+"""One forward pass of a whole graph in one process: every op as one block through its
+kernel (or as the blocks a caller asks for), from whole parameters and each input op's
+data. The runtime's one-process reference and the importer's check against the user's
+module both run a graph this way."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from flextui.graph.graph import OpGraph
+from flextui.graph.kernels.base import kernel_for
+from flextui.graph.op import Op
+from flextui.graph.region import Region, full_region, within
+
+
+def run_whole(graph: OpGraph, params: dict[str, torch.Tensor],
+              data: Callable[[Op], torch.Tensor], seed: int,
+              dtype: torch.dtype = torch.float64,
+              blocks: Callable[[Op], list[Region]] | None = None,
+              outputs: dict[int, list[torch.Tensor]] | None = None) -> torch.Tensor:
+    """The loss of one forward pass from ``params`` (by name) and each input op's
+    ``data``. ``blocks`` gives the regions an op is computed in, in sample order (the
+    whole op when None: an op computed in sample blocks is concatenated along dim 0);
+    ``outputs``, when given, receives every op's outputs by op index."""
+    found: dict[int, list[torch.Tensor]] = {} if outputs is None else outputs
+    loss = torch.zeros((), dtype=dtype)
+    for op in graph.ops:
+        parts = []
+        for region in blocks(op) if blocks is not None else [full_region(op.space_shape)]:
+            if op.type == "input":
+                inputs = [data(op)]
+            else:
+                inputs = []
+                for t, need in zip(op.inputs, op.input_regions(region)):
+                    assert t.producer is not None
+                    inputs.append(found[t.producer.index][t.index][
+                        within(need, full_region(t.shape))])
+            shards = [params[p.name][within(op.param_region(i, region), full_region(p.shape))]
+                      for i, p in enumerate(op.params)]
+            outs, share = kernel_for(op.type).forward_loss(op, region, inputs, shards, seed)
+            parts.append(outs)
+            if share is not None:
+                loss = loss + share
+        found[op.index] = parts[0] if len(parts) == 1 else \
+            [torch.cat(pieces, dim=0) for pieces in zip(*parts)]
+    return loss
+
+
+def relative_error(found: torch.Tensor, expected: torch.Tensor, scale: float = 0.0) -> float:
+    """The largest elementwise relative error, an element's error taken against at least
+    a millionth of the tensor's largest magnitude, or of ``scale`` when larger (so values
+    near zero are not divided by nearly nothing)."""
+    if not expected.numel():
+        return 0.0
+    floor = max(float(expected.abs().max()), scale) * 1e-6
+    least = expected.abs().clamp_min(max(floor, 1e-300))
+    return float(((found.to(expected.dtype) - expected).abs() / least).max())

@@ -1,0 +1,64 @@
+"""What a checked run (``flextui launch --check``) must equal, trained in one process on
+the same batches, from the same starting parameters, with the same update (SGD with
+momentum): for a graph imported from the user's PyTorch module, the module itself, run
+by plain PyTorch (its own forward, ``loss.backward()``, ``torch.optim.SGD``), so an
+import that changed the model's meaning cannot pass; for a model flextui built, the
+whole graph (``reference.train_whole``).
+
+The module runs on flextui's terms in two things only (``module_run.flextui_terms``):
+dropout draws flextui's masks, and batch norm normalises each sample block the
+strategy gives it on its own, as the ranks do."""
+
+from __future__ import annotations
+
+import torch
+
+from flextui.graph import OpGraph, full_region
+from flextui.graph.importer.module_run import ModuleCall, flextui_terms, module_loss
+from flextui.runtime.engine import SGD, Optimizer, kernel_seed
+from flextui.runtime.module_weights import seeded_module
+from flextui.runtime.plan import index_bounds
+from flextui.runtime.reference import ReferenceRun, sample_blocks, train_whole
+from flextui.runtime.values import input_block
+from flextui.strategy import Strategy
+
+
+def train_referee(graph: OpGraph, steps: int, *, seed: int = 0,
+                  dtype: torch.dtype = torch.float64, optimizer: Optimizer = SGD,
+                  strategy: Strategy | None = None) -> ReferenceRun:
+    """The losses and final parameters (by the graph's parameter names) of the run a
+    check compares with: the user's module for an imported graph, else the graph."""
+    if graph.imported:
+        return train_module(graph, steps, seed=seed, dtype=dtype, optimizer=optimizer,
+                            strategy=strategy)
+    return train_whole(graph, steps, seed=seed, dtype=dtype, optimizer=optimizer,
+                       strategy=strategy)
+
+
+def train_module(graph: OpGraph, steps: int, *, seed: int = 0,
+                 dtype: torch.dtype = torch.float64, optimizer: Optimizer = SGD,
+                 strategy: Strategy | None = None) -> ReferenceRun:
+    """The user's module (built from ``graph.source`` under ``torch.manual_seed(seed)``,
+    as every rank builds its starting weights) trained ``steps`` steps on the runtime's
+    data for ``graph``'s inputs."""
+    call = ModuleCall.of(graph)
+    module, params = seeded_module(graph, seed)
+    module.to(dtype)  # its parameters stay the objects ``params`` holds
+    sgd = torch.optim.SGD(module.parameters(), lr=optimizer.lr, momentum=optimizer.momentum)
+    bounds = index_bounds(graph)
+    inputs = [op for op in graph.ops if op.type == "input"]
+    losses = []
+    for step in range(steps):
+        data = {op.name: input_block(op, op.output_regions(full_region(op.space_shape))[0],
+                                     seed, step, dtype, bounds.get(op.index))
+                for op in inputs}
+        with flextui_terms(graph, kernel_seed(seed, step),
+                           None if strategy is None else
+                           lambda op: sample_blocks(op, strategy)):
+            output = module(*(data[name] for name in call.inputs))
+        loss = module_loss(call, output, None if call.labels is None else data[call.labels])
+        sgd.zero_grad()
+        loss.backward()
+        sgd.step()
+        losses.append(float(loss.detach()))
+    return ReferenceRun(losses, {name: p.detach() for name, p in params.items()})
