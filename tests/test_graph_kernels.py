@@ -77,8 +77,9 @@ def attention_heads(heads: int, causal: bool) -> Ref:
         q, k, v = (t.unflatten(2, (heads, -1)).transpose(1, 2) for t in xs)
         scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
         if causal:
-            seq = scores.shape[-1]
-            scores = scores.masked_fill(torch.ones(seq, seq, dtype=torch.bool).triu(1), -math.inf)
+            rows, keys = scores.shape[-2:]
+            hidden = torch.ones(rows, keys, dtype=torch.bool).triu(1)
+            scores = scores.masked_fill(hidden, -math.inf)
         return [(scores.softmax(-1) @ v).transpose(1, 2).flatten(2)], None
     return ref
 
@@ -152,6 +153,10 @@ CASES = [
     Case("batchnorm_nc", lambda g: g.batchnorm(g.input((4, 6))), batchnorm_per_sample_block),
     Case("linear", lambda g: g.linear(g.input((4, 5)), 6), plain(F.linear)),
     Case("linear_seq", lambda g: g.linear(g.input((4, 2, 5)), 4, bias=False), plain(F.linear)),
+    Case("linear_transposed", lambda g: g.linear(g.input((4, 2, 5)), 4, transposed=True),
+         plain(lambda x, w, b: x @ w + b)),
+    Case("linear_rows", lambda g: g.linear(g.input((4, 2, 5)), 4, rows=(2, 8)),
+         plain(lambda x, w, b: F.linear(x, w[2:6], b[2:6]))),
     Case("embedding", lambda g: g.embedding(g.input((4, 3), dtype="int64"), 10, 4),
          plain(F.embedding)),
     Case("matmul", lambda g: g.matmul(g.input((4, 2, 3)), g.input((4, 3, 4))),
@@ -172,6 +177,12 @@ CASES = [
     Case("mha", lambda g: g.multihead_attention(*(g.input((2, 4, 8)) for _ in "qkv"), 2,
                                                 causal=False),
          attention_heads(2, causal=False)),
+    Case("mha_cross", lambda g: g.multihead_attention(g.input((2, 4, 8)), g.input((2, 6, 8)),
+                                                      g.input((2, 6, 8)), 2, causal=False),
+         attention_heads(2, causal=False)),
+    Case("mha_cross_causal", lambda g: g.multihead_attention(
+        g.input((2, 4, 8)), g.input((2, 6, 8)), g.input((2, 6, 8)), 2),
+         attention_heads(2, causal=True)),
 ]
 
 

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from flextui.graph.importer import views
+from flextui.graph.importer.constants import Constant
 from flextui.graph.importer.context import Context, ParamRef, Unmappable, owner
 from flextui.graph.tensor import Tensor
 
@@ -174,8 +175,8 @@ def cat(ctx: Context, xs: Any, dim: int = 0) -> Tensor:
 def embedding(ctx: Context, weight: Any, ids: Any, *_: Any) -> Tensor:
     if not isinstance(weight, ParamRef):
         raise Unmappable("the table is computed, not a parameter")
-    if isinstance(ids, views.Positions):
-        ids = views.positions_input(ctx, ids)
+    if isinstance(ids, Constant):
+        ids = views.fill_input(ctx, ids)
     out = ctx.builder.embedding(_tensor(ids, "the ids"), weight.shape[0], weight.shape[1],
                                 name=ctx.name, shared=owner(weight))
     return ctx.bind(out, weight=weight)
@@ -241,10 +242,6 @@ HANDLERS: dict[str, Callable[..., Any]] = {
     "aten.transpose.int": views.transpose,
     "aten.permute.default": views.permute,
     "aten.scaled_dot_product_attention.default": views.attention,
-    "aten.arange.default": views.arange,
-    "aten.arange.start": views.arange,
-    "aten.arange.start_step": views.arange,
-    "aten.unsqueeze.default": views.unsqueeze,
     "aten.view.default": reshape,
     "aten.reshape.default": reshape,
     "aten.cat.default": cat,

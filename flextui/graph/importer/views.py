@@ -1,8 +1,8 @@
 """Values a model makes on its way to an op that flextui holds as one tensor: an
-activation split into attention heads (``Heads``), the positions ``torch.arange``
-makes (``Positions``), and an activation whose batch dim is merged into the next for a
-token-level loss (``FlatBatch``). The handlers here make them and take them apart;
-anything else that reads one is reported (``describe``)."""
+activation split into attention heads (``Heads``) and an activation whose batch dim
+is merged into the next for a token-level loss (``FlatBatch``). The handlers here
+make them and take them apart; anything else that reads one is reported
+(``describe``), as is a constant (``constants.Constant``) read where no op takes one."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from flextui.graph.importer import constants
+from flextui.graph.importer.constants import Constant
 from flextui.graph.importer.context import Context, Unmappable
 from flextui.graph.ops.basic import InputFill
 from flextui.graph.tensor import Tensor
@@ -29,13 +31,6 @@ class Heads:
 
 
 @dataclass(frozen=True)
-class Positions:
-    """``torch.arange(length)``: the positions of a sequence, read as an embedding's ids."""
-
-    length: int
-
-
-@dataclass(frozen=True)
 class FlatBatch:
     """An activation [B, T, ...] reshaped to [B*T, ...], read by cross_entropy."""
 
@@ -47,8 +42,9 @@ def describe(value: Any) -> str | None:
     if isinstance(value, Heads):
         return ("an activation split into attention heads, read by something other than "
                 "scaled_dot_product_attention or the reshape that merges the heads back")
-    if isinstance(value, Positions):
-        return "positions (torch.arange) read other than as an embedding's ids"
+    if isinstance(value, Constant):
+        return ("a constant (made from the module's buffers and literals, not its inputs) "
+                "read other than as an attention mask, positions or rotary tables")
     if isinstance(value, FlatBatch):
         return ("an activation whose batch dim is merged into the next, read by something "
                 "other than cross_entropy")
@@ -99,47 +95,41 @@ def permute(ctx: Context, x: Any, dims: Any) -> Heads:
 def attention(ctx: Context, q: Any, k: Any, v: Any, attn_mask: Any = None,
               dropout_p: float = 0.0, is_causal: bool = False, *, scale: Any = None,
               enable_gqa: bool = False) -> Heads:
-    """scaled_dot_product_attention of heads split from [B, S, D] activations: the
-    multihead_attention op (its projections are the model's own linear ops)."""
+    """scaled_dot_product_attention of heads split from [B, S, D] activations (k and v
+    may come from another sequence: cross-attention): the multihead_attention op (its
+    projections are the model's own linear ops), causal from ``is_causal`` or from a
+    constant mask (``constants.mask_kind``)."""
     if not all(isinstance(t, Heads) and t.transposed for t in (q, k, v)):
         raise Unmappable("q, k and v are not [B, S, D] activations split into heads")
-    if attn_mask is not None or dropout_p or enable_gqa:
-        raise Unmappable("an attention mask (other than is_causal), dropout or grouped "
-                         "query attention")
-    heads = {q.heads, k.heads, v.heads}
-    shapes = {q.tensor.shape, k.tensor.shape, v.tensor.shape}
-    if len(heads) != 1 or len(shapes) != 1:
-        raise Unmappable("q, k and v of different shapes or head counts")
+    if dropout_p:
+        raise Unmappable(f"attention dropout (dropout_p={dropout_p})")
+    if len({q.heads, k.heads, v.heads}) != 1 or enable_gqa:
+        raise Unmappable("grouped-query attention (fewer key and value heads than query "
+                         "heads)")
+    if k.tensor.shape != v.tensor.shape or q.tensor.shape[::2] != k.tensor.shape[::2]:
+        raise Unmappable("q, k and v of different batches or widths, or k and v of "
+                         "different lengths")
     head_dim = q.tensor.shape[2] // q.heads
     if scale is not None and not math.isclose(scale, head_dim ** -0.5, rel_tol=1e-12):
         raise Unmappable(f"a scale other than 1/sqrt(head dim) ({scale})")
+    causal = bool(is_causal)
+    if attn_mask is not None:
+        causal = constants.mask_kind(attn_mask, q.tensor.shape[1], k.tensor.shape[1])
     out = ctx.builder.multihead_attention(q.tensor, k.tensor, v.tensor, q.heads,
-                                          causal=bool(is_causal), name=ctx.name)
+                                          causal=causal, name=ctx.name)
     return Heads(out, q.heads, transposed=True)
 
 
-def arange(ctx: Context, *args: Any, **kwargs: Any) -> Positions:
-    numbers = [int(a) for a in args]
-    start, end, step = (0, numbers[0], 1) if len(numbers) == 1 else (*numbers, 1)[:3]
-    if start != 0 or step != 1:
-        raise Unmappable("a range other than 0, 1, ..., n-1")
-    return Positions(end)
-
-
-def unsqueeze(ctx: Context, x: Any, dim: int) -> Positions:
-    if isinstance(x, Positions) and dim == 0:
-        return x
-    raise Unmappable("an unsqueeze other than of positions")
-
-
-def positions_input(ctx: Context, positions: Positions) -> Tensor:
-    """The graph input holding ``positions`` in every row ([batch, length]): one per
-    length, however often the model makes them."""
-    made = ctx.positions.get(positions.length)
+def fill_input(ctx: Context, ids: Constant) -> Tensor:
+    """The graph input holding what constant ``ids`` hold in every row (positions 0, 1,
+    2, ..., or zeros: one token type), [batch, length]: one per kind and length,
+    however often the model makes them."""
+    fill, length = constants.id_fill(ids)
+    made = ctx.fills.get((fill, length))
     if made is None:
-        name = f"positions_{positions.length}" if ctx.positions else "positions"
-        attrs = {"shape": [ctx.builder.meta["batch_size"], positions.length],
-                 "dtype": "int64", "fill": str(InputFill.POSITIONS)}
-        made = ctx.positions[positions.length] = \
+        name = ctx.free_name("positions" if fill == "positions" else "token_types")
+        attrs = {"shape": [ctx.builder.meta["batch_size"], length],
+                 "dtype": "int64", "fill": str(InputFill(fill))}
+        made = ctx.fills[(fill, length)] = \
             ctx.builder.add("input", [], attrs, name).outputs[0]
     return made

@@ -50,8 +50,10 @@ class AdditiveAttention(OpType):
 
 @register
 class MultiHeadAttention(OpType):
-    """Scaled dot-product attention of projected q, k, v [B, S, D] with ``heads`` heads
-    (projections are separate linear ops). Space: batch (sample), query positions
+    """Scaled dot-product attention of projected q [B, S, D] over k and v [B, T, D] (T
+    = S for self-attention, the other sequence's length for cross-attention) with
+    ``heads`` heads; ``causal``: query i sees keys 0..i (torch's ``is_causal``). The
+    projections are separate linear ops. Space: batch (sample), query positions
     (attribute), model dim (attribute, split on head boundaries)."""
 
     name = "multihead_attention"
@@ -59,11 +61,12 @@ class MultiHeadAttention(OpType):
 
     def check(self, op):
         require(len(op.inputs) == 3, op, "takes q, k and v")
-        shapes = {t.shape for t in op.inputs}
-        require(len(shapes) == 1 and op.inputs[0].rank == 3, op,
-                f"q, k, v must share one [B, S, D] shape, got {sorted(shapes)}")
-        require(op.inputs[0].shape[2] % op.attrs["heads"] == 0, op,
-                f"model dim {op.inputs[0].shape[2]} is not divisible by {op.attrs['heads']} heads")
+        q, k, v = (t.shape for t in op.inputs)
+        require(len(q) == 3 and k == v and len(k) == 3 and (q[0], q[2]) == (k[0], k[2]), op,
+                f"q must be [B, S, D] and k, v one [B, T, D] shape, got {list(q)}, "
+                f"{list(k)}, {list(v)}")
+        require(q[2] % op.attrs["heads"] == 0, op,
+                f"model dim {q[2]} is not divisible by {op.attrs['heads']} heads")
 
     def infer(self, op):
         return [(op.inputs[0].shape, op.inputs[0].dtype)]
@@ -74,12 +77,11 @@ class MultiHeadAttention(OpType):
                 Dim("heads", d, DimKind.ATTRIBUTE, splits=op.attrs["heads"]))
 
     def input_regions(self, op, region):
-        seq = op.inputs[0].shape[1]
-        kv = (region[0], (0, seq), region[2])
+        kv = (region[0], (0, op.inputs[1].shape[1]), region[2])
         return [region, kv, kv]
 
     def flops(self, op, region):
-        seq = op.inputs[0].shape[1]
+        keys = op.inputs[1].shape[1]
         heads_in_block = (region[2][1] - region[2][0]) * op.attrs["heads"] // op.inputs[0].shape[2]
         rows = (region[0][1] - region[0][0]) * (region[1][1] - region[1][0])
-        return 4.0 * region_volume(region) * seq + 5.0 * rows * seq * heads_in_block
+        return 4.0 * region_volume(region) * keys + 5.0 * rows * keys * heads_in_block

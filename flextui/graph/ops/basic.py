@@ -21,13 +21,15 @@ class InputFill(StrEnum):
 
     DATA = "data"
     POSITIONS = "positions"
+    ZEROS = "zeros"
 
 
 @register
 class Input(OpType):
     """A graph input (images, token ids, labels): loaded where its tasks are placed.
-    ``attrs["fill"]`` says what it holds (``InputFill``): data, or the positions along
-    dim 1 (0, 1, 2, ... in every row: what a model's ``torch.arange`` makes)."""
+    ``attrs["fill"]`` says what it holds (``InputFill``): data, the positions along
+    dim 1 (0, 1, 2, ... in every row: what a model's ``torch.arange`` makes), or zeros
+    (one token type in every place)."""
 
     name = "input"
 
@@ -38,8 +40,8 @@ class Input(OpType):
         fill = op.attrs.get("fill", InputFill.DATA)
         require(fill in tuple(InputFill), op,
                 f"unknown fill {fill!r:.40}; use one of {', '.join(InputFill)}")
-        require(fill != InputFill.POSITIONS or len(op.attrs["shape"]) == 2, op,
-                "positions are [batch, length]")
+        require(fill == InputFill.DATA or len(op.attrs["shape"]) == 2, op,
+                f"{fill} are [batch, length]")
 
     def infer(self, op):
         return [(tuple(op.attrs["shape"]), op.attrs.get("dtype", "float32"))]
