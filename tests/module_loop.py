@@ -29,7 +29,7 @@ def module_training(graph: OpGraph, seed: int, steps: int, lr: float = 0.01,
     step and its parameters after."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        module = pytorch_model(graph.source).module().double()
+        module = pytorch_model(graph.source, graph.meta.get("options")).module().double()
     users = [op.name for op in graph.ops
              if op.type == "input" and op.attrs.get("fill", InputFill.DATA) == InputFill.DATA]
     optimizer = torch.optim.SGD(module.parameters(), lr=lr, momentum=momentum)

@@ -239,7 +239,6 @@ def _cluster(args: argparse.Namespace, training, hosts):
 def _file_cluster(strategy: str) -> str | None:
     """The cluster a strategy file was made for, when it is this machine's CPU
     processes or GPUs (``local-cpu-N``, ``local``): the launch runs it as it is."""
-    from flextui.limits import FILE_BYTES, read_file, read_json
 
     path = Path(strategy)
     if path.suffix != ".json" or not path.is_file():

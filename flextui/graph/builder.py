@@ -207,9 +207,12 @@ class GraphBuilder:
         return self._one("linear", [x], attrs, name, shared)
 
     def embedding(self, ids: Tensor, num_embeddings: int, dim: int, name: str | None = None,
-                  shared: str | None = None) -> Tensor:
-        return self._one("embedding", [ids], {"num_embeddings": num_embeddings, "dim": dim},
-                         name, shared)
+                  shared: str | None = None, padding_idx: int | None = None) -> Tensor:
+        """A table lookup; the row ``padding_idx`` gets no gradient (torch's)."""
+        attrs: dict[str, Any] = {"num_embeddings": num_embeddings, "dim": dim}
+        if padding_idx is not None:
+            attrs["padding_idx"] = padding_idx
+        return self._one("embedding", [ids], attrs, name, shared)
 
     def lstm_cell(self, x: Tensor, state: tuple[Tensor, Tensor] | None, hidden: int,
                   name: str | None = None, shared: str | None = None) -> tuple[Tensor, Tensor]:

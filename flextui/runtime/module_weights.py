@@ -26,7 +26,7 @@ def module_parameters(graph: OpGraph, seed: int) -> dict[str, torch.Tensor] | No
     names: dict[str, str] = graph.meta.get("module_params", {})
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        module = pytorch_model(source).module()
+        module = pytorch_model(source, graph.meta.get("options")).module()
     own = dict(module.named_parameters(remove_duplicate=False))  # tied weights by each name
     missing = sorted(set(names.values()) - set(own))
     if missing or set(names) != set(graph.parameters):

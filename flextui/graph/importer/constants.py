@@ -23,10 +23,10 @@ MOST_ELEMENTS = 1 << 28
 @dataclass(frozen=True, eq=False)
 class Constant:
     """A value computed without the module's inputs or weights: ``value`` as the
-    module's own code makes it, and ``buffers``, the names of the buffers it comes from."""
+    module's own code makes it, and ``sources``, the buffers it is made from."""
 
     value: Any
-    buffers: frozenset[str] = frozenset()
+    sources: tuple[torch.Tensor, ...] = ()
 
     @property
     def tensor(self) -> torch.Tensor | None:
@@ -47,7 +47,7 @@ def is_plain(value: Any) -> bool:
 def evaluate(node: Node, args: Any, kwargs: Any) -> Constant:
     """Run ``node`` on constant ``args`` as the module did; Unmappable when it fails or
     makes a value too large to hold."""
-    found: set[str] = set()
+    found: dict[int, torch.Tensor] = {}
 
     def unwrap(value: Any) -> Any:
         if isinstance(value, (list, tuple)):
@@ -55,7 +55,7 @@ def evaluate(node: Node, args: Any, kwargs: Any) -> Constant:
         if isinstance(value, dict):
             return {k: unwrap(v) for k, v in value.items()}
         if isinstance(value, Constant):
-            found.update(value.buffers)
+            found.update((id(t), t) for t in value.sources)
             return value.value
         return value
 
@@ -69,7 +69,7 @@ def evaluate(node: Node, args: Any, kwargs: Any) -> Constant:
     tensors = result if isinstance(result, (list, tuple)) else [result]
     if sum(t.numel() for t in tensors if isinstance(t, torch.Tensor)) > MOST_ELEMENTS:
         raise Unmappable("a constant larger than flextui holds at import")
-    return Constant(result, frozenset(found))
+    return Constant(result, tuple(found.values()))
 
 
 def allowed(mask: torch.Tensor) -> torch.Tensor | None:

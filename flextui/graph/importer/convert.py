@@ -189,8 +189,8 @@ def _placeholder(node: Node, program: ExportedProgram,
     if node.name in held:
         name = held[node.name]
         state = program.state_dict.get(name)
-        value = program.constants[name] if state is None else state
-        return Constant(value.detach().clone(), frozenset({name}))
+        value = (program.constants[name] if state is None else state).detach().clone()
+        return Constant(value, (value,))
     value = node.meta.get("val")
     if not isinstance(value, torch.Tensor):
         raise GraphError(f"model {builder.name!r}: its example input {node.name!r} is "

@@ -32,9 +32,29 @@ class Heads:
 
 @dataclass(frozen=True)
 class FlatBatch:
-    """An activation [B, T, ...] reshaped to [B*T, ...], read by cross_entropy."""
+    """An activation [B, T, ...] (or shifted labels) reshaped to [B*T, ...], read by
+    cross_entropy or a linear layer (GPT-2's Conv1D), or reshaped back."""
+
+    tensor: Any
+
+
+@dataclass(frozen=True)
+class Padded:
+    """Integer labels [B, T] padded with ``width`` elements of ``value`` at the end."""
 
     tensor: Tensor
+    width: int
+    value: int
+
+
+@dataclass(frozen=True)
+class Shifted:
+    """Labels [B, T] moved ``by`` places left, the last ``by`` places ``ignore`` (a
+    causal LM's targets: each position predicts the next token)."""
+
+    tensor: Tensor
+    by: int
+    ignore: int
 
 
 def describe(value: Any) -> str | None:
@@ -48,6 +68,8 @@ def describe(value: Any) -> str | None:
     if isinstance(value, FlatBatch):
         return ("an activation whose batch dim is merged into the next, read by something "
                 "other than cross_entropy")
+    if isinstance(value, (Padded, Shifted)):
+        return "labels padded or shifted, read other than by cross_entropy"
     return None
 
 
@@ -55,13 +77,32 @@ def view(ctx: Context, x: Any, shape: Any) -> Any:
     """A reshape that splits heads off, merges them back or flattens the batch for a
     loss; None when it is none of these (an ordinary reshape)."""
     if isinstance(x, Heads):
-        if not x.transposed and _resolved(shape, x.tensor.shape) == list(x.tensor.shape):
+        if not x.transposed and resolved(shape, x.tensor.shape) == list(x.tensor.shape):
             return x.tensor
+        b, s, d = x.tensor.shape
+        if resolved(shape, x.tensor.shape) == [b, *((x.heads, s) if x.transposed else
+                                                    (s, x.heads)), d // x.heads]:
+            return x   # its own shape
         raise Unmappable("a reshape of heads other than merging [B, S, h, d] back to "
                          "[B, S, h*d]")
+    if isinstance(x, FlatBatch):
+        inner = x.tensor.tensor if isinstance(x.tensor, Shifted) else x.tensor
+        wanted = resolved(shape, (math.prod(inner.shape),))
+        if wanted == list(inner.shape):
+            return x.tensor
+        if wanted == [inner.shape[0] * inner.shape[1], *inner.shape[2:]] or \
+                (wanted == [math.prod(inner.shape)] and len(inner.shape) == 2):
+            return x
+        raise Unmappable("a reshape of an activation whose batch is merged, other than "
+                         "back to its shape")
+    if isinstance(x, Shifted):
+        if len(x.tensor.shape) == 2 and resolved(shape, x.tensor.shape) == \
+                [math.prod(x.tensor.shape)]:
+            return FlatBatch(x)
+        raise Unmappable("a reshape of shifted labels other than flattening them")
     if not isinstance(x, Tensor):
         return None
-    wanted = _resolved(shape, x.shape)
+    wanted = resolved(shape, x.shape)
     if len(x.shape) == 3 and len(wanted) == 4 and wanted[:2] == list(x.shape[:2]) and \
             wanted[2] * wanted[3] == x.shape[2]:
         return Heads(x, wanted[2], transposed=False)
@@ -70,7 +111,33 @@ def view(ctx: Context, x: Any, shape: Any) -> Any:
     return None
 
 
-def _resolved(shape: Any, of: tuple[int, ...]) -> list[int]:
+def shifted(x: Padded, dim: int, start: Any, end: Any) -> Shifted:
+    """Padded labels sliced from ``x.width`` on along the sequence: moved left."""
+    if dim % 2 != 1 or start != x.width or (end is not None and end < x.tensor.shape[1]
+                                            + x.width):
+        raise Unmappable("a slice of padded labels other than moving them left")
+    return Shifted(x.tensor, x.width, x.value)
+
+
+def unshift(ctx: Context, logits: Any, labels: Shifted,
+            ignore_index: int) -> tuple[Tensor, Tensor]:
+    """A loss over labels moved left, whose last places are ignored: the same loss
+    over the positions that have a next token (logits [:, :T-by], labels [:, by:]),
+    each a slice op."""
+    if labels.ignore != ignore_index or not isinstance(logits, Tensor):
+        raise Unmappable("shifted labels padded with other than the loss's ignore_index")
+    seq = labels.tensor.shape[1]
+    if logits.shape[:2] != labels.tensor.shape or seq <= labels.by:
+        raise Unmappable("shifted labels of another shape than the logits")
+    b = ctx.builder
+    kept = b.add("slice", [logits], {"axis": 1, "start": 0, "stop": seq - labels.by},
+                 ctx.free_name(f"{ctx.name}.logits")).outputs[0]
+    targets = b.add("slice", [labels.tensor], {"axis": 1, "start": labels.by, "stop": seq},
+                    ctx.free_name(f"{ctx.name}.labels")).outputs[0]
+    return kept, targets
+
+
+def resolved(shape: Any, of: tuple[int, ...]) -> list[int]:
     """``shape`` with its -1 worked out for a tensor of shape ``of``."""
     dims = [int(s) for s in shape]
     if -1 in dims:
@@ -79,10 +146,19 @@ def _resolved(shape: Any, of: tuple[int, ...]) -> list[int]:
     return dims
 
 
-def transpose(ctx: Context, x: Any, dim0: int, dim1: int) -> Heads:
+def transpose(ctx: Context, x: Any, dim0: int, dim1: int) -> Heads | Tensor:
+    """Heads between [B, S, h, d] and [B, h, S, d], or two non-batch axes of an
+    activation swapped (a transpose op)."""
     if isinstance(x, Heads) and {dim0 % 4, dim1 % 4} == {1, 2}:
         return x.flipped()
-    raise Unmappable("a transpose other than of heads between [B, S, h, d] and [B, h, S, d]")
+    if isinstance(x, Tensor):
+        a, b = sorted((dim0 % len(x.shape), dim1 % len(x.shape)))
+        if a == b:
+            return x
+        if a > 0:
+            return ctx.builder.add("transpose", [x], {"dims": [a, b]}, ctx.name).outputs[0]
+    raise Unmappable("a transpose of the batch dim, or of heads other than between "
+                     "[B, S, h, d] and [B, h, S, d]")
 
 
 def permute(ctx: Context, x: Any, dims: Any) -> Heads:

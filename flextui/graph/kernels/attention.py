@@ -47,3 +47,25 @@ class MultiHeadAttentionKernel(Kernel):
             mask = torch.arange(keys, device=q.device) <= rows[:, None]
         out = F.scaled_dot_product_attention(heads(q), heads(k), heads(v), attn_mask=mask)
         return [out.transpose(1, 2).flatten(2)]
+
+
+@register
+class RotaryKernel(Kernel):
+    """The block's positions (global: its range of the sequence) and whole heads,
+    rotated as Llama's ``apply_rotary_pos_emb`` does with the tables its rotary
+    embedding makes (angles ``position * inv_freq`` in the block's dtype)."""
+
+    name = "rotary"
+
+    def forward(self, op, region, inputs, params, seed):
+        (x,) = inputs
+        first, stop = region[1]
+        inv_freq = torch.tensor(op.attrs["inv_freq"], dtype=x.dtype, device=x.device)
+        angles = torch.arange(first, stop, device=x.device).to(x.dtype)[:, None] * inv_freq
+        angles = torch.cat([angles, angles], dim=-1)[:, None, :]      # [S, 1, head dim]
+        scaling = float(op.attrs.get("scaling", 1.0))
+        cos, sin = angles.cos() * scaling, angles.sin() * scaling
+        heads = x.unflatten(2, (-1, 2 * len(op.attrs["inv_freq"])))   # [B, S, h, d]
+        low, high = heads.chunk(2, dim=-1)
+        turned = torch.cat([-high, low], dim=-1)
+        return [(heads * cos + turned * sin).flatten(2)]

@@ -31,12 +31,13 @@ class LinearKernel(Kernel):
 
 @register
 class EmbeddingKernel(Kernel):
-    """A block of the embedding dim uses those columns of the whole table."""
+    """A block of the embedding dim uses those columns of the whole table; the row
+    ``padding_idx`` gets no gradient, as in torch."""
 
     name = "embedding"
 
     def forward(self, op, region, inputs, params, seed):
-        return [F.embedding(inputs[0], params[0])]
+        return [F.embedding(inputs[0], params[0], padding_idx=op.attrs.get("padding_idx"))]
 
     def index_bound(self, op, i):
         return op.attrs["num_embeddings"]

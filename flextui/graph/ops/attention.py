@@ -48,6 +48,14 @@ class AdditiveAttention(OpType):
         return scores + 2.0 * region_volume(region) * 2 * h
 
 
+def heads_space(op) -> tuple[Dim, ...]:
+    """Batch (sample), positions (attribute), model dim (attribute, split on head
+    boundaries) of an op over heads [B, S, D]."""
+    b, s, d = op.outputs[0].shape
+    return (Dim("sample", b, DimKind.SAMPLE), Dim("sequence", s, DimKind.ATTRIBUTE),
+            Dim("heads", d, DimKind.ATTRIBUTE, splits=op.attrs["heads"]))
+
+
 @register
 class MultiHeadAttention(OpType):
     """Scaled dot-product attention of projected q [B, S, D] over k and v [B, T, D] (T
@@ -72,9 +80,7 @@ class MultiHeadAttention(OpType):
         return [(op.inputs[0].shape, op.inputs[0].dtype)]
 
     def space(self, op):
-        b, s, d = op.outputs[0].shape
-        return (Dim("sample", b, DimKind.SAMPLE), Dim("sequence", s, DimKind.ATTRIBUTE),
-                Dim("heads", d, DimKind.ATTRIBUTE, splits=op.attrs["heads"]))
+        return heads_space(op)
 
     def input_regions(self, op, region):
         kv = (region[0], (0, op.inputs[1].shape[1]), region[2])
@@ -85,3 +91,33 @@ class MultiHeadAttention(OpType):
         heads_in_block = (region[2][1] - region[2][0]) * op.attrs["heads"] // op.inputs[0].shape[2]
         rows = (region[0][1] - region[0][0]) * (region[1][1] - region[1][0])
         return 4.0 * region_volume(region) * keys + 5.0 * rows * keys * heads_in_block
+
+
+@register
+class Rotary(OpType):
+    """Rotary position embedding (RoPE, as Llama's) of x [B, S, D] split into
+    ``heads`` heads: each head's halves (a, b) become (a cos - b sin, b cos + a sin),
+    with the angle of position p and pair i = p * inv_freq[i], times ``scaling``.
+    Positions are global, so a block of positions is rotated as the whole is. Space:
+    batch (sample), positions (attribute), model dim (attribute, on head boundaries)."""
+
+    name = "rotary"
+
+    def check(self, op):
+        require(len(op.inputs) == 1 and op.inputs[0].rank == 3, op, "takes x [B, S, D]")
+        width, heads = op.inputs[0].shape[2], op.attrs["heads"]
+        require(width % heads == 0, op, f"model dim {width} is not divisible by {heads} heads")
+        require(2 * len(op.attrs["inv_freq"]) == width // heads, op,
+                "inv_freq must have one frequency per pair of a head's dims")
+
+    def infer(self, op):
+        return [(op.inputs[0].shape, op.inputs[0].dtype)]
+
+    def space(self, op):
+        return heads_space(op)
+
+    def input_regions(self, op, region):
+        return [region]
+
+    def flops(self, op, region):
+        return 6.0 * region_volume(region)

@@ -12,7 +12,9 @@ from flextui.graph.tensor import DTYPE_BYTES
 
 #: forward FLOPs per element of each unary function
 UNARY_FLOPS = {"relu": 1, "gelu": 8, "tanh": 4, "sigmoid": 4, "dropout": 2, "identity": 0,
-               "scale": 1}
+               "scale": 1, "shift": 1, "pow": 2, "silu": 5, "neg": 1, "rsqrt": 2}
+#: the number each unary function that takes one is given by
+UNARY_NUMBERS = {"scale": "factor", "shift": "offset", "pow": "exponent"}
 BINARY_FNS = ("add", "sub", "mul")
 
 
@@ -53,7 +55,8 @@ class Input(OpType):
 @register
 class Unary(OpType):
     """An elementwise function (``attrs["fn"]``); gelu takes torch's ``approximate``,
-    dropout its ``p``, scale (multiplying by a constant) its ``factor``."""
+    dropout its ``p``, scale (multiplying by a number) its ``factor``, shift (adding
+    one) its ``offset``, pow its ``exponent``."""
 
     name = "unary"
 
@@ -63,10 +66,10 @@ class Unary(OpType):
                 f"unknown function {op.attrs['fn']!r}; use one of {', '.join(UNARY_FLOPS)}")
         require(op.attrs.get("approximate", "none") in ("none", "tanh"), op,
                 "gelu's approximate is 'none' or 'tanh'")
-        factor = op.attrs.get("factor", 1.0)
-        require(op.attrs["fn"] != "scale" or (isinstance(factor, (int, float)) and
-                                              not isinstance(factor, bool)), op,
-                "scale takes a number, factor")
+        number = UNARY_NUMBERS.get(op.attrs["fn"])
+        value = op.attrs.get(number, 1.0) if number else 1.0
+        require(isinstance(value, (int, float)) and not isinstance(value, bool), op,
+                f"{op.attrs['fn']} takes a number, {number}")
 
     def infer(self, op):
         return [(op.inputs[0].shape, op.inputs[0].dtype)]

@@ -65,13 +65,17 @@ class Linear(OpType):
 
 @register
 class Embedding(OpType):
-    """Table lookup of integer ids; the embedding dim is a parameter dim."""
+    """Table lookup of integer ids; the embedding dim is a parameter dim. The row
+    ``padding_idx``, if given, gets no gradient (torch's)."""
 
     name = "embedding"
 
     def check(self, op):
         require(len(op.inputs) == 1 and op.inputs[0].dtype.startswith("int"), op,
                 "expects one integer tensor of ids")
+        pad = op.attrs.get("padding_idx")
+        require(pad is None or (type(pad) is int and 0 <= pad < op.attrs["num_embeddings"]),
+                op, f"padding_idx {pad!r:.20} is not a row of the table")
 
     def infer(self, op):
         return [(op.inputs[0].shape + (op.attrs["dim"],), "float32")]
