@@ -14,7 +14,7 @@ from torch import nn
 from flextui.errors import GraphError
 from flextui.graph.importer import import_module
 from flextui.graph.library import load_model
-from flextui.runtime.reference import train_whole
+from flextui.runtime.reference import forward_whole, train_whole
 from module_loop import module_training
 
 MODELS = Path(__file__).with_name("torch_models")
@@ -69,3 +69,34 @@ def test_a_mask_that_is_not_causal_is_refused_not_dropped(mask, why):
         import_module(Masked(mask), (torch.randn(2, 4, 8),), "masked")
     assert "torch.nn.MultiheadAttention x1 in attn" in str(caught.value)
     assert why in str(caught.value)
+
+
+class Reshapes(nn.Module):
+    """A reshape that keeps the batch ([8, 10] -> [-1, 10]), flatten(2) and a transpose
+    of non-batch dims, as a ViT's patch embedding does."""
+
+    def __init__(self):
+        super().__init__()
+        self.patches = nn.Conv2d(3, 10, 2, stride=2)
+        self.head = nn.Linear(10, 5)
+
+    def forward(self, x):
+        tokens = self.patches(x).flatten(2).transpose(1, 2)       # [B, 4, 10]
+        first = tokens[:, 0].reshape(-1, 10)                      # [B, 10]
+        return self.head(first)
+
+
+def test_reshapes_that_keep_the_batch_map():
+    torch.manual_seed(0)
+    module = Reshapes()
+    x = torch.randn(8, 3, 4, 4)
+    graph = import_module(module, (x,), "reshapes")
+    assert {"conv2d", "reshape", "transpose", "slice", "linear"} <= {op.type for op in graph.ops}
+    module = module.double()
+    own = dict(module.named_parameters())
+    params = {n: own[graph.meta["module_params"][n]].detach() for n in graph.parameters}
+    labels = torch.randint(0, 5, (8,))
+    data = {"x": x.double(), "labels": labels}
+    found = forward_whole(graph, params, lambda op: data[op.name], seed=0)
+    expected = nn.functional.cross_entropy(module(x.double()), labels)
+    assert float(found.detach()) == pytest.approx(float(expected.detach()), rel=1e-12)
