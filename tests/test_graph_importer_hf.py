@@ -128,3 +128,33 @@ def test_a_two_rank_launch_check_passes(name, tmp_path):
         env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout
     assert "check passed: 2 ranks equal one process" in proc.stdout
+
+
+def test_a_models_key_value_cache_is_left_out(tmp_path):
+    """A user's own file with a transformers model left at use_cache=True: the cache
+    starts empty (a constant joined to each layer's keys and values) and is not read."""
+    path = tmp_path / "cached_gpt.py"
+    path.write_text(
+        "import torch, transformers\n"
+        "class LM(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        config = transformers.GPT2Config(n_layer=1, n_embd=16, n_head=2,\n"
+        "            vocab_size=40, n_positions=16, bos_token_id=0, eos_token_id=0,\n"
+        "            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)\n"
+        "        assert config.use_cache\n"
+        "        self.gpt = transformers.GPT2LMHeadModel(config)\n"
+        "    def forward(self, ids, labels):\n"
+        "        return self.gpt(input_ids=ids, labels=labels).loss\n"
+        "def model():\n"
+        "    return LM()\n"
+        "def example_inputs(batch):\n"
+        "    return (torch.randint(0, 40, (batch, 8)), torch.randint(0, 40, (batch, 8)))\n")
+    graph = load_model(str(path), batch_size=2)
+    assert sum(op.type == "multihead_attention" for op in graph.ops) == 1
+    module = pytorch_model(graph.source).module()
+    assert graph.param_count == sum(p.numel() for p in module.parameters())
+    # the module as written computes its loss in float32 even in float64 (transformers'
+    # logits.float()), so it agrees to float32's rounding; hf:gpt2 keeps float64
+    run = train_whole(graph, 2, seed=3)
+    assert run.losses == pytest.approx(module_training(graph, seed=3, steps=2)[0], rel=1e-6)

@@ -342,8 +342,14 @@ def pad(ctx: Context, x: Any, widths: Any, mode: str = "constant",
 
 
 def cat(ctx: Context, xs: Any, dim: int = 0) -> Any:
+    """A concat (a weight read as data among its inputs: ViT's class token); empty
+    constants are left out (a key/value cache that starts empty: use_cache)."""
+    xs = [x for x in xs if not (isinstance(x, Constant) and x.tensor is not None
+                                and x.tensor.numel() == 0)]
     if any(isinstance(x, rotary.Half) for x in xs):
         return rotary.turn(list(xs))
+    if len(xs) == 1:
+        return xs[0]
     tensors = [_tensor(_parameter_data(ctx, x) if isinstance(x, ParamRef) else x, "an input")
                for x in xs]
     return ctx.builder.concat(tensors, dim % len(tensors[0].shape), name=ctx.name)

@@ -119,10 +119,10 @@ def _inputs(task: Task, config: Any, options: dict[str, Any]) -> Callable[[int],
 def _positional(model_class: Any, task: Task) -> Any:
     """``model_class`` with a forward that takes the task's inputs by position and
     returns the model's loss alone (what flextui trains); in float64 it stays in
-    float64 (``_KeepFloat64``)."""
+    float64 (``KeepFloat64``)."""
 
     def loss(self: Any, **inputs: torch.Tensor) -> torch.Tensor:
-        with _KeepFloat64() if self.dtype == torch.float64 else contextlib.nullcontext():
+        with KeepFloat64() if self.dtype == torch.float64 else contextlib.nullcontext():
             found: torch.Tensor = model_class.forward(self, **inputs).loss
         return found
 
@@ -142,7 +142,7 @@ def _positional(model_class: Any, task: Task) -> Any:
                                                        "__module__": __name__})
 
 
-class _KeepFloat64(TorchFunctionMode):
+class KeepFloat64(TorchFunctionMode):
     """Casts of float64 tensors to float32 left out: transformers computes some steps
     in float32 whatever the model's dtype (RMSNorm, rotary tables, the loss: an upcast
     for float16 training), which in a float64 model would round them; a model in float64
