@@ -1,5 +1,5 @@
-"""Hugging Face models by name: ``hf:gpt2``, ``hf:llama``, ``hf:bert``, ``hf:vit`` (and
-``hf:CONFIG.json``) are built from transformers' configs with random weights, import
+"""Hugging Face models by name: ``hf:gpt2``, ``hf:llama``, ``hf:bert``, ``hf:vit``,
+``hf:t5`` (and ``hf:CONFIG.json``) are built from transformers' configs with random weights, import
 without --opaque with the module's own parameter counts, train exactly as a plain
 PyTorch loop trains the module on the same batches (float64), simulate, search and
 pass ``launch --check`` on 2 CPU ranks; without transformers, ``hf:...`` is one message."""
@@ -20,12 +20,13 @@ from module_loop import module_training
 
 transformers = pytest.importorskip("transformers")
 
-NAMES = ["gpt2", "llama", "bert", "vit"]
+NAMES = ["gpt2", "llama", "bert", "vit", "t5"]
 SMALL = {"batch_size": 4}
 
 
 def small(name):
-    return {**SMALL, **({} if name == "vit" else {"seq_len": 8})}
+    sizes = {"vit": {}, "t5": {"seq_len": 8, "target_len": 6}}
+    return {**SMALL, **sizes.get(name, {"seq_len": 8})}
 
 
 def module_of(name, **options):
@@ -65,6 +66,15 @@ def test_the_ops_are_the_models_own():
         [True, True]
     silu = [op for op in llama.ops if op.type == "unary" and op.attrs["fn"] == "silu"]
     assert len(silu) == 2
+    t5 = load_model("hf:t5", **small("t5"))
+    attention = [op for op in t5.ops if op.type == "multihead_attention"]
+    # 2 encoder layers, then 2 decoder layers of causal self- and cross-attention
+    assert [op.attrs["causal"] for op in attention] == [False, False, True, False, True, False]
+    assert {op.attrs.get("scale") for op in attention} == {1.0}           # T5's unscaled
+    encoder, _, decoder, cross, _, _ = attention
+    assert encoder.params == attention[1].params   # layer 0's bias table, shared
+    assert len(encoder.attrs["buckets"]) == 15 and len(decoder.attrs["buckets"]) == 11
+    assert "buckets" not in cross.attrs
     bert = load_model("hf:bert", **small("bert"))
     assert not any(op.attrs.get("causal") for op in bert.ops)
     assert {op.attrs.get("fill") for op in bert.ops if op.type == "input"} >= \
@@ -120,7 +130,7 @@ def test_without_transformers_it_says_to_install_it(capsys, monkeypatch):
 @pytest.mark.xdist_group("gloo")
 @pytest.mark.parametrize("name", NAMES)
 def test_a_two_rank_launch_check_passes(name, tmp_path):
-    option = "seq_len=8" if name != "vit" else "image_size=16"
+    option = {"vit": "image_size=16", "t5": "num_decoder_layers=1"}.get(name, "seq_len=8")
     proc = subprocess.run(
         [sys.executable, "-m", "flextui", "launch", "--model", f"hf:{name}", "-o", option,
          "-b", "4", "--strategy", "random", "--seed", "2", "--nproc-per-node", "2",

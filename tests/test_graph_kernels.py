@@ -133,6 +133,19 @@ def rotary(degrees, xs, ps):
 
 
 ROPE_FREQ = torch.tensor([1.0, 0.1, 0.01])
+#: T5-style buckets of the distances key - query from -3 to 5 (4 queries, 6 keys)
+BUCKETS = [3, 3, 2, 0, 1, 1, 4, 4, 4]
+
+
+def relative_bias(degrees, xs, ps):
+    """Unscaled scores plus table[bucket(key - query)] per head, causal."""
+    q, k, v = (t.unflatten(2, (2, -1)).transpose(1, 2) for t in xs)
+    (table,) = ps
+    rows, keys = q.shape[2], k.shape[2]
+    distance = torch.arange(keys)[None, :] - torch.arange(rows)[:, None] + rows - 1
+    scores = q @ k.transpose(-1, -2) + table[torch.tensor(BUCKETS)[distance]].permute(2, 0, 1)
+    scores = scores.masked_fill(torch.ones(rows, keys, dtype=torch.bool).triu(1), -math.inf)
+    return [(scores.softmax(-1) @ v).transpose(1, 2).flatten(2)], None
 
 CASES = [
     Case("input", lambda g: g.input((4, 6)), plain(lambda x: x)),
@@ -233,6 +246,10 @@ CASES = [
     Case("mha_cross", lambda g: g.multihead_attention(g.input((2, 4, 8)), g.input((2, 6, 8)),
                                                       g.input((2, 6, 8)), 2, causal=False),
          attention_heads(2, causal=False)),
+    Case("mha_relative_bias", lambda g: g.add("multihead_attention", [
+        g.input((2, 4, 8)), g.input((2, 6, 8)), g.input((2, 6, 8))],
+        {"heads": 2, "causal": True, "scale": 1.0, "buckets": BUCKETS,
+         "num_buckets": 5}).outputs[0], relative_bias),
     Case("mha_cross_causal", lambda g: g.multihead_attention(
         g.input((2, 4, 8)), g.input((2, 6, 8)), g.input((2, 6, 8)), 2),
          attention_heads(2, causal=True)),

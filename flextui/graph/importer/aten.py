@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from flextui.graph.importer import rotary, views
+from flextui.graph.importer import constants, relbias, rotary, views
 from flextui.graph.importer.constants import Constant
 from flextui.graph.importer.context import Context, ParamRef, Unmappable, owner
 from flextui.graph.tensor import Tensor
@@ -21,6 +21,7 @@ from flextui.graph.tensor import Tensor
 def _tensor(value: Any, what: str) -> Tensor:
     if not isinstance(value, Tensor):
         raise Unmappable(f"{what} is " + (views.describe(value) or rotary.describe(value) or
+                                          relbias.describe(value) or
                                           "not an activation (a constant or a weight used "
                                           "as data)"))
     return value
@@ -356,17 +357,43 @@ def cat(ctx: Context, xs: Any, dim: int = 0) -> Any:
 
 
 def embedding(ctx: Context, weight: Any, ids: Any, padding_idx: int = -1,
-              scale_grad_by_freq: bool = False, sparse: bool = False) -> Tensor:
+              scale_grad_by_freq: bool = False, sparse: bool = False) -> Any:
     if not isinstance(weight, ParamRef):
         raise Unmappable("the table is computed, not a parameter")
     if scale_grad_by_freq or sparse:
         raise Unmappable("scale_grad_by_freq or sparse")
     if isinstance(ids, Constant):
+        if ids.tensor is not None and ids.tensor.dim() == 2 and not _fills(ids):
+            return relbias.lookup(weight, ids)   # T5's buckets of relative positions
         ids = views.fill_input(ctx, ids)
     out = ctx.builder.embedding(_tensor(ids, "the ids"), weight.shape[0], weight.shape[1],
                                 name=ctx.name, shared=owner(weight),
                                 padding_idx=None if padding_idx < 0 else padding_idx)
     return ctx.bind(out, weight=weight)
+
+
+def _fills(ids: Constant) -> bool:
+    try:
+        constants.id_fill(ids)
+    except Unmappable:
+        return False
+    return True
+
+
+def permute(ctx: Context, x: Any, dims: Any) -> Any:
+    if isinstance(x, relbias.PositionBias):
+        return relbias.permute(x, list(dims))
+    return views.permute(ctx, x, dims)
+
+
+def unsqueeze(ctx: Context, x: Any, dim: int) -> Any:
+    if isinstance(x, relbias.PositionBias):
+        return relbias.unsqueeze(x, dim)
+    raise Unmappable("an unsqueeze of an activation")
+
+
+def where(ctx: Context, condition: Any, x: Any, other: Any) -> Any:
+    return relbias.where(condition, x, other)
 
 
 def matmul(ctx: Context, a: Any, b: Any) -> Tensor:
@@ -437,7 +464,9 @@ HANDLERS: dict[str, Callable[..., Any]] = {
     **{f"aten.{fn}{_}.Tensor": binary(fn) for fn in ("add", "sub", "mul") for _ in ("", "_")},
     **{f"aten.div{_}.Tensor": divide for _ in ("", "_")},
     "aten.transpose.int": views.transpose,
-    "aten.permute.default": views.permute,
+    "aten.permute.default": permute,
+    "aten.unsqueeze.default": unsqueeze,
+    "aten.where.ScalarOther": where,
     "aten.scaled_dot_product_attention.default": views.attention,
     "aten.view.default": reshape,
     "aten.reshape.default": reshape,

@@ -12,7 +12,7 @@ from typing import Any
 
 from flextui.graph.importer import constants
 from flextui.graph.importer.constants import Constant
-from flextui.graph.importer.context import Context, Unmappable
+from flextui.graph.importer.context import Context, Unmappable, owner
 from flextui.graph.ops.basic import InputFill
 from flextui.graph.tensor import Tensor
 
@@ -174,7 +174,10 @@ def attention(ctx: Context, q: Any, k: Any, v: Any, attn_mask: Any = None,
     """scaled_dot_product_attention of heads split from [B, S, D] activations (k and v
     may come from another sequence: cross-attention): the multihead_attention op (its
     projections are the model's own linear ops), causal from ``is_causal`` or from a
-    constant mask (``constants.mask_kind``)."""
+    constant mask (``constants.mask_kind``), with T5's relative position bias as its
+    mask (``relbias``) and any scale."""
+    from flextui.graph.importer import relbias
+
     if not all(isinstance(t, Heads) and t.transposed for t in (q, k, v)):
         raise Unmappable("q, k and v are not [B, S, D] activations split into heads")
     if dropout_p:
@@ -185,15 +188,28 @@ def attention(ctx: Context, q: Any, k: Any, v: Any, attn_mask: Any = None,
     if k.tensor.shape != v.tensor.shape or q.tensor.shape[::2] != k.tensor.shape[::2]:
         raise Unmappable("q, k and v of different batches or widths, or k and v of "
                          "different lengths")
+    queries, keys = q.tensor.shape[1], k.tensor.shape[1]
+    causal, bias = bool(is_causal), None
+    if isinstance(attn_mask, relbias.PositionBias):
+        if attn_mask.ids.shape != (queries, keys) or attn_mask.table.shape[1] != q.heads:
+            raise Unmappable("a relative position bias of another shape than the scores")
+        bias = attn_mask
+        if attn_mask.mask is not None:
+            causal = constants.mask_kind(Constant(attn_mask.mask), queries, keys)
+    elif attn_mask is not None:
+        causal = constants.mask_kind(attn_mask, queries, keys)
     head_dim = q.tensor.shape[2] // q.heads
+    attrs: dict[str, Any] = {"heads": q.heads, "causal": causal}
     if scale is not None and not math.isclose(scale, head_dim ** -0.5, rel_tol=1e-12):
-        raise Unmappable(f"a scale other than 1/sqrt(head dim) ({scale})")
-    causal = bool(is_causal)
-    if attn_mask is not None:
-        causal = constants.mask_kind(attn_mask, q.tensor.shape[1], k.tensor.shape[1])
-    out = ctx.builder.multihead_attention(q.tensor, k.tensor, v.tensor, q.heads,
-                                          causal=causal, name=ctx.name)
-    return Heads(out, q.heads, transposed=True)
+        attrs["scale"] = float(scale)
+    if bias is not None:
+        attrs["buckets"] = relbias.buckets(bias)
+        attrs["num_buckets"] = bias.table.shape[0]
+    op = ctx.builder.add("multihead_attention", [q.tensor, k.tensor, v.tensor], attrs,
+                         ctx.name, shared=None if bias is None else owner(bias.table))
+    if bias is not None:
+        ctx.bind(op.outputs[0], relative_bias=bias.table)
+    return Heads(op.outputs[0], q.heads, transposed=True)
 
 
 def fill_input(ctx: Context, ids: Constant) -> Tensor:

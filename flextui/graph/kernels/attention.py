@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 
@@ -26,10 +28,12 @@ class AdditiveAttentionKernel(Kernel):
 
 @register
 class MultiHeadAttentionKernel(Kernel):
-    """Scaled dot-product attention per head (scale 1/sqrt(head dim)); causal by
-    default (``attrs["causal"]``, as the builder sets it). A block holds its query
-    positions and whole heads of q, and every key position of k and v for those heads;
-    the causal mask uses global positions, so query i sees keys 0..i in any block."""
+    """Scaled dot-product attention per head (scale 1/sqrt(head dim) unless the op
+    gives one); causal by default (``attrs["causal"]``, as the builder sets it); with
+    ``buckets`` the relative position bias of each query's and key's distance added. A
+    block holds its query positions and whole heads of q, and every key position of k
+    and v for those heads; the causal mask and the bias use global positions, so query
+    i sees keys 0..i in any block."""
 
     name = "multihead_attention"
 
@@ -40,12 +44,19 @@ class MultiHeadAttentionKernel(Kernel):
         def heads(t: torch.Tensor) -> torch.Tensor:  # [B, S, h*d] -> [B, h, S, d]
             return t.unflatten(2, (-1, head_dim)).transpose(1, 2)
 
+        (first, stop), keys = region[1], k.shape[1]
+        rows = torch.arange(first, stop, device=q.device)
         mask = None
+        if "buckets" in op.attrs:
+            distance = torch.arange(keys, device=q.device) - rows[:, None] \
+                + op.inputs[0].shape[1] - 1
+            ids = torch.tensor(op.attrs["buckets"], device=q.device)[distance]
+            mask = F.embedding(ids, params[0]).permute(2, 0, 1)     # [h, rows, keys]
         if op.attrs.get("causal", True):
-            (first, stop), keys = region[1], k.shape[1]
-            rows = torch.arange(first, stop, device=q.device)
-            mask = torch.arange(keys, device=q.device) <= rows[:, None]
-        out = F.scaled_dot_product_attention(heads(q), heads(k), heads(v), attn_mask=mask)
+            seen = torch.arange(keys, device=q.device) <= rows[:, None]
+            mask = seen if mask is None else mask.masked_fill(~seen, -math.inf)
+        out = F.scaled_dot_product_attention(heads(q), heads(k), heads(v), attn_mask=mask,
+                                             scale=op.attrs.get("scale"))
         return [out.transpose(1, 2).flatten(2)]
 
 

@@ -60,9 +60,12 @@ def heads_space(op) -> tuple[Dim, ...]:
 class MultiHeadAttention(OpType):
     """Scaled dot-product attention of projected q [B, S, D] over k and v [B, T, D] (T
     = S for self-attention, the other sequence's length for cross-attention) with
-    ``heads`` heads; ``causal``: query i sees keys 0..i (torch's ``is_causal``). The
-    projections are separate linear ops. Space: batch (sample), query positions
-    (attribute), model dim (attribute, split on head boundaries)."""
+    ``heads`` heads; ``causal``: query i sees keys 0..i (torch's ``is_causal``);
+    ``scale`` (1/sqrt(head dim) unless given); ``buckets``: a learned relative position
+    bias (T5's), the parameter ``relative_bias`` [num_buckets, heads] looked up by the
+    bucket of each distance key - query (from -(S - 1) to T - 1) and added to the
+    scores. The projections are separate linear ops. Space: batch (sample), query
+    positions (attribute), model dim (attribute, split on head boundaries)."""
 
     name = "multihead_attention"
     backward_factor = 2.0
@@ -75,6 +78,17 @@ class MultiHeadAttention(OpType):
                 f"{list(k)}, {list(v)}")
         require(q[2] % op.attrs["heads"] == 0, op,
                 f"model dim {q[2]} is not divisible by {op.attrs['heads']} heads")
+        buckets = op.attrs.get("buckets")
+        require(buckets is None or (len(buckets) == q[1] + k[1] - 1 and all(
+            type(b) is int and 0 <= b < op.attrs["num_buckets"] for b in buckets)), op,
+                "buckets must be one bucket of the table per distance key - query")
+
+    def params(self, op):
+        buckets = op.attrs.get("buckets")
+        if buckets is None:
+            return []
+        return [ParamSpec("relative_bias", (op.attrs["num_buckets"], op.attrs["heads"]),
+                          (None, 2))]
 
     def infer(self, op):
         return [(op.inputs[0].shape, op.inputs[0].dtype)]
