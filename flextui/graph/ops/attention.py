@@ -104,7 +104,9 @@ class MultiHeadAttention(OpType):
         keys = op.inputs[1].shape[1]
         heads_in_block = (region[2][1] - region[2][0]) * op.attrs["heads"] // op.inputs[0].shape[2]
         rows = (region[0][1] - region[0][0]) * (region[1][1] - region[1][0])
-        return 4.0 * region_volume(region) * keys + 5.0 * rows * keys * heads_in_block
+        bias = 1.0 if "buckets" in op.attrs else 0.0   # a relative position bias added
+        return 4.0 * region_volume(region) * keys + \
+            (5.0 + bias) * rows * keys * heads_in_block
 
 
 @register
