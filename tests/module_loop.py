@@ -22,14 +22,16 @@ def step_data(graph: OpGraph, seed: int, step: int) -> dict[str, torch.Tensor]:
 
 
 def module_training(graph: OpGraph, seed: int, steps: int, lr: float = 0.01,
-                    momentum: float = 0.9) -> tuple[list[float], dict[str, torch.Tensor]]:
+                    momentum: float = 0.9, source: str | None = None,
+                    ) -> tuple[list[float], dict[str, torch.Tensor]]:
     """The module ``graph`` was imported from (its source's ``model()`` under the run's
     seed, float64), trained by torch.optim.SGD on the graph's data, its inputs in the
     order of its forward's arguments (a module that returns its loss): its loss at every
-    step and its parameters after."""
+    step and its parameters after. ``source`` names the module of a graph read from a
+    file (which has none)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        module = pytorch_model(graph.source, graph.meta.get("options")).module().double()
+        module = pytorch_model(source or graph.source, graph.meta.get("options")).module().double()
     users = [op.name for op in graph.ops
              if op.type == "input" and op.attrs.get("fill", InputFill.DATA) == InputFill.DATA]
     optimizer = torch.optim.SGD(module.parameters(), lr=lr, momentum=momentum)

@@ -188,7 +188,8 @@ def test_a_two_rank_launch_of_a_split_strategy_trains_as_the_modules_own_step(tm
     graph, strategy = run.header.spec.graph, run.header.spec.strategy
     assert any(max(strategy[op.name].degrees) > 1 for op in graph.ops)  # something is split
     checks = [r for r in run.records if isinstance(r, Check)]
-    losses, _ = module_training(graph, seed=2, steps=len(checks[0].losses))
+    losses, _ = module_training(graph, seed=2, steps=len(checks[0].losses),
+                                source=str(GPT_FILE))
     assert list(checks[0].losses) == pytest.approx(losses, rel=1e-9)
     pids = [r.pid for r in run.records if isinstance(r, Start)]
     assert len(pids) == 2 and wait_gone(pids) == []
