@@ -17,15 +17,15 @@ from torch import nn
 
 from flextui.cli import main
 from flextui.errors import GraphError
-from flextui.graph import OpGraph, full_region
+from flextui.graph import full_region
 from flextui.graph.importer import import_module
 from flextui.graph.library import load_model
 from flextui.runtime.metrics import Check, Start
-from flextui.runtime.plan import index_bounds
 from flextui.runtime.reference import forward_whole, train_whole
 from flextui.runtime.runlog import read_run_log
-from flextui.runtime.values import StartingParameters, input_block
+from flextui.runtime.values import StartingParameters
 from helpers import HANG_S
+from module_loop import module_training, step_data
 from processes import wait_gone
 
 GPT_FILE = Path(__file__).with_name("torch_models") / "gpt2_decoder.py"
@@ -36,35 +36,6 @@ def gpt_source():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def step_data(graph: OpGraph, seed: int, step: int) -> dict[str, torch.Tensor]:
-    """Every input op's data at ``step``, as the runtime makes it (float64)."""
-    bounds = index_bounds(graph)
-    return {op.name: input_block(op, op.output_regions(full_region(op.space_shape))[0], seed,
-                                 step, torch.float64, bounds.get(op.index))
-            for op in graph.ops if op.type == "input"}
-
-
-def module_own_training(graph: OpGraph, seed: int, steps: int, lr: float = 0.01,
-                        momentum: float = 0.9,
-                        factory: str = "model") -> tuple[list[float], dict[str, torch.Tensor]]:
-    """The module's own training on the runtime's data: ``factory()`` under the run's
-    seed, float64, torch.optim.SGD; its loss at every step and its parameters after."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        module = getattr(gpt_source(), factory)().double()
-    optimizer = torch.optim.SGD(module.parameters(), lr=lr, momentum=momentum)
-    losses = []
-    for step in range(steps):
-        data = step_data(graph, seed, step)
-        loss = module(data["idx"], data["targets"])
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        losses.append(float(loss.detach()))
-    return losses, {name: p.detach()
-                    for name, p in module.named_parameters(remove_duplicate=False)}
 
 
 def relative(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -121,7 +92,7 @@ def test_one_process_trains_as_the_modules_own_optimizer_does(factory, monkeypat
     assert graph.param_count == sum(p.numel() for p in getattr(gpt_source(), factory)()
                                     .parameters())
     reference = train_whole(graph, 3, seed=1)
-    losses, params = module_own_training(graph, seed=1, steps=3, factory=factory)
+    losses, params = module_training(graph, seed=1, steps=3)
     assert reference.losses == pytest.approx(losses, rel=1e-9)
     names = graph.meta["module_params"]
     assert max(relative(reference.params[n], params[names[n]]) for n in names) < 1e-9
@@ -217,7 +188,8 @@ def test_a_two_rank_launch_of_a_split_strategy_trains_as_the_modules_own_step(tm
     graph, strategy = run.header.spec.graph, run.header.spec.strategy
     assert any(max(strategy[op.name].degrees) > 1 for op in graph.ops)  # something is split
     checks = [r for r in run.records if isinstance(r, Check)]
-    losses, _ = module_own_training(graph, seed=2, steps=len(checks[0].losses))
+    losses, _ = module_training(graph, seed=2, steps=len(checks[0].losses),
+                                source=str(GPT_FILE))
     assert list(checks[0].losses) == pytest.approx(losses, rel=1e-9)
     pids = [r.pid for r in run.records if isinstance(r, Start)]
     assert len(pids) == 2 and wait_gone(pids) == []

@@ -49,6 +49,8 @@ class Case:
     build: Callable
     ref: Ref
     devices: int = 4
+    #: the inputs' values must be positive (rsqrt)
+    positive: bool = False
 
     def op(self) -> Op:
         out = self.build(GraphBuilder(self.name))
@@ -77,8 +79,9 @@ def attention_heads(heads: int, causal: bool) -> Ref:
         q, k, v = (t.unflatten(2, (heads, -1)).transpose(1, 2) for t in xs)
         scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
         if causal:
-            seq = scores.shape[-1]
-            scores = scores.masked_fill(torch.ones(seq, seq, dtype=torch.bool).triu(1), -math.inf)
+            rows, keys = scores.shape[-2:]
+            hidden = torch.ones(rows, keys, dtype=torch.bool).triu(1)
+            scores = scores.masked_fill(hidden, -math.inf)
         return [(scores.softmax(-1) @ v).transpose(1, 2).flatten(2)], None
     return ref
 
@@ -110,13 +113,74 @@ def softmax_ce(degrees, xs, ps):
 
 
 UNARY = {"relu": F.relu, "gelu": F.gelu, "tanh": torch.tanh, "sigmoid": torch.sigmoid,
-         "identity": lambda x: x}
+         "identity": lambda x: x, "silu": F.silu, "neg": torch.neg}
+#: unary functions of a number, with their reference
+NUMBERED = {"shift": ({"offset": 0.5}, lambda x: x + 0.5),
+            "pow": ({"exponent": 3.0}, lambda x: x ** 3),
+            "scale": ({"factor": -2.0}, lambda x: x * -2)}
+
+
+def rotary(degrees, xs, ps):
+    """Llama's apply_rotary_pos_emb on heads [B, h, S, d], tables from inv_freq."""
+    (x,) = xs
+    q = x.unflatten(2, (2, -1)).transpose(1, 2)
+    freqs = torch.outer(torch.arange(x.shape[1], dtype=x.dtype), ROPE_FREQ.to(x.dtype))
+    emb = torch.cat([freqs, freqs], -1)
+    half = q.shape[-1] // 2
+    turned = torch.cat([-q[..., half:], q[..., :half]], -1)
+    out = q * emb.cos() * 0.5 + turned * emb.sin() * 0.5
+    return [out.transpose(1, 2).flatten(2)], None
+
+
+ROPE_FREQ = torch.tensor([1.0, 0.1, 0.01])
+#: T5-style buckets of the distances key - query from -3 to 5 (4 queries, 6 keys)
+BUCKETS = [3, 3, 2, 0, 1, 1, 4, 4, 4]
+
+
+def relative_bias(degrees, xs, ps):
+    """Unscaled scores plus table[bucket(key - query)] per head, causal."""
+    q, k, v = (t.unflatten(2, (2, -1)).transpose(1, 2) for t in xs)
+    (table,) = ps
+    rows, keys = q.shape[2], k.shape[2]
+    distance = torch.arange(keys)[None, :] - torch.arange(rows)[:, None] + rows - 1
+    scores = q @ k.transpose(-1, -2) + table[torch.tensor(BUCKETS)[distance]].permute(2, 0, 1)
+    scores = scores.masked_fill(torch.ones(rows, keys, dtype=torch.bool).triu(1), -math.inf)
+    return [(scores.softmax(-1) @ v).transpose(1, 2).flatten(2)], None
 
 CASES = [
     Case("input", lambda g: g.input((4, 6)), plain(lambda x: x)),
     Case("input_ids", lambda g: g.input((4, 3), dtype="int64"), plain(lambda x: x)),
     *[Case(fn, lambda g, fn=fn: g.unary(g.input((4, 2, 6)), fn), plain(f))
       for fn, f in UNARY.items()],
+    *[Case(fn, lambda g, fn=fn, a=a: g.add("unary", [g.input((4, 2, 6))], {"fn": fn, **a}).outputs[0],
+           plain(f)) for fn, (a, f) in NUMBERED.items()],
+    Case("rsqrt", lambda g: g.unary(g.input((4, 2, 6)), "rsqrt"), plain(torch.rsqrt),
+         positive=True),
+    Case("slice", lambda g: g.add("slice", [g.input((4, 6, 3))],
+                                  {"axis": 1, "start": 2, "stop": 6}).outputs[0],
+         plain(lambda x: x[:, 2:6])),
+    Case("select", lambda g: g.add("slice", [g.input((4, 6, 4))],
+                                   {"axis": 2, "start": 1, "stop": 2, "squeeze": True}).outputs[0],
+         plain(lambda x: x[:, :, 1:2].squeeze(2))),
+    Case("slice_ids", lambda g: g.add("slice", [g.input((4, 6), dtype="int64")],
+                                      {"axis": 1, "start": 1, "stop": 5}).outputs[0],
+         plain(lambda x: x[:, 1:5])),
+    Case("transpose", lambda g: g.add("transpose", [g.input((4, 2, 3, 6))],
+                                      {"dims": [1, 3]}).outputs[0],
+         plain(lambda x: x.transpose(1, 3))),
+    Case("parameter", lambda g: g.add("parameter", [], {"shape": [1, 2, 6], "batch": 4,
+                                                        "leading_one": True}).outputs[0],
+         plain(lambda w: w.expand(4, 2, 6))),
+    Case("parameter_rows", lambda g: g.add("parameter", [], {"shape": [2, 6], "batch": 4,
+                                                             "leading_one": False}).outputs[0],
+         plain(lambda w: w.expand(4, 2, 6))),
+    Case("mean", lambda g: g.add("mean", [g.input((4, 2, 6))], {}).outputs[0],
+         plain(lambda x: x.mean(-1, keepdim=True))),
+    Case("channel_mul", lambda g: g.add("channel_mul", [g.input((4, 2, 6))], {}).outputs[0],
+         plain(lambda x, w: x * w)),
+    Case("rotary", lambda g: g.add("rotary", [g.input((2, 4, 12))],
+                                   {"heads": 2, "inv_freq": ROPE_FREQ.tolist(),
+                                    "scaling": 0.5}).outputs[0], rotary),
     Case("add_broadcast", lambda g: g.add_(g.input((4, 1, 6)), g.input((1, 4, 6))),
          plain(torch.add)),
     Case("sub", lambda g: g.binary(g.input((4, 4, 6)), g.input((4, 4, 6)), "sub"),
@@ -152,8 +216,15 @@ CASES = [
     Case("batchnorm_nc", lambda g: g.batchnorm(g.input((4, 6))), batchnorm_per_sample_block),
     Case("linear", lambda g: g.linear(g.input((4, 5)), 6), plain(F.linear)),
     Case("linear_seq", lambda g: g.linear(g.input((4, 2, 5)), 4, bias=False), plain(F.linear)),
+    Case("linear_transposed", lambda g: g.linear(g.input((4, 2, 5)), 4, transposed=True),
+         plain(lambda x, w, b: x @ w + b)),
+    Case("linear_rows", lambda g: g.linear(g.input((4, 2, 5)), 4, rows=(2, 8)),
+         plain(lambda x, w, b: F.linear(x, w[2:6], b[2:6]))),
     Case("embedding", lambda g: g.embedding(g.input((4, 3), dtype="int64"), 10, 4),
          plain(F.embedding)),
+    Case("embedding_padding", lambda g: g.embedding(g.input((4, 3), dtype="int64"), 3, 4,
+                                                    padding_idx=1),
+         plain(lambda ids, w: F.embedding(ids, w, padding_idx=1))),
     Case("matmul", lambda g: g.matmul(g.input((4, 2, 3)), g.input((4, 3, 4))),
          plain(torch.matmul)),
     Case("layernorm", lambda g: g.layernorm(g.input((4, 2, 6))),
@@ -172,6 +243,16 @@ CASES = [
     Case("mha", lambda g: g.multihead_attention(*(g.input((2, 4, 8)) for _ in "qkv"), 2,
                                                 causal=False),
          attention_heads(2, causal=False)),
+    Case("mha_cross", lambda g: g.multihead_attention(g.input((2, 4, 8)), g.input((2, 6, 8)),
+                                                      g.input((2, 6, 8)), 2, causal=False),
+         attention_heads(2, causal=False)),
+    Case("mha_relative_bias", lambda g: g.add("multihead_attention", [
+        g.input((2, 4, 8)), g.input((2, 6, 8)), g.input((2, 6, 8))],
+        {"heads": 2, "causal": True, "scale": 1.0, "buckets": BUCKETS,
+         "num_buckets": 5}).outputs[0], relative_bias),
+    Case("mha_cross_causal", lambda g: g.multihead_attention(
+        g.input((2, 4, 8)), g.input((2, 6, 8)), g.input((2, 6, 8)), 2),
+         attention_heads(2, causal=True)),
 ]
 
 
@@ -228,6 +309,13 @@ def test_blocks_assemble_to_the_whole_op(case):
     op = case.op()
     gen = torch.Generator().manual_seed(0)
     inputs, params = block_tensors(op, full_region(op.space_shape), dtype=DTYPE, generator=gen)
+    # the whole inputs: an op may read only part of one (a slice)
+    inputs = [t if tuple(t.shape) == g.shape else
+              torch.randn(g.shape, dtype=DTYPE, generator=gen) if t.is_floating_point() else
+              torch.randint(0, 5, g.shape, generator=gen)
+              for t, g in zip(inputs, kernel_for(op.type).operands(op))]
+    if case.positive:
+        inputs = [t.abs() + 0.1 for t in inputs]
     grad_outputs = [torch.randn(t.shape, dtype=DTYPE, generator=gen)
                     if t.dtype.startswith("float") else None for t in op.outputs]
     configs = {c.degrees: c for c in valid_configs(op, case.devices)}

@@ -179,3 +179,22 @@ def test_the_launch_plan_carries_the_source_and_checks_its_bytes(files):
     from flextui.runtime.spec import LAUNCH
     with pytest.raises(FlextuiError, match="carries no model source"):
         LaunchSpec.decode(LAUNCH.encode(body), "plan")
+
+
+def test_a_hugging_face_source_names_its_model_or_carries_its_config(tmp_path):
+    from flextui.graph.library import model_info
+    named = model_source("hf:gpt2")
+    assert (named.kind, named.name, named.text, named.module) == \
+        ("hf", "gpt2", "hf:gpt2", "transformers")
+    f = FieldReader("plan")
+    assert ModelSource.from_dict(named.to_dict(), f) == named
+    config = tmp_path / "mine.json"
+    config.write_text('{"model_type": "gpt2"}')
+    carried = model_source(f"hf:{config.name}", cwd=tmp_path)
+    assert carried.code == config.read_bytes() and carried.label == "hf:mine"
+    assert ModelSource.from_dict(carried.to_dict(), f) == carried
+    assert model_info("hf:llama").defaults["num_hidden_layers"] == 2   # no transformers needed
+    with pytest.raises(ModelError, match="hf:gpt2, hf:llama, hf:bert, hf:t5, hf:vit"):
+        model_info("hf:gpt3")
+    with pytest.raises(ModelError, match="is not hf:NAME or hf:CONFIG.json"):
+        model_source("hf:../x")

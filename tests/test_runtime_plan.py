@@ -123,3 +123,15 @@ def test_batch_norm_is_checked_against_its_strategys_sample_blocks():
     split = strategy("data-parallel", graph, cluster)
     assert train_whole(graph, 3, strategy=split).losses != \
         pytest.approx(train_whole(graph, 3).losses, rel=1e-6)
+
+
+def test_relative_error_takes_rounding_noise_near_zero_as_equal():
+    """An attention's key bias has a zero gradient but for rounding: it stays within
+    1e-17 of zero in noise that depends on the order of summation (hf:bert, hf:vit
+    failed --check at "5.3e+01" there); a real difference is still found."""
+    noise = torch.tensor([1e-19, -3e-19, 2e-19], dtype=torch.float64)
+    assert relative_error(-noise, noise) < 1e-9
+    weights = torch.tensor([0.02, -0.5, 1e-12], dtype=torch.float64)
+    assert relative_error(weights * (1 + 1e-7), weights) > 1e-9
+    assert relative_error(weights + torch.tensor([0, 0, 1e-16], dtype=torch.float64),
+                          weights) < 1e-9

@@ -52,18 +52,24 @@ def show_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_models(args: argparse.Namespace, console: Console) -> None:
+    from flextui.graph.hf_models import FAMILIES, HF_PREFIX
     from flextui.graph.library import model_info, model_names
     infos = [model_info(name) for name in model_names()]
+    hf = [model_info(HF_PREFIX + name) for name in FAMILIES]
     if args.json:
         emit_json([{"name": i.name, "description": i.description, "options": i.defaults,
-                    "ranges": i.ranges} for i in infos])
+                    "ranges": i.ranges} for i in infos + hf])
         return
-    table = Table(title="Built-in models")
-    for col in ("name", "description", "options"):
-        table.add_column(col)
-    for i in infos:
-        table.add_row(i.name, i.description, " ".join(f"{k}={v}" for k, v in i.defaults.items()))
-    console.print(table)
+    for title, group in (("Built-in models", infos),
+                         ("Hugging Face models (pip install transformers; random weights, "
+                          "or hf:CONFIG.json)", hf)):
+        table = Table(title=title)
+        for col in ("name", "description", "options"):
+            table.add_column(col)
+        for i in group:
+            table.add_row(i.name, i.description,
+                          " ".join(f"{k}={v}" for k, v in i.defaults.items()))
+        console.print(table)
 
 
 def cmd_clusters(args: argparse.Namespace, console: Console) -> None:

@@ -66,6 +66,10 @@ class GraphBuilder:
         self._names.add(name)
         return name
 
+    def has_op(self, name: str) -> bool:
+        """Whether an op of the graph is named ``name`` already."""
+        return name in self._names
+
     def add(self, type_: str, inputs: Sequence[Tensor], attrs: dict[str, Any],
             name: str | None = None, shared: str | None = None, layer: str | None = None) -> Op:
         """Add an op of type ``type_``; the typed methods below all come through here.
@@ -191,13 +195,24 @@ class GraphBuilder:
         return self.reshape(x, [x.shape[0], -1], name)
 
     def linear(self, x: Tensor, out_features: int, bias: bool = True, name: str | None = None,
-               shared: str | None = None) -> Tensor:
-        return self._one("linear", [x], {"out_features": out_features, "bias": bias}, name, shared)
+               shared: str | None = None, *, transposed: bool = False,
+               rows: tuple[int, int] | None = None) -> Tensor:
+        """A linear layer; ``transposed``: its weight is [in, out]; ``rows`` = (first,
+        total): it uses ``out_features`` rows of a weight of ``total`` from ``first``."""
+        attrs: dict[str, Any] = {"out_features": out_features, "bias": bias}
+        if transposed:
+            attrs["transposed"] = True
+        if rows is not None:
+            attrs["rows"] = list(rows)
+        return self._one("linear", [x], attrs, name, shared)
 
     def embedding(self, ids: Tensor, num_embeddings: int, dim: int, name: str | None = None,
-                  shared: str | None = None) -> Tensor:
-        return self._one("embedding", [ids], {"num_embeddings": num_embeddings, "dim": dim},
-                         name, shared)
+                  shared: str | None = None, padding_idx: int | None = None) -> Tensor:
+        """A table lookup; the row ``padding_idx`` gets no gradient (torch's)."""
+        attrs: dict[str, Any] = {"num_embeddings": num_embeddings, "dim": dim}
+        if padding_idx is not None:
+            attrs["padding_idx"] = padding_idx
+        return self._one("embedding", [ids], attrs, name, shared)
 
     def lstm_cell(self, x: Tensor, state: tuple[Tensor, Tensor] | None, hidden: int,
                   name: str | None = None, shared: str | None = None) -> tuple[Tensor, Tensor]:

@@ -1,6 +1,7 @@
 """The model library: built-in models by name, or a model the user names
-(``graph.model_source``): a model file, ``package.module:factory`` or
-``torchvision:NAME``.
+(``graph.model_source``): a model file, ``package.module:factory``,
+``torchvision:NAME`` or a Hugging Face model (``hf:NAME``, ``hf:CONFIG.json``:
+``graph.hf_models``).
 
 A builder model (every built-in one, or a model file) defines ``build(**options) ->
 OpGraph``, a ``DEFAULTS`` dict of its options (``batch_size`` among them) and a one-line
@@ -10,7 +11,7 @@ whole-number options; a value outside its range is refused before ``build`` runs
 library model gives one for each whole-number option; ``batch_size`` takes 1 to
 ``MAX_BATCH_SIZE`` unless narrowed). A PyTorch model (a file or factory with
 ``model()`` and ``example_inputs``, ``graph.importer.source``) takes ``batch_size`` and
-``opaque``.
+``opaque``; a Hugging Face model its config's sizes too (``graph.hf_models``).
 
 A graph the library builds keeps the source it was built from (``OpGraph.source``):
 what a launch runs the user's module from.
@@ -29,8 +30,10 @@ from typing import TYPE_CHECKING, Any
 
 from flextui.errors import FlextuiError, ModelError
 from flextui.graph.graph import OpGraph
+from flextui.graph.hf_models import CONFIG_FILE_OPTIONS, FAMILIES, family_options
 from flextui.graph.model_source import (
     FACTORY,
+    HF_PREFIX,
     TORCHVISION_PREFIX,
     ModelSource,
     SourceKind,
@@ -58,11 +61,12 @@ class ModelInfo:
 @dataclass(frozen=True)
 class _Model:
     """A model the library can build: what it says of itself, ``build(**options)`` (its
-    errors name the model), and the PyTorch model it is, if it is one."""
+    errors name the model), and, if it is a PyTorch model, the one its options make
+    (``pytorch(options)``)."""
 
     info: ModelInfo
     build: Callable[..., OpGraph]
-    torch: TorchModel | None = None
+    pytorch: Callable[[dict[str, Any]], TorchModel] | None = None
 
 
 def model_names() -> list[str]:
@@ -76,6 +80,8 @@ def model_source(text: str, cwd: Path | None = None) -> ModelSource:
     path or one with a directory part, made absolute against ``cwd`` and read now),
     ``torchvision:NAME`` or ``package.module:factory``."""
     text = text.strip()
+    if text.startswith(HF_PREFIX):
+        return ModelSource.hugging_face(text, cwd)
     if text.endswith(".py") or "/" in text:
         return ModelSource.read_file(text, cwd)
     if text in model_names():
@@ -85,8 +91,8 @@ def model_source(text: str, cwd: Path | None = None) -> ModelSource:
     if FACTORY.fullmatch(text):
         return ModelSource(SourceKind.FACTORY, text)
     raise ModelError(f"unknown model {text!r:.80}; built-in models: {', '.join(model_names())} "
-                     "(or give the path of a model .py file, package.module:factory or "
-                     "torchvision:NAME)")
+                     "(or give the path of a model .py file, package.module:factory, "
+                     f"torchvision:NAME or hf:NAME, NAME one of {', '.join(FAMILIES)})")
 
 
 def _typed(model: ModelSource | str) -> ModelSource:
@@ -99,6 +105,8 @@ def _model(source: ModelSource) -> _Model:
     importer, and so torch, is imported only for a PyTorch model."""
     if source.kind == SourceKind.LIBRARY:
         return _builder(importlib.import_module(f"{LIBRARY_PACKAGE}.{source.name}"), source)
+    if source.kind == SourceKind.HF:
+        return _hugging_face(source)
     if source.kind == SourceKind.FILE:
         module = _file_module(source)
         if not hasattr(module, "example_inputs"):
@@ -136,7 +144,32 @@ def _file_module(source: ModelSource) -> ModuleType:
 def _imported(model: TorchModel) -> _Model:
     return _Model(ModelInfo(model.name, model.description,
                             {"batch_size": model.batch_size, "opaque": False},
-                            {"batch_size": (1, MAX_BATCH_SIZE)}), model.build, model)
+                            {"batch_size": (1, MAX_BATCH_SIZE)}), model.build,
+                  lambda options: model)
+
+
+def _hugging_face(source: ModelSource) -> _Model:
+    """``hf:NAME`` or ``hf:CONFIG.json``: its options known without transformers, which
+    only building it imports."""
+    if source.carries_file:
+        defaults = dict(CONFIG_FILE_OPTIONS)
+        description = f"a Hugging Face model from {Path(source.name).name}"
+    elif source.name in FAMILIES:
+        defaults = family_options(source.name)
+        description = FAMILIES[source.name].description
+    else:
+        raise ModelError(f"unknown Hugging Face model {source.text!r:.60}; flextui builds "
+                         f"{', '.join(HF_PREFIX + n for n in FAMILIES)}, or hf:CONFIG.json")
+    ranges = {k: (1, MAX_BATCH_SIZE if k == "batch_size" else 1 << 20)
+              for k, v in defaults.items() if isinstance(v, int) and not isinstance(v, bool)}
+
+    def pytorch(options: dict[str, Any]) -> TorchModel:
+        from flextui.graph.importer.hf import hf_model
+        return hf_model(source, options)
+
+    def build(**options: Any) -> OpGraph:
+        return pytorch(options).build(options["batch_size"], options["opaque"])
+    return _Model(ModelInfo(source.label, description, defaults, ranges), build, pytorch)
 
 
 def _builder(module: ModuleType, source: ModelSource) -> _Model:
@@ -180,15 +213,18 @@ def _ranges(module: ModuleType, name: str) -> dict[str, tuple[int, int]]:
     return {"batch_size": (1, MAX_BATCH_SIZE), **{k: (a, b) for k, (a, b) in ranges.items()}}
 
 
-def pytorch_model(model: ModelSource | str) -> TorchModel:
+def pytorch_model(model: ModelSource | str,
+                  options: dict[str, Any] | None = None) -> TorchModel:
     """The PyTorch model ``model`` names (a model file with ``model()``,
-    ``package.module:factory`` or ``torchvision:NAME``); ModelError for any other."""
+    ``package.module:factory``, ``torchvision:NAME`` or ``hf:...``) with ``options``
+    over its defaults (a graph's ``meta["options"]``: a Hugging Face model's sizes);
+    ModelError for any other."""
     source = _typed(model)
-    found = _model(source).torch
-    if found is None:
+    found = _model(source)
+    if found.pytorch is None:
         raise ModelError(f"model {source.text!r:.80} is not a PyTorch model (no model() and "
                          "example_inputs)")
-    return found
+    return found.pytorch(_options(source.text, found.info, options or {}))
 
 
 def model_info(model: ModelSource | str) -> ModelInfo:
@@ -201,15 +237,7 @@ def load_model(model: ModelSource | str, **options: Any) -> OpGraph:
     source = _typed(model)
     name = source.text
     found = _model(source)
-    defaults = found.info.defaults
-    unknown = sorted(set(options) - set(defaults))
-    if unknown:
-        raise ModelError(f"model {name!r} has no option {', '.join(unknown):.80}; its options: "
-                         f"{', '.join(f'{k}={v}' for k, v in defaults.items())}")
-    merged = {**defaults,
-              **{k: _convert(name, k, v, defaults[k]) for k, v in options.items()}}
-    for key, value in merged.items():
-        _check_range(name, key, value, found.info.ranges.get(key))
+    merged = _options(name, found.info, options)
     graph = found.build(**merged)
     if not isinstance(graph, OpGraph):
         raise ModelError(f"model {name!r}: build() returned {type(graph).__name__}, not an OpGraph")
@@ -217,6 +245,20 @@ def load_model(model: ModelSource | str, **options: Any) -> OpGraph:
     graph.meta.setdefault("options", merged)
     graph.source = source
     return graph
+
+
+def _options(name: str, info: ModelInfo, options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` over the model's defaults, each converted and checked."""
+    defaults = info.defaults
+    unknown = sorted(set(options) - set(defaults))
+    if unknown:
+        raise ModelError(f"model {name!r} has no option {', '.join(unknown):.80}; its options: "
+                         f"{', '.join(f'{k}={v}' for k, v in defaults.items())}")
+    merged = {**defaults,
+              **{k: _convert(name, k, v, defaults[k]) for k, v in options.items()}}
+    for key, value in merged.items():
+        _check_range(name, key, value, info.ranges.get(key))
+    return merged
 
 
 def with_source(graph: OpGraph, source: ModelSource | None) -> OpGraph:

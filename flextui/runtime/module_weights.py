@@ -34,7 +34,7 @@ def seeded_module(graph: OpGraph, seed: int) -> tuple[torch.nn.Module,
     names: dict[str, str] = graph.meta.get("module_params", {})
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        module = pytorch_model(source).module()
+        module = pytorch_model(source, graph.meta.get("options")).module()
     own = dict(module.named_parameters(remove_duplicate=False))  # tied weights by each name
     missing = sorted(set(names.values()) - set(own))
     if missing or set(names) != set(graph.parameters):

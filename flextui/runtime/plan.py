@@ -224,13 +224,16 @@ def _buckets(keyed: list[tuple[tuple[int, int], ReplicaSync]]
 
 def index_bounds(graph: OpGraph) -> dict[int, int]:
     """For each integer input op, the largest value range all its consumers accept
-    (labels below the class count, ids below the table size)."""
-    bounds: dict[int, int] = {}
-    for op in graph.ops:
+    (labels below the class count, ids below the table size), through ops that pass
+    its values on (a slice of the labels)."""
+    below: dict[str, int] = {}   # by tensor name: the range its consumers accept
+    for op in reversed(graph.ops):
+        kernel = kernel_for(op.type)
         for slot, tensor in enumerate(op.inputs):
-            producer = tensor.producer
-            if producer is not None and producer.type == "input" \
-                    and tensor.dtype not in FLOAT_DTYPES:
-                bound = kernel_for(op.type).index_bound(op, slot)
-                bounds[producer.index] = min(bounds.get(producer.index, bound), bound)
-    return bounds
+            if tensor.dtype in FLOAT_DTYPES:
+                continue
+            bound = below.get(op.outputs[0].name, 2) if kernel.passes_indices \
+                else kernel.index_bound(op, slot)
+            below[tensor.name] = min(below.get(tensor.name, bound), bound)
+    return {op.index: below[op.outputs[0].name] for op in graph.ops
+            if op.type == "input" and op.outputs[0].name in below}

@@ -18,7 +18,7 @@ def bind_regions(graph: OpGraph) -> None:
     if graph.source is None:
         raise ModelError(f"graph {graph.name!r} has opaque ops and no model source to run "
                          "them from")
-    model = pytorch_model(graph.source)
+    model = pytorch_model(graph.source, graph.meta.get("options"))
     programs: dict[int, RegionProgram] = {}
     for op in opaque:
         batch = op.attrs["batch"]

@@ -19,6 +19,7 @@ import math
 import torch
 
 from flextui.graph import Op, OpGraph, Parameter, Region
+from flextui.graph.kernels.base import region_shape
 from flextui.graph.kernels.positional import block_hash, block_uniform, key_of
 from flextui.graph.ops.basic import InputFill
 
@@ -62,8 +63,11 @@ def input_block(op: Op, region: Region, seed: int, step: int, dtype: torch.dtype
                 index_bound: int | None, device: torch.device | str = "cpu") -> torch.Tensor:
     """Block ``region`` of input op ``op``'s data for ``step``: ``dtype`` floats in
     [-1, 1], or (``index_bound`` given) integers of the op's dtype below it; positions
-    (``InputFill.POSITIONS``) are each element's index along dim 1."""
+    (``InputFill.POSITIONS``) are each element's index along dim 1, zeros zeros."""
     shape = op.outputs[0].shape
+    if op.attrs.get("fill") == InputFill.ZEROS:
+        return torch.zeros(region_shape(region), dtype=getattr(torch, op.outputs[0].dtype),
+                           device=device)
     if op.attrs.get("fill") == InputFill.POSITIONS:
         (first, stop), rows = region[1], region[0][1] - region[0][0]
         return torch.arange(first, stop, device=device).expand(rows, -1).to(

@@ -1,5 +1,5 @@
 """What the ATen handlers share: the values a call's arguments can be besides flextui
-tensors (``ParamRef``, ``Dropped``), ``Unmappable``, and the ``Context`` an op is built
+tensors (``ParamRef``; ``constants.Constant``), ``Unmappable``, and the ``Context`` an op is built
 in (the builder, the op's name, and which module parameter each graph parameter is)."""
 
 from __future__ import annotations
@@ -28,13 +28,6 @@ class ParamRef:
     shape: tuple[int, ...]
 
 
-@dataclass(frozen=True)
-class Dropped:
-    """A value the graph does not carry (a buffer, bookkeeping on one)."""
-
-    what: str
-
-
 class Context:
     """The builder; the name the op being mapped gets: the path of the torch.nn layer
     that ran it ("layer1.0.conv1"), else the path of the user's block and the node's
@@ -45,18 +38,29 @@ class Context:
         self.builder = builder
         self.name = ""
         self.module_params: dict[str, str] = {}
-        #: the positions inputs made so far, by length (``views.positions_input``)
-        self.positions: dict[int, Tensor] = {}
+        #: the inputs made for constant ids so far, by fill and length
+        #: (``views.fill_input``)
+        self.fills: dict[tuple[str, int], Tensor] = {}
         self._used: set[str] = set()
 
     @contextlib.contextmanager
     def naming(self, module: tuple[str, bool], node: Node) -> Iterator[None]:
         path, layer = module
-        name = path if layer and path not in self._used else \
+        taken = path in self._used or self.builder.has_op(path)
+        name = path if layer and not taken else \
             f"{path}.{node.name}" if path else str(node.name)
         self._used.add(name)
         self.name = name
         yield
+
+    def free_name(self, base: str) -> str:
+        """``base``, or ``base_2``, ``base_3``...: a name no op has or is about to get."""
+        name, n = base, 1
+        while name in self._used or self.builder.has_op(name):
+            n += 1
+            name = f"{base}_{n}"
+        self._used.add(name)
+        return name
 
     def bind(self, output: Tensor, **refs: Any) -> Tensor:
         """Record that the parameters of ``output``'s op, by role, are the module's

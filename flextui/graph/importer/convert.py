@@ -15,9 +15,10 @@ from torch.fx import Node
 from flextui.errors import GraphError
 from flextui.graph.builder import GraphBuilder
 from flextui.graph.graph import OpGraph
-from flextui.graph.importer import mha, opaque
+from flextui.graph.importer import constants, mha, opaque
 from flextui.graph.importer.aten import HANDLERS
-from flextui.graph.importer.context import Context, Dropped, ParamRef, Unmappable
+from flextui.graph.importer.constants import Constant
+from flextui.graph.importer.context import Context, ParamRef, Unmappable
 from flextui.graph.importer.exported import (
     cache_said,
     export,
@@ -121,15 +122,10 @@ class _Walk:
 
     def run(self) -> Any:
         """The value of the module's output."""
-        signature = self.program.graph_signature
-        params = signature.inputs_to_parameters
-        # a tensor the forward makes (torch.tensor(...)) is a constant, as a buffer is
-        buffers = {**signature.inputs_to_buffers, **signature.inputs_to_lifted_tensor_constants}
         output: Any = None
         for node in self.program.graph.nodes:
             if node.op == "placeholder":
-                value = self.values[node] = _placeholder(node, params, buffers,
-                                                         self.ctx.builder)
+                value = self.values[node] = _placeholder(node, self.program, self.ctx.builder)
                 if isinstance(value, Tensor) and value.producer is not None:
                     self.inputs.append(value.producer.name)
             elif node.op == "call_function" and node not in self.values \
@@ -213,8 +209,16 @@ class _Walk:
         args = _resolve(node.args, self.values)
         kwargs = _resolve(node.kwargs, self.values)
         target = target_name(node.target)
-        if _any(args, Dropped) and not _any(args, Tensor):
-            return Dropped(target)  # bookkeeping on buffers (batch norm's step count)
+        if target in IGNORED:
+            return None
+        if (target.startswith("aten.") or target == "getitem") \
+                and constants.is_plain(args) and constants.is_plain(kwargs):
+            # made from buffers and literals alone (a mask, positions, bookkeeping on
+            # batch norm's step count): computed as the module does
+            try:
+                return constants.evaluate(node, args, kwargs)
+            except Unmappable as why:
+                raise _NotMapped(target, str(why)) from None
         handler = HANDLERS.get(target)
         if handler is None:
             raise _NotMapped(target, "no mapping onto flextui's op types yet")
@@ -237,8 +241,21 @@ class _Walk:
             raise
 
 
-def _placeholder(node: Node, params: dict[str, str], buffers: dict[str, str],
-                 builder: GraphBuilder) -> ParamRef | Dropped | Tensor:
+#: ATen ops that check or record and compute nothing
+IGNORED = frozenset({"aten._assert_tensor_metadata.default", "aten._assert_scalar.default"})
+
+
+def _placeholder(node: Node, program: ExportedProgram,
+                 builder: GraphBuilder) -> ParamRef | Constant | Tensor:
+    """A parameter, a buffer or lifted constant (its value, a copy), or a user input."""
+    signature = program.graph_signature
+    params = signature.inputs_to_parameters
+    held = {**signature.inputs_to_buffers, **signature.inputs_to_lifted_tensor_constants}
+    if node.name in held:
+        name = held[node.name]
+        state = program.state_dict.get(name)
+        value = (program.constants[name] if state is None else state).detach().clone()
+        return Constant(value, (value,))
     value = node.meta.get("val")
     if not isinstance(value, torch.Tensor):
         raise GraphError(f"model {builder.name!r}: its example input {node.name!r} is "
@@ -247,8 +264,6 @@ def _placeholder(node: Node, params: dict[str, str], buffers: dict[str, str],
                          "a setting of the module)")
     if node.name in params:
         return ParamRef(params[node.name], tuple(value.shape))
-    if node.name in buffers:
-        return Dropped(buffers[node.name])
     dtype = str(value.dtype).removeprefix("torch.")
     return builder.input(tuple(int(s) for s in value.shape), dtype=dtype, name=node.name)
 

@@ -21,7 +21,8 @@ from torch.export import ExportedProgram
 from torch.fx import Node
 from torch.utils.flop_counter import FlopCounterMode
 
-from flextui.graph.importer.context import Context, Dropped, ParamRef, Unmappable
+from flextui.graph.importer.constants import Constant
+from flextui.graph.importer.context import Context, ParamRef, Unmappable
 from flextui.graph.kernels.opaque import RegionProgram, bind_program, run_nodes
 from flextui.graph.tensor import Tensor
 
@@ -48,7 +49,7 @@ def close(ctx: Context, nodes: list[Node], values: dict[Node, Any],
     reads = list(dict.fromkeys(a for n in nodes for a in n.all_input_nodes if a not in inside))
     inputs = [a for a in reads if isinstance(values.get(a), Tensor)]
     params = [a for a in reads if isinstance(values.get(a), ParamRef)]
-    constants = [a for a in reads if isinstance(values.get(a), Dropped) and a.op == "placeholder"]
+    constants = [a for a in reads if isinstance(values.get(a), Constant) and a.op == "placeholder"]
     odd = [a for a in reads if a not in (*inputs, *params, *constants)]
     if odd:
         raise Unmappable(f"the region reads {odd[0].name}, which is not a tensor")

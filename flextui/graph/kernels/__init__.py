@@ -28,7 +28,15 @@ from typing import cast
 import torch
 
 from flextui.errors import GraphError
-from flextui.graph.kernels import attention, basic, conv, dense, opaque, recurrent  # noqa: F401
+from flextui.graph.kernels import (  # noqa: F401
+    attention,
+    basic,
+    conv,
+    dense,
+    layout,
+    opaque,
+    recurrent,
+)
 from flextui.graph.kernels.base import KERNELS, Kernel, Tensors, kernel_for, region_shape
 from flextui.graph.op import Op
 from flextui.graph.region import Region

@@ -29,6 +29,9 @@ class Kernel:
     ``forward_loss`` instead, so the outputs and the loss share one computation."""
 
     name: ClassVar[str]
+    #: whether the op passes an integer input's values on unchanged (a slice of the
+    #: labels), so the ops that read its output bound them
+    passes_indices: ClassVar[bool] = False
 
     def forward(self, op: Op, region: Region, inputs: Tensors, params: Tensors,
                 seed: int) -> list[torch.Tensor]:

@@ -23,6 +23,11 @@ _UNARY: dict[str, Callable[[torch.Tensor, dict[str, Any]], torch.Tensor]] = {
     "sigmoid": lambda x, _: torch.sigmoid(x),
     "identity": lambda x, _: x,
     "scale": lambda x, attrs: x * attrs["factor"],
+    "shift": lambda x, attrs: x + attrs["offset"],
+    "pow": lambda x, attrs: x ** attrs["exponent"],
+    "silu": lambda x, _: F.silu(x),
+    "neg": lambda x, _: -x,
+    "rsqrt": lambda x, _: torch.rsqrt(x),
 }
 _BINARY: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
     "add": torch.add, "sub": torch.sub, "mul": torch.mul}

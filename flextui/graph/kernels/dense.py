@@ -12,22 +12,32 @@ from flextui.graph.kernels.base import Kernel, register
 
 @register
 class LinearKernel(Kernel):
-    """A block of out-features uses the matching rows of the weight (and bias)."""
+    """A block of out-features uses the matching rows of the weight (and bias): its
+    shard, or with ``rows`` its rows of the whole weight; a ``transposed`` weight is
+    [in, out]."""
 
     name = "linear"
 
     def forward(self, op, region, inputs, params, seed):
-        return [F.linear(inputs[0], params[0], params[1] if len(params) > 1 else None)]
+        weight, bias = params[0], params[1] if len(params) > 1 else None
+        rows = op.attrs.get("rows")
+        if rows is not None:
+            first, stop = (rows[0] + i for i in region[-1])
+            weight, bias = weight[first:stop], None if bias is None else bias[first:stop]
+        elif op.attrs.get("transposed"):
+            weight = weight.t()
+        return [F.linear(inputs[0], weight, bias)]
 
 
 @register
 class EmbeddingKernel(Kernel):
-    """A block of the embedding dim uses those columns of the whole table."""
+    """A block of the embedding dim uses those columns of the whole table; the row
+    ``padding_idx`` gets no gradient, as in torch."""
 
     name = "embedding"
 
     def forward(self, op, region, inputs, params, seed):
-        return [F.embedding(inputs[0], params[0])]
+        return [F.embedding(inputs[0], params[0], padding_idx=op.attrs.get("padding_idx"))]
 
     def index_bound(self, op, i):
         return op.attrs["num_embeddings"]

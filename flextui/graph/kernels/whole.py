@@ -48,12 +48,18 @@ def run_whole(graph: OpGraph, params: dict[str, torch.Tensor],
     return loss
 
 
+#: the least magnitude an element's error is taken against (float64 parameters)
+ABSOLUTE_FLOOR = 1e-9
+
+
 def relative_error(found: torch.Tensor, expected: torch.Tensor, scale: float = 0.0) -> float:
     """The largest elementwise relative error, an element's error taken against at least
-    a millionth of the tensor's largest magnitude, or of ``scale`` when larger (so values
-    near zero are not divided by nearly nothing)."""
+    a millionth of the tensor's largest magnitude, or of ``scale`` when larger, and at
+    least 1e-9 (so values near zero are not divided by nearly nothing: an attention's key
+    bias, whose gradient is zero but for rounding, stays within 1e-17 of its start, in
+    noise that differs between orders of summation)."""
     if not expected.numel():
         return 0.0
     floor = max(float(expected.abs().max()), scale) * 1e-6
-    least = expected.abs().clamp_min(max(floor, 1e-300))
+    least = expected.abs().clamp_min(max(floor, ABSOLUTE_FLOOR))
     return float(((found.to(expected.dtype) - expected).abs() / least).max())

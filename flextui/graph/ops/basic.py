@@ -12,7 +12,9 @@ from flextui.graph.tensor import DTYPE_BYTES
 
 #: forward FLOPs per element of each unary function
 UNARY_FLOPS = {"relu": 1, "gelu": 8, "tanh": 4, "sigmoid": 4, "dropout": 2, "identity": 0,
-               "scale": 1}
+               "scale": 1, "shift": 1, "pow": 2, "silu": 5, "neg": 1, "rsqrt": 2}
+#: the number each unary function that takes one is given by
+UNARY_NUMBERS = {"scale": "factor", "shift": "offset", "pow": "exponent"}
 BINARY_FNS = ("add", "sub", "mul")
 
 
@@ -21,13 +23,15 @@ class InputFill(StrEnum):
 
     DATA = "data"
     POSITIONS = "positions"
+    ZEROS = "zeros"
 
 
 @register
 class Input(OpType):
     """A graph input (images, token ids, labels): loaded where its tasks are placed.
-    ``attrs["fill"]`` says what it holds (``InputFill``): data, or the positions along
-    dim 1 (0, 1, 2, ... in every row: what a model's ``torch.arange`` makes)."""
+    ``attrs["fill"]`` says what it holds (``InputFill``): data, the positions along
+    dim 1 (0, 1, 2, ... in every row: what a model's ``torch.arange`` makes), or zeros
+    (one token type in every place)."""
 
     name = "input"
 
@@ -38,8 +42,8 @@ class Input(OpType):
         fill = op.attrs.get("fill", InputFill.DATA)
         require(fill in tuple(InputFill), op,
                 f"unknown fill {fill!r:.40}; use one of {', '.join(InputFill)}")
-        require(fill != InputFill.POSITIONS or len(op.attrs["shape"]) == 2, op,
-                "positions are [batch, length]")
+        require(fill == InputFill.DATA or len(op.attrs["shape"]) == 2, op,
+                f"{fill} are [batch, length]")
 
     def infer(self, op):
         return [(tuple(op.attrs["shape"]), op.attrs.get("dtype", "float32"))]
@@ -51,7 +55,8 @@ class Input(OpType):
 @register
 class Unary(OpType):
     """An elementwise function (``attrs["fn"]``); gelu takes torch's ``approximate``,
-    dropout its ``p``, scale (multiplying by a constant) its ``factor``."""
+    dropout its ``p``, scale (multiplying by a number) its ``factor``, shift (adding
+    one) its ``offset``, pow its ``exponent``."""
 
     name = "unary"
 
@@ -61,10 +66,10 @@ class Unary(OpType):
                 f"unknown function {op.attrs['fn']!r}; use one of {', '.join(UNARY_FLOPS)}")
         require(op.attrs.get("approximate", "none") in ("none", "tanh"), op,
                 "gelu's approximate is 'none' or 'tanh'")
-        factor = op.attrs.get("factor", 1.0)
-        require(op.attrs["fn"] != "scale" or (isinstance(factor, (int, float)) and
-                                              not isinstance(factor, bool)), op,
-                "scale takes a number, factor")
+        number = UNARY_NUMBERS.get(op.attrs["fn"])
+        value = op.attrs.get(number, 1.0) if number else 1.0
+        require(isinstance(value, (int, float)) and not isinstance(value, bool), op,
+                f"{op.attrs['fn']} takes a number, {number}")
 
     def infer(self, op):
         return [(op.inputs[0].shape, op.inputs[0].dtype)]

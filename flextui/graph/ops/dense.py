@@ -16,7 +16,11 @@ def _feature_space(shape, last_kind: DimKind | None) -> tuple[Dim, ...]:
 @register
 class Linear(OpType):
     """y = x W^T + b over the last dim. Table 2 (matrix multiplication): sample;
-    out-channel parameter; any middle dims (sequence) are attributes."""
+    out-channel parameter; any middle dims (sequence) are attributes. With
+    ``transposed`` the weight is stored [in, out] (GPT-2's Conv1D: y = x W + b). With
+    ``rows`` = [first, total] the weight (and bias) has ``total`` rows of which the op
+    uses ``out_features`` from ``first`` (the query part of nn.MultiheadAttention's
+    packed projection); every block then holds the whole weight."""
 
     name = "linear"
     backward_factor = 2.0
@@ -24,6 +28,12 @@ class Linear(OpType):
     def check(self, op):
         require(len(op.inputs) == 1 and op.inputs[0].rank >= 2, op,
                 "expects one input of rank >= 2 (batch, ..., features)")
+        rows = op.attrs.get("rows")
+        require(rows is None or (len(rows) == 2 and 0 <= rows[0] and
+                                 rows[0] + op.attrs["out_features"] <= rows[1]), op,
+                f"rows {rows!r:.40} must be [first, total] holding the op's out_features")
+        require(rows is None or not op.attrs.get("transposed"), op,
+                "rows of a transposed weight")
 
     def infer(self, op):
         shape = op.inputs[0].shape
@@ -35,7 +45,13 @@ class Linear(OpType):
     def params(self, op):
         last = op.inputs[0].rank - 1
         out, inp = op.attrs["out_features"], op.inputs[0].shape[-1]
-        specs = [ParamSpec("weight", (out, inp), (last, None))]
+        rows = op.attrs.get("rows")
+        if rows is not None:
+            specs = [ParamSpec("weight", (rows[1], inp), (None, None))]
+            return specs + [ParamSpec("bias", (rows[1],), (None,))] if op.attrs["bias"] \
+                else specs
+        specs = [ParamSpec("weight", (inp, out), (None, last)) if op.attrs.get("transposed")
+                 else ParamSpec("weight", (out, inp), (last, None))]
         if op.attrs["bias"]:
             specs.append(ParamSpec("bias", (out,), (last,)))
         return specs
@@ -49,13 +65,17 @@ class Linear(OpType):
 
 @register
 class Embedding(OpType):
-    """Table lookup of integer ids; the embedding dim is a parameter dim."""
+    """Table lookup of integer ids; the embedding dim is a parameter dim. The row
+    ``padding_idx``, if given, gets no gradient (torch's)."""
 
     name = "embedding"
 
     def check(self, op):
         require(len(op.inputs) == 1 and op.inputs[0].dtype.startswith("int"), op,
                 "expects one integer tensor of ids")
+        pad = op.attrs.get("padding_idx")
+        require(pad is None or (type(pad) is int and 0 <= pad < op.attrs["num_embeddings"]),
+                op, f"padding_idx {pad!r:.20} is not a row of the table")
 
     def infer(self, op):
         return [(op.inputs[0].shape + (op.attrs["dim"],), "float32")]
