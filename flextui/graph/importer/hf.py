@@ -12,10 +12,10 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch.overrides import TorchFunctionMode
 
 from flextui.errors import ModelError
 from flextui.graph.hf_models import FAMILIES, Task
+from flextui.graph.importer.float64 import KeepFloat64
 from flextui.graph.importer.source import TorchModel
 from flextui.graph.model_source import ModelSource
 from flextui.graph.usercode import user_code
@@ -140,24 +140,3 @@ def _positional(model_class: Any, task: Task) -> Any:
     forward = {Task.SEQ2SEQ: seq2seq, Task.IMAGE_CLASSIFICATION: image}.get(task, text)
     return type(model_class.__name__, (model_class,), {"forward": forward,
                                                        "__module__": __name__})
-
-
-class KeepFloat64(TorchFunctionMode):
-    """Casts of float64 tensors to float32 left out: transformers computes some steps
-    in float32 whatever the model's dtype (RMSNorm, rotary tables, the loss: an upcast
-    for float16 training), which in a float64 model would round them; a model in float64
-    then computes in float64 throughout, as its graph does."""
-
-    NARROWING = (torch.Tensor.to, torch.Tensor.float, torch.Tensor.type)
-
-    def __torch_function__(self, func: Any, types: Any, args: Any = (),
-                           kwargs: Any = None) -> Any:
-        kwargs = kwargs or {}
-        if func in self.NARROWING and args and isinstance(args[0], torch.Tensor) \
-                and args[0].dtype == torch.float64:
-            wide = [torch.float64 if a is torch.float32 else a for a in args[1:]]
-            kwargs = {k: torch.float64 if v is torch.float32 else v for k, v in kwargs.items()}
-            if func is torch.Tensor.float:
-                return args[0]
-            return func(args[0], *wide, **kwargs)
-        return func(*args, **kwargs)
