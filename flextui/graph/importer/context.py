@@ -52,7 +52,7 @@ class Context:
     @contextlib.contextmanager
     def naming(self, module: tuple[str, bool], node: Node) -> Iterator[None]:
         path, layer = module
-        name = path if layer and path not in self._used else \
+        name = path if layer and path and path not in self._used else \
             f"{path}.{node.name}" if path else str(node.name)
         self._used.add(name)
         self.name = name

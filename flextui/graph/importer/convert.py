@@ -140,7 +140,7 @@ class _Walk:
         self.pending = opaque.Pending()
         self.values.update(dict.fromkeys(nodes, UNKNOWN))
         try:
-            with self.ctx.naming((module_path(first)[0], False), first):
+            with self.ctx.naming((opaque.owner(nodes), True), first):
                 self.values.update(opaque.close(self.ctx, nodes, self.values, self.regions))
         except Unmappable as why:
             self._report(first, "an opaque region", str(why))
