@@ -25,6 +25,7 @@ from flextui.runtime.hosts import place
 from flextui.runtime.launch import Outcome, Run, Torchrun, free_port, port_is_free
 from flextui.runtime.metrics import RankRecord
 from flextui.runtime.nodes import Nodes, NodesRun, preflight
+from flextui.runtime.plan import compile_plan
 from flextui.runtime.runlog import RunHeader, RunLogError, RunLogWriter
 from flextui.runtime.spec import Backend, LaunchSpec, RunDtype, Training
 from flextui.runtime.summary import RunSummary, Simulated, summarize
@@ -91,7 +92,8 @@ def prepare(graph: OpGraph, strategy: Strategy, cluster: Cluster, training: Trai
             run_log: Path | None = None, stop: threading.Event | None = None) -> Prepared:
     """Check everything a launch on ``target`` (default: this machine, a free port)
     needs before a rank starts; FlextuiError says what is wrong (a cluster of several
-    nodes without hosts, a strategy for more devices than the launch has, more ranks
+    nodes without hosts, a strategy for more devices than the launch has or whose plan
+    the ranks could not compile, more ranks
     than the machine has cores or GPUs, a busy port, no torchrun, a host that fails its
     preflight: ``stop`` ends that early, an imported model with no source the user
     gave)."""
@@ -107,7 +109,7 @@ def prepare(graph: OpGraph, strategy: Strategy, cluster: Cluster, training: Trai
         raise StrategyError(f"strategy {strategy.name!r} uses {used} devices; this launch has "
                             f"{cluster.num_devices} ({cluster.name}): search a strategy for "
                             f"these devices with flextui search --cluster {cluster.name}")
-    strategy.check(graph, cluster.num_devices)
+    compile_plan(graph, strategy, cluster.num_devices)  # what each rank compiles, checked here
     if importlib.util.find_spec("torch.distributed.run") is None:
         raise FlextuiError("torchrun (torch.distributed.run) is missing from this Python; "
                            "install a torch with distributed support")
@@ -158,7 +160,7 @@ def as_check(prepared: Prepared, graph: OpGraph, steps: int = 3) -> Prepared:
     training = replace(prepared.spec.training, steps=steps, warmup=0, dtype=RunDtype.FLOAT64,
                        check=True)
     strategy = prepared.spec.strategy
-    strategy.check(graph, prepared.cluster.num_devices)
+    compile_plan(graph, strategy, prepared.spec.num_ranks)
     return replace(prepared, spec=LaunchSpec(graph, strategy, prepared.spec.num_ranks,
                                              training))
 

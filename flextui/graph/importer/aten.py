@@ -193,8 +193,11 @@ def cross_entropy(ctx: Context, logits: Any, labels: Any, weight: Any = None,
         raise Unmappable("class weights, a reduction other than the mean, or smoothing")
     if isinstance(logits, views.FlatBatch) and isinstance(labels, views.FlatBatch):
         logits, labels = logits.tensor, labels.tensor  # a token-level loss, [B, T]
-    return ctx.builder.softmax_ce(_tensor(logits, "the logits"), _tensor(labels, "the labels"),
-                                  name=ctx.name)
+        return ctx.builder.softmax_ce(logits, labels, name=ctx.name)
+    logits = _tensor(logits, "the logits")
+    # torch's classes are along dim 1: [B, C] or [B, C, d1, ...] (per-pixel)
+    return ctx.builder.softmax_ce(logits, _tensor(labels, "the labels"), name=ctx.name,
+                                  class_dim=1)
 
 
 def split(ctx: Context, x: Any, size: Any, dim: int = 0) -> list[Tensor]:

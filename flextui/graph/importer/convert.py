@@ -229,9 +229,12 @@ def _finish(builder: GraphBuilder, output: Any, name: str) -> OpGraph:
                          "module that returns its logits or its loss")
     result = tensors[0]
     if result.producer is None or result.producer.type != "softmax_ce":
-        if len(result.shape) != 2:
+        if len(result.shape) not in (2, 4, 5):
             raise GraphError(f"model {name!r} returns a tensor of shape {list(result.shape)}; "
-                             "return (batch, classes) logits or a cross-entropy loss")
-        labels = builder.input((result.shape[0],), dtype="int64", name="labels")
-        builder.softmax_ce(result, labels, name="loss")
+                             "return (batch, classes) logits, per-pixel (batch, classes, "
+                             "height, width) logits or a cross-entropy loss")
+        # torch's convention: the classes along dim 1, a label per pixel
+        labels = builder.input(result.shape[:1] + result.shape[2:], dtype="int64",
+                               name="labels")
+        builder.softmax_ce(result, labels, name="loss", class_dim=1)
     return builder.build()
