@@ -94,14 +94,15 @@ def _dtype(node: Node) -> str:
 
 def _views(nodes: list[Node], values: dict[Node, Any]) -> list[Node]:
     """The nodes outside ``nodes`` that they read and that the graph holds as something
-    other than a tensor, a parameter or a buffer (positions, an activation split into
-    heads), with the nodes those come from back to such values, in graph order."""
+    other than a tensor or a parameter (positions, an activation split into heads,
+    bookkeeping on a buffer), with the nodes those come from back to such values or to
+    placeholders (buffers), in graph order."""
     made, wanted = set(nodes), set()
     stack = [a for n in nodes for a in n.all_input_nodes if a not in made]
     while stack:
         node = stack.pop()
         if node in wanted or node in made or node.op != "call_function" or \
-                isinstance(values.get(node), (Tensor, ParamRef, Dropped)):
+                isinstance(values.get(node), (Tensor, ParamRef)):
             continue
         wanted.add(node)
         stack.extend(node.all_input_nodes)
