@@ -157,6 +157,10 @@ class _Walk:
         handler = HANDLERS.get(target)
         if handler is None:
             raise _NotMapped(target, "no mapping onto flextui's op types yet")
+        remade = next((v for v in (*args, *kwargs.values()) if isinstance(v, opaque.Remade)),
+                      None)
+        if remade is not None:
+            raise _NotMapped(target, f"it reads a {remade.dtype} tensor an opaque region made")
         if _any(args, _Unknown) or _any(kwargs, _Unknown):
             return UNKNOWN  # downstream of an op already reported
         if _reused_after_change(node, self.order):

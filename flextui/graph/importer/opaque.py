@@ -32,7 +32,7 @@ from torch.utils.flop_counter import FlopCounterMode
 from flextui.graph.importer.context import Context, Dropped, ParamRef, Unmappable
 from flextui.graph.importer.exported import module_path
 from flextui.graph.kernels.opaque import RegionProgram, bind_program, run_nodes
-from flextui.graph.tensor import DTYPE_BYTES, Tensor
+from flextui.graph.tensor import DTYPE_BYTES, FLOAT_DTYPES, Tensor
 
 
 class Pending:
@@ -48,13 +48,24 @@ class Pending:
         self.nodes.append(node)
 
 
+@dataclass(frozen=True)
+class Remade:
+    """A region's result of a dtype ops do not pass each other (a bool mask), or a float
+    one of a region that reads no float tensor (rotary tables from positions: made in
+    the dtype of the export, not of the run): whatever reads it is unmapped, and the
+    region it joins runs the nodes that make it again."""
+
+    dtype: str
+
+
 def close(ctx: Context, nodes: list[Node], values: dict[Node, Any],
-          program: RegionProgram) -> dict[Node, Tensor]:
+          program: RegionProgram) -> dict[Node, Tensor | Remade]:
     """The opaque op of a region's ``nodes`` of ``program``: the values of the nodes
-    read from outside (its outputs). Unmappable when the region reads or makes
-    something other than tensors. What the region reads that the graph holds as a view
-    (``arange(n)``'s positions, an activation split into heads: ``views``) runs in the
-    region again, from the tensors it came from."""
+    read from outside (its outputs; ``Remade`` for one of a dtype ops do not pass, and
+    no op when all are). Unmappable when the region reads or makes something other than
+    tensors. What the region reads that the graph holds as no tensor (``arange(n)``'s
+    positions, an activation split into heads: ``views``; a ``Remade`` result) runs in
+    the region again, from the tensors it came from."""
     made = set(nodes)
     outputs = [n for n in nodes if any(u not in made for u in n.users)]
     nodes = _views(nodes, values) + nodes
@@ -68,10 +79,15 @@ def close(ctx: Context, nodes: list[Node], values: dict[Node, Any],
         raise Unmappable(f"the region reads {odd[0].name}, which is not a tensor")
     if not outputs or not all(isinstance(n.meta.get("val"), torch.Tensor) for n in outputs):
         raise Unmappable("the region's results are not all tensors")
-    odd = [n for n in outputs if _dtype(n) not in DTYPE_BYTES]
-    if odd:
-        raise Unmappable(f"the region's result {odd[0].name} is a {_dtype(odd[0])} tensor; "
-                         f"ops pass each other {', '.join(DTYPE_BYTES)} tensors only")
+    # a region with no float operand computes at the dtype it was exported with: its
+    # float results are computed again where a float operand says the block's dtype
+    computed = bool(params) or any(values[a].dtype in FLOAT_DTYPES for a in inputs)
+    remade: dict[Node, Tensor | Remade] = {
+        n: Remade(_dtype(n)) for n in outputs
+        if _dtype(n) not in DTYPE_BYTES or (_dtype(n) in FLOAT_DTYPES and not computed)}
+    outputs = [n for n in outputs if n not in remade]
+    if not outputs:
+        return remade
     batch = int(ctx.builder.meta["batch_size"])
     work, batchwise = _measure(nodes, inputs, params, constants, outputs, program.known,
                                batch)
@@ -85,7 +101,7 @@ def close(ctx: Context, nodes: list[Node], values: dict[Node, Any],
     op = ctx.builder.add("opaque", [values[a] for a in inputs], attrs, ctx.name)
     bind_program(op, program)
     ctx.bind(op.outputs[0], **{f"p{i}": values[a] for i, a in enumerate(params)})
-    return dict(zip(outputs, op.outputs))
+    return {**remade, **dict(zip(outputs, op.outputs))}
 
 
 def _dtype(node: Node) -> str:
