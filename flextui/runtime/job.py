@@ -25,7 +25,6 @@ from flextui.runtime.hosts import place
 from flextui.runtime.launch import Outcome, Run, Torchrun, free_port, port_is_free
 from flextui.runtime.metrics import RankRecord
 from flextui.runtime.nodes import Nodes, NodesRun, preflight
-from flextui.runtime.plan import compile_plan
 from flextui.runtime.runlog import RunHeader, RunLogError, RunLogWriter
 from flextui.runtime.spec import Backend, LaunchSpec, RunDtype, Training
 from flextui.runtime.summary import RunSummary, Simulated, summarize
@@ -109,7 +108,7 @@ def prepare(graph: OpGraph, strategy: Strategy, cluster: Cluster, training: Trai
         raise StrategyError(f"strategy {strategy.name!r} uses {used} devices; this launch has "
                             f"{cluster.num_devices} ({cluster.name}): search a strategy for "
                             f"these devices with flextui search --cluster {cluster.name}")
-    compile_plan(graph, strategy, cluster.num_devices)  # what each rank compiles, checked here
+    _plannable(graph, strategy, cluster.num_devices)
     if importlib.util.find_spec("torch.distributed.run") is None:
         raise FlextuiError("torchrun (torch.distributed.run) is missing from this Python; "
                            "install a torch with distributed support")
@@ -133,6 +132,14 @@ def prepare(graph: OpGraph, strategy: Strategy, cluster: Cluster, training: Trai
     path = run_log or default_log_path(graph, cluster, suffix=RUN_SUFFIX)
     return Prepared(LaunchSpec(graph, strategy, cluster.num_devices, training), cluster,
                     target, path, simulated, placed)
+
+
+def _plannable(graph: OpGraph, strategy: Strategy, ranks: int) -> None:
+    """The plan each rank compiles, compiled here first: StrategyError before any rank
+    starts (imported here: the plan's module imports torch, the app starts without)."""
+    from flextui.runtime.plan import compile_plan
+
+    compile_plan(graph, strategy, ranks)
 
 
 def local_gpus() -> int:
@@ -160,7 +167,7 @@ def as_check(prepared: Prepared, graph: OpGraph, steps: int = 3) -> Prepared:
     training = replace(prepared.spec.training, steps=steps, warmup=0, dtype=RunDtype.FLOAT64,
                        check=True)
     strategy = prepared.spec.strategy
-    compile_plan(graph, strategy, prepared.spec.num_ranks)
+    _plannable(graph, strategy, prepared.spec.num_ranks)
     return replace(prepared, spec=LaunchSpec(graph, strategy, prepared.spec.num_ranks,
                                              training))
 
