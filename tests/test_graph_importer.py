@@ -301,6 +301,7 @@ def torchvision_or_none():
 
 
 @pytest.mark.slow
+@pytest.mark.vision
 @pytest.mark.parametrize("arch, size", [("resnet18", 64), ("resnet50", 64),
                                         ("inception_v3", 299)])
 def test_torchvision_models_keep_their_parameters_and_compute_their_loss(arch, size):
@@ -326,6 +327,7 @@ def test_torchvision_models_keep_their_parameters_and_compute_their_loss(arch, s
     assert found == pytest.approx(expected, rel=1e-9)
 
 
+@pytest.mark.vision
 def test_a_torchvision_name_is_checked(capsys):
     assert main(["show", "--model", "torchvision:no_such_net"]) == 2
     err = capsys.readouterr().err

@@ -19,6 +19,7 @@ from helpers import HANG_S
 from module_loop import module_training
 
 transformers = pytest.importorskip("transformers")
+pytestmark = pytest.mark.vision  # run again beside a second torch (.ci/run)
 
 NAMES = ["gpt2", "llama", "bert", "vit", "t5"]
 SMALL = {"batch_size": 4}

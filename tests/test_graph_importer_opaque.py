@@ -1,7 +1,8 @@
 """``--opaque``: what the importer cannot map op by op (here a grouped convolution and
-cumulative sums) becomes opaque ops that run the module's own nodes, split by samples
-only when the region is batch-wise, so the model still shows, searches, computes the
-module's loss and trains on ranks as one process does."""
+cumulative sums, an LSTM) becomes opaque ops that run the module's own nodes, named
+after their module, split by samples only when the region is batch-wise, costed by the
+work they do, so the model still shows, searches, computes the module's loss (float64
+too) and trains on ranks as one process does."""
 
 import os
 import subprocess
@@ -12,9 +13,11 @@ import pytest
 import torch
 
 from flextui.cli import main
+from flextui.cost.analytic import AnalyticCostModel
 from flextui.graph import full_region
 from flextui.graph.dims import DimKind
 from flextui.graph.library import load_model, pytorch_model
+from flextui.machine import load_named_cluster
 from flextui.runtime.metrics import Start
 from flextui.runtime.reference import forward_whole
 from flextui.runtime.runlog import read_run_log
@@ -24,6 +27,9 @@ from processes import wait_gone
 
 MODELS = Path(__file__).with_name("torch_models")
 NET = MODELS / "grouped_cumsum.py"
+LSTM = MODELS / "lstm_classifier.py"
+POSITIONS = MODELS / "positions_cumsum.py"
+LLAMA = MODELS / "hf_llama.py"
 
 
 def test_without_opaque_the_unmappable_ops_are_refused(capsys):
@@ -54,20 +60,62 @@ def test_a_region_that_mixes_samples_is_not_split(monkeypatch):
     assert not op.attrs["batchwise"] and op.space[0].kind is None
 
 
-def test_the_opaque_graph_computes_the_modules_loss():
-    graph = load_model(str(NET), opaque=True)
+@pytest.mark.parametrize("model, shape", [
+    (NET, (4, 3, 8, 8)), (LSTM, (4, 5, 6)), (POSITIONS, (4, 5, 8)), ("positions_cumsum:masked", (4, 5, 8)),
+    pytest.param(LLAMA, (2, 8), marks=pytest.mark.vision)],
+    ids=["grouped_cumsum", "lstm", "positions", "masked", "llama"])
+def test_the_opaque_graph_computes_the_modules_loss_in_float64(model, shape, monkeypatch):
+    """The LSTM's region makes its first state with zeros(dtype=float32): in float64 it
+    must make it in float64. The positions model's regions read positions and heads,
+    which the graph holds as views of tensors; the masked one's read a bool mask another
+    region made, and Llama's rotary tables come from positions alone: each region that
+    reads them makes them again, in its own dtype."""
+    monkeypatch.syspath_prepend(str(MODELS))
+    if model == LLAMA:
+        pytest.importorskip("transformers")
+    graph = load_model(str(model), opaque=True)
     start = StartingParameters(graph, seed=5)
     params = {name: start.block(name, full_region(p.shape), torch.float64)
               for name, p in graph.parameters.items()}
-    x = torch.randn(4, 3, 8, 8, dtype=torch.float64)
-    labels = torch.randint(0, 10, (4,))
-    data = {"x": x, "labels": labels}
+    x = torch.randn(*shape, dtype=torch.float64) if model != LLAMA else \
+        torch.randint(0, 50, shape)
+    labels = torch.randint(0, 10, shape[:1])
+    (first,) = [op.name for op in graph.ops if op.type == "input" and op.name != "labels"]
+    data = {first: x, "labels": labels}
     found = forward_whole(graph, params, lambda op: data[op.name], seed=0)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(5)
-        module = pytorch_model(str(NET)).make().double()
+        module = pytorch_model(str(model)).make().double()
     expected = torch.nn.functional.cross_entropy(module(x), labels)
-    assert float(found.detach()) == pytest.approx(float(expected.detach()), rel=1e-9)
+    # Llama computes its rotary tables in float32 whatever its dtype; the graph in float64
+    rel = 1e-8 if model == LLAMA else 1e-9
+    assert float(found.detach()) == pytest.approx(float(expected.detach()), rel=rel)
+
+
+def lstm_matmul_flops(batch, steps, width, hidden, layers):
+    """An LSTM's matrix products by hand: per step and layer x W_ih^T and h W_hh^T, four
+    gates wide, a multiply-add 2 FLOPs."""
+    return steps * sum(2 * batch * 4 * hidden * ((width if layer == 0 else hidden) + hidden)
+                       for layer in range(layers))
+
+
+def test_an_opaque_lstm_is_named_after_it_and_costs_the_work_it_does():
+    graph = load_model(str(LSTM), opaque=True)
+    (op,) = [op for op in graph.ops if op.type == "opaque"]
+    assert op.name == "lstm"
+    whole = full_region(op.space_shape)
+    flops = lstm_matmul_flops(batch=4, steps=5, width=6, hidden=8, layers=2)  # its sizes
+    assert op.flops(whole) == (flops, 2 * flops)
+    # its kernels read and write more than its operands once each (the gates, the states)
+    operands = sum(t.nbytes for t in (*op.inputs, *op.outputs, *op.params))
+    assert op.block_bytes(whole) > operands
+    # each of its kernels is a launch, in the analytic model's time
+    model = AnalyticCostModel()
+    device = load_named_cluster("p100-4x4").devices[0]
+    once = AnalyticCostModel(launch_overhead_s=0.0).op_cost(op, op.space_shape, device)
+    assert model.op_cost(op, op.space_shape, device).forward_s == pytest.approx(
+        once.forward_s + op.attrs["kernels"] * model.launch_overhead_s)
+    assert op.attrs["kernels"] > 1
 
 
 def test_an_opaque_model_searches(tmp_path, capsys, monkeypatch):
@@ -79,10 +127,15 @@ def test_an_opaque_model_searches(tmp_path, capsys, monkeypatch):
 
 @pytest.mark.slow
 @pytest.mark.xdist_group("gloo")
-def test_an_opaque_op_split_by_samples_trains_on_two_ranks_as_one_process(tmp_path):
+@pytest.mark.parametrize("model", [NET, LSTM, pytest.param(LLAMA, marks=pytest.mark.vision)],
+                         ids=["grouped_cumsum", "lstm", "llama"])
+def test_an_opaque_op_split_by_samples_trains_on_two_ranks_as_one_process(tmp_path, model):
+    """``--check`` runs in float64 (the LSTM's first state too, Llama's rotary tables)."""
+    if model == LLAMA:
+        pytest.importorskip("transformers")
     log = tmp_path / "opaque.ffrun"
     proc = subprocess.run(
-        [sys.executable, "-m", "flextui", "launch", "--model", str(NET), "--opaque",
+        [sys.executable, "-m", "flextui", "launch", "--model", str(model), "--opaque",
          "--strategy", "data-parallel", "--nproc-per-node", "2", "--check", "--run-log",
          str(log)], cwd=tmp_path, capture_output=True, text=True, timeout=HANG_S,
         env={**os.environ, "OMP_NUM_THREADS": "1"})

@@ -112,6 +112,12 @@ def softmax_ce(degrees, xs, ps):
     return [logits.softmax(-1)], F.cross_entropy(logits.flatten(0, -2), labels.flatten())
 
 
+def softmax_ce_per_pixel(degrees, xs, ps):
+    """torch's own convention: logits [B, C, H, W], labels [B, H, W]."""
+    logits, labels = xs
+    return [logits.softmax(1)], F.cross_entropy(logits, labels)
+
+
 UNARY = {"relu": F.relu, "gelu": F.gelu, "tanh": torch.tanh, "sigmoid": torch.sigmoid,
          "identity": lambda x: x, "silu": F.silu, "neg": torch.neg}
 #: unary functions of a number, with their reference
@@ -233,6 +239,8 @@ CASES = [
          softmax_ce),
     Case("softmax_ce_2d", lambda g: g.softmax_ce(g.input((4, 5)), g.input((4,), "int64")),
          softmax_ce),
+    Case("softmax_ce_per_pixel", lambda g: g.softmax_ce(
+        g.input((4, 3, 2, 4)), g.input((4, 2, 4), "int64"), class_dim=1), softmax_ce_per_pixel),
     Case("lstm_first", lambda g: g.lstm_cell(g.input((4, 5)), None, 4), lstm_cell),
     Case("lstm", lambda g: g.lstm_cell(g.input((4, 5)), (g.input((4, 4)), g.input((4, 4))), 4),
          lstm_cell),

@@ -309,14 +309,20 @@ def _report(result, graph, cluster, cost_model, options, log_path, export, args,
 def _simulate_hint(args, graph, cluster, export) -> str:
     """The command that simulates the exported strategy. A model or cluster read from a
     log is named only when it is a built-in one (a log's text is never offered as a
-    command); what the user typed is repeated, quoted."""
+    command); what the user typed is repeated, quoted (its -b, -o and --opaque too: the
+    model they build is the one the strategy is for)."""
     from flextui.graph.library import model_names
     from flextui.machine import cluster_names
+    built: list[str] = []
     if args.resume:
         logged = graph.meta.get("model", graph.name)
         model = logged if logged in model_names() else "MODEL.py"
         where = cluster.name if cluster.name in cluster_names() else "CLUSTER.toml"
     else:
         model, where = args.model, args.cluster or DEFAULT_CLUSTER
-    return " ".join(["flextui simulate -m", shlex.quote(model), "-c", shlex.quote(where),
-                     "--strategy", shlex.quote(str(export))])
+        built += ["-b", str(args.batch_size)] if args.batch_size else []
+        built += [part for option in args.option or [] for part in ("-o", option)]
+    if any(op.type == "opaque" for op in graph.ops):
+        built.append("--opaque")
+    return " ".join(["flextui simulate -m", shlex.quote(model), *map(shlex.quote, built),
+                     "-c", shlex.quote(where), "--strategy", shlex.quote(str(export))])

@@ -1,9 +1,10 @@
 """A roofline cost model computed from the device spec, so everything works with no GPU.
 
 A task takes max(FLOPs / (peak x compute efficiency), bytes / (bandwidth x memory
-efficiency)) plus a kernel launch overhead; the peak is that of the op's dtype, and for
-float32 ops torch runs on TF32 tensor cores by default (convolutions: ``cost.mathmode``)
-the device's ``tfloat32`` peak where it gives one, as profiles measured on it find;
+efficiency)) plus a launch overhead per kernel it runs (one, but for an opaque region);
+the peak is that of the op's dtype, and for float32 ops torch runs on TF32 tensor cores
+by default (convolutions: ``cost.mathmode``) the device's ``tfloat32`` peak where it
+gives one, as profiles measured on it find;
 backward uses the op type's backward FLOPs and twice the forward bytes (it reads the
 forward's inputs and the output gradient and writes input and weight gradients). Graph
 inputs cost nothing (data loading is not modelled). A transfer over a link takes latency
@@ -101,8 +102,9 @@ class AnalyticCostModel(CostModel):
         nbytes = op.block_bytes(region)
         peak = device.spec.flops_for(peak_name(op)) * self.compute_efficiency
         bandwidth = device.spec.mem_bandwidth * self.memory_efficiency
-        forward = max(fwd_flops / peak, nbytes / bandwidth) + self.launch_overhead_s
-        backward = max(bwd_flops / peak, 2 * nbytes / bandwidth) + self.launch_overhead_s
+        launches = self.launch_overhead_s * op.kind.kernels(op, region)
+        forward = max(fwd_flops / peak, nbytes / bandwidth) + launches
+        backward = max(bwd_flops / peak, 2 * nbytes / bandwidth) + launches
         return OpCost(forward, backward)
 
     def transfer_s(self, nbytes: int, link: Link) -> float:

@@ -236,8 +236,12 @@ class GraphBuilder:
     def matmul(self, a: Tensor, b: Tensor, name: str | None = None) -> Tensor:
         return self._one("matmul", [a, b], {}, name)
 
-    def softmax_ce(self, logits: Tensor, labels: Tensor, name: str | None = None) -> Tensor:
-        return self._one("softmax_ce", [logits, labels], {}, name)
+    def softmax_ce(self, logits: Tensor, labels: Tensor, name: str | None = None, *,
+                   class_dim: int = -1) -> Tensor:
+        """Classes along the last dim of ``logits``, or ``class_dim=1`` (torch's
+        convention for ``[B, C, d1, ...]``: a per-pixel loss)."""
+        attrs = {"class_dim": 1} if class_dim == 1 and len(logits.shape) > 2 else {}
+        return self._one("softmax_ce", [logits, labels], attrs, name)
 
 
 def _check_name(name: object, what: str) -> None:

@@ -65,8 +65,11 @@ class Op:
         return fwd, fwd * self.kind.backward_factor
 
     def block_bytes(self, region: Region) -> int:
-        """Bytes a forward task reads and writes: its input regions, parameter shards
-        and output regions."""
+        """Bytes a forward task reads and writes: what the op type counted, else its
+        input regions, parameter shards and output regions."""
+        counted = self.kind.counted_bytes(self, region)
+        if counted is not None:
+            return counted
         total = sum(region_volume(r) * dtype_bytes(t.dtype)
                     for r, t in zip(self.input_regions(region), self.inputs))
         total += sum(region_volume(r) * dtype_bytes(t.dtype)

@@ -91,7 +91,8 @@ def prepare(graph: OpGraph, strategy: Strategy, cluster: Cluster, training: Trai
             run_log: Path | None = None, stop: threading.Event | None = None) -> Prepared:
     """Check everything a launch on ``target`` (default: this machine, a free port)
     needs before a rank starts; FlextuiError says what is wrong (a cluster of several
-    nodes without hosts, a strategy for more devices than the launch has, more ranks
+    nodes without hosts, a strategy for more devices than the launch has or whose plan
+    the ranks could not compile, more ranks
     than the machine has cores or GPUs, a busy port, no torchrun, a host that fails its
     preflight: ``stop`` ends that early, an imported model with no source the user
     gave)."""
@@ -107,7 +108,7 @@ def prepare(graph: OpGraph, strategy: Strategy, cluster: Cluster, training: Trai
         raise StrategyError(f"strategy {strategy.name!r} uses {used} devices; this launch has "
                             f"{cluster.num_devices} ({cluster.name}): search a strategy for "
                             f"these devices with flextui search --cluster {cluster.name}")
-    strategy.check(graph, cluster.num_devices)
+    _plannable(graph, strategy, cluster.num_devices)
     if importlib.util.find_spec("torch.distributed.run") is None:
         raise FlextuiError("torchrun (torch.distributed.run) is missing from this Python; "
                            "install a torch with distributed support")
@@ -131,6 +132,14 @@ def prepare(graph: OpGraph, strategy: Strategy, cluster: Cluster, training: Trai
     path = run_log or default_log_path(graph, cluster, suffix=RUN_SUFFIX)
     return Prepared(LaunchSpec(graph, strategy, cluster.num_devices, training), cluster,
                     target, path, simulated, placed)
+
+
+def _plannable(graph: OpGraph, strategy: Strategy, ranks: int) -> None:
+    """The plan each rank compiles, compiled here first: StrategyError before any rank
+    starts (imported here: the plan's module imports torch, the app starts without)."""
+    from flextui.runtime.plan import compile_plan
+
+    compile_plan(graph, strategy, ranks)
 
 
 def local_gpus() -> int:
@@ -158,7 +167,7 @@ def as_check(prepared: Prepared, graph: OpGraph, steps: int = 3) -> Prepared:
     training = replace(prepared.spec.training, steps=steps, warmup=0, dtype=RunDtype.FLOAT64,
                        check=True)
     strategy = prepared.spec.strategy
-    strategy.check(graph, prepared.cluster.num_devices)
+    _plannable(graph, strategy, prepared.spec.num_ranks)
     return replace(prepared, spec=LaunchSpec(graph, strategy, prepared.spec.num_ranks,
                                              training))
 

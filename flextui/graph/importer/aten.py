@@ -406,12 +406,16 @@ def cross_entropy(ctx: Context, logits: Any, labels: Any, weight: Any = None,
                   label_smoothing: float = 0.0) -> Tensor:
     if weight is not None or reduction != 1 or label_smoothing:
         raise Unmappable("class weights, a reduction other than the mean, or smoothing")
-    if isinstance(logits, views.FlatBatch) and isinstance(labels, views.FlatBatch):
+    token_level = isinstance(logits, views.FlatBatch) and isinstance(labels, views.FlatBatch)
+    if token_level:
         logits, labels = logits.tensor, labels.tensor  # a token-level loss, [B, T]
     if isinstance(labels, views.Shifted):
         logits, labels = views.unshift(ctx, logits, labels, ignore_index)
+        token_level = True
+    # a token-level loss has its classes last; torch's own convention is along dim 1,
+    # [B, C] or [B, C, d1, ...] (per-pixel)
     return ctx.builder.softmax_ce(_tensor(logits, "the logits"), _tensor(labels, "the labels"),
-                                  name=ctx.name)
+                                  name=ctx.name, class_dim=-1 if token_level else 1)
 
 
 def split(ctx: Context, x: Any, size: Any, dim: int = 0) -> list[Tensor]:

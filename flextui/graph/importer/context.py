@@ -47,7 +47,7 @@ class Context:
     def naming(self, module: tuple[str, bool], node: Node) -> Iterator[None]:
         path, layer = module
         taken = path in self._used or self.builder.has_op(path)
-        name = path if layer and not taken else \
+        name = path if layer and path and not taken else \
             f"{path}.{node.name}" if path else str(node.name)
         self._used.add(name)
         self.name = name

@@ -185,7 +185,7 @@ class _Walk:
         self.pending = opaque.Pending()
         self.values.update(dict.fromkeys(nodes, UNKNOWN))
         try:
-            with self.ctx.naming((module_path(first)[0], False), first):
+            with self.ctx.naming((opaque.owner(nodes), True), first):
                 self.values.update(opaque.close(self.ctx, nodes, self.values, self.regions))
         except Unmappable as why:
             self._report(first, "an opaque region", str(why))
@@ -222,6 +222,10 @@ class _Walk:
         handler = HANDLERS.get(target)
         if handler is None:
             raise _NotMapped(target, "no mapping onto flextui's op types yet")
+        remade = next((v for v in (*args, *kwargs.values()) if isinstance(v, opaque.Remade)),
+                      None)
+        if remade is not None:
+            raise _NotMapped(target, f"it reads a {remade.dtype} tensor an opaque region made")
         if _any(args, _Unknown) or _any(kwargs, _Unknown):
             return UNKNOWN  # downstream of an op already reported
         if _reused_after_change(node, self.order):
@@ -314,12 +318,15 @@ def _finish(builder: GraphBuilder, output: Any, name: str, inputs: list[str]) ->
     result = tensors[0]
     labels_op = None
     if result.producer is None or result.producer.type != "softmax_ce":
-        if len(result.shape) != 2:
+        if len(result.shape) not in (2, 4, 5):
             raise GraphError(f"model {name!r} returns a tensor of shape {list(result.shape)}; "
-                             "return (batch, classes) logits or a cross-entropy loss")
-        labels = builder.input((result.shape[0],), dtype="int64", name="labels")
+                             "return (batch, classes) logits, per-pixel (batch, classes, "
+                             "height, width) logits or a cross-entropy loss")
+        # torch's convention: the classes along dim 1, a label per pixel
+        labels = builder.input(result.shape[:1] + result.shape[2:], dtype="int64",
+                               name="labels")
         labels_op = labels.producer.name if labels.producer else None
-        builder.softmax_ce(result, labels, name="loss")
+        builder.softmax_ce(result, labels, name="loss", class_dim=1)
     builder.meta[META_KEY] = ModuleCall(tuple(inputs), outputs.index(result),
                                         labels_op).to_meta()
     return builder.build()

@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from flextui.graph.kernels.base import Kernel, register
+from flextui.graph.ops.dense import class_dim
 
 
 @register
@@ -74,9 +75,10 @@ class SoftmaxCrossEntropyKernel(Kernel):
 
     def forward_loss(self, op, region, inputs, params, seed):
         logits, labels = inputs
-        log_probs = torch.log_softmax(logits, dim=-1)
-        picked = log_probs.gather(-1, labels.long().unsqueeze(-1))
+        dim = class_dim(op)
+        log_probs = torch.log_softmax(logits, dim=dim)
+        picked = log_probs.gather(dim, labels.long().unsqueeze(dim))
         return [log_probs.exp()], -picked.sum() / math.prod(op.inputs[1].shape)
 
     def index_bound(self, op, i):
-        return op.inputs[0].shape[-1]
+        return op.inputs[0].shape[class_dim(op)]

@@ -19,6 +19,7 @@ import torch
 
 from flextui.errors import GraphError
 from flextui.graph.kernels.base import Kernel, register
+from flextui.graph.tensor import FLOAT_DTYPES
 
 if TYPE_CHECKING:
     from flextui.graph.op import Op
@@ -54,13 +55,38 @@ def bind_program(op: Op, program: RegionProgram) -> None:
     _PROGRAMS[op] = program
 
 
-def run_nodes(nodes: list[Any], env: dict[str, Any], outputs: list[str]) -> list[Any]:
-    """Run exported-graph ``nodes`` in order from ``env`` (placeholder name -> value);
-    the values of ``outputs``."""
+@dataclass(frozen=True)
+class Placement:
+    """Where a region runs when not as exported: on ``device``, its ``exported`` float
+    dtype (float32) computed in ``dtype`` (a float64 check). A node that makes a tensor
+    names the dtype and device it was exported with (``zeros(..., dtype=torch.float32,
+    device=cpu)``, an LSTM's first state); they become these."""
+
+    exported: torch.dtype
+    dtype: torch.dtype
+    device: torch.device
+
+    def __call__(self, value: Any) -> Any:
+        if isinstance(value, torch.dtype):
+            return self.dtype if value == self.exported else value
+        if isinstance(value, torch.device):
+            return self.device
+        return value
+
+
+def run_nodes(nodes: list[Any], env: dict[str, Any], outputs: list[str],
+              placement: Placement | None = None) -> list[Any]:
+    """Run exported-graph ``nodes`` in order from ``env`` (placeholder name -> value),
+    at ``placement`` (None: as exported); the values of ``outputs``."""
     env = dict(env)
+    place = placement or (lambda value: value)
+
+    def value(arg: Any) -> Any:
+        return env[arg.name] if isinstance(arg, torch.fx.Node) else place(arg)
+
     for node in nodes:
-        args = torch.fx.node.map_arg(node.args, lambda n: env[n.name])
-        kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n.name])
+        args = torch.fx.node.map_aggregate(node.args, value)
+        kwargs = torch.fx.node.map_aggregate(node.kwargs, value)
         env[node.name] = node.target(*args, **kwargs)
     return [env[name] for name in outputs]
 
@@ -83,5 +109,15 @@ class OpaqueKernel(Kernel):
                for name in attrs["constants"]}
         env.update(zip(attrs["inputs"], inputs))
         env.update(zip(attrs["params"], params))
+        placement = None if like is None else Placement(_exported_float(op), like.dtype,
+                                                        like.device)
         return run_nodes([program.nodes[name] for name in attrs["nodes"]], env,
-                         [name for name, _, _ in attrs["outputs"]])
+                         [name for name, _, _ in attrs["outputs"]], placement)
+
+
+def _exported_float(op: Op) -> torch.dtype:
+    """The float dtype the op's region was exported with: its first float input's or
+    parameter's (the one the block's ``like`` tensor stands for)."""
+    dtypes = [t.dtype for t in op.inputs] + [p.dtype for p in op.params]
+    name = next(d for d in dtypes if d in FLOAT_DTYPES)
+    return getattr(torch, str(name))

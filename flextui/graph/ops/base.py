@@ -64,6 +64,16 @@ class OpType:
         """Forward FLOPs (a multiply-add counts 2) to compute the block ``region``."""
         return 0.0
 
+    def counted_bytes(self, op: Op, region: Region) -> int | None:
+        """Bytes the forward of the block ``region`` reads and writes when the op type
+        knows them (an opaque region, counted as it ran); None: its operands, parameter
+        shards and outputs, once each (``Op.block_bytes``)."""
+        return None
+
+    def kernels(self, op: Op, region: Region) -> int:
+        """The kernels the forward of a block runs (each costs a launch)."""
+        return 1
+
 
 def elementwise_space(shape: tuple[int, ...], fixed: tuple[int, ...] = ()) -> tuple[Dim, ...]:
     """Dim 0 is the sample dim, the others attribute dims, except ``fixed`` dims."""

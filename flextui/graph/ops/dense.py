@@ -147,26 +147,48 @@ class LayerNorm(OpType):
 
 @register
 class SoftmaxCrossEntropy(OpType):
-    """Softmax over the last dim with a cross-entropy loss against integer labels; the
-    output is the probabilities. The class dim is not parallel."""
+    """Softmax over the class dim with a cross-entropy loss against integer labels; the
+    output is the probabilities. The class dim is the last, or with ``attrs["class_dim"]
+    == 1`` the second, torch's convention for logits ``[B, C, d1, ...]`` and labels
+    ``[B, d1, ...]`` (per-pixel classes: the d's are attribute dims). It is not
+    parallel."""
 
     name = "softmax_ce"
 
     def check(self, op):
         require(len(op.inputs) == 2, op, "takes logits and labels")
         logits, labels = op.inputs
-        require(labels.shape == logits.shape[:-1] and labels.dtype.startswith("int"), op,
-                f"labels must be integers of shape {logits.shape[:-1]}, got "
+        require(op.attrs.get("class_dim", -1) in (-1, 1) and len(logits.shape) >= 2, op,
+                "the class dim is the last or (torch's convention) the second of the logits")
+        shape = labels_shape(logits.shape, class_dim(op))
+        require(labels.shape == shape and labels.dtype.startswith("int"), op,
+                f"labels must be integers of shape {list(shape)} (the logits "
+                f"{list(logits.shape)} without their class dim), got "
                 f"{labels.dtype}{list(labels.shape)}")
 
     def infer(self, op):
         return [(op.inputs[0].shape, op.inputs[0].dtype)]
 
     def space(self, op):
-        return _feature_space(op.outputs[0].shape, None)
+        shape = op.outputs[0].shape
+        if class_dim(op) == 1:
+            return elementwise_space(shape, fixed=(1,))
+        return _feature_space(shape, None)
 
     def input_regions(self, op, region):
-        return [region, region[:-1]]
+        c = class_dim(op)
+        return [region, region[:c] + region[c + 1:] if c >= 0 else region[:c]]
 
     def flops(self, op, region):
         return 5.0 * region_volume(region)
+
+
+def class_dim(op) -> int:
+    """The dim of a softmax_ce op's logits that holds the classes (1, or -1: the last)."""
+    return int(op.attrs.get("class_dim", -1))
+
+
+def labels_shape(logits: tuple[int, ...], dim: int) -> tuple[int, ...]:
+    """The shape of the labels of ``logits`` whose classes are along ``dim``."""
+    dim %= len(logits)
+    return logits[:dim] + logits[dim + 1:]

@@ -15,7 +15,8 @@ class Opaque(OpType):
     given to the op where it runs, ``kernels.opaque``, never named here),
     ``inputs``/``params``/``constants`` (the nodes its inputs, parameters and buffers
     are), ``outputs`` ([node, shape, dtype] each), ``param_shapes``, ``batch``,
-    ``batchwise`` and ``flops`` (forward, whole batch)."""
+    ``batchwise``, and the work its forward does on the whole batch, counted at import:
+    ``flops``, ``bytes`` (its kernels' tensors, in and out) and ``kernels``."""
 
     name = "opaque"
     backward_factor = 2.0
@@ -42,16 +43,30 @@ class Opaque(OpType):
                 for i, shape in enumerate(op.attrs["param_shapes"])]
 
     def input_regions(self, op, region):
-        return [_rows(t.shape, region) for t in op.inputs]
+        return [_rows(op, t.shape, region) for t in op.inputs]
 
     def output_regions(self, op, region):
-        return [_rows(t.shape, region) for t in op.outputs]
+        return [_rows(op, t.shape, region) for t in op.outputs]
 
     def flops(self, op, region):
-        (start, stop), = region
-        return float(op.attrs["flops"]) * (stop - start) / op.attrs["batch"]
+        return float(op.attrs["flops"]) * _share(op, region)
+
+    def counted_bytes(self, op, region):
+        return round(op.attrs["bytes"] * _share(op, region))
+
+    def kernels(self, op, region):
+        return int(op.attrs["kernels"])
 
 
-def _rows(shape: tuple[int, ...], region) -> tuple[tuple[int, int], ...]:
-    """Rows ``region`` of a tensor whose dim 0 is the batch, the rest whole."""
-    return (region[0], *((0, size) for size in shape[1:])) if shape else ()
+def _share(op, region) -> float:
+    """The part of the whole batch a block of the op's space is."""
+    (start, stop), = region
+    return (stop - start) / op.attrs["batch"]
+
+
+def _rows(op, shape: tuple[int, ...], region) -> tuple[tuple[int, int], ...]:
+    """The part of a tensor of the op the block ``region`` reads or writes: rows
+    ``region`` of a batch-wise region's (each starts with the batch dim), the whole of
+    any other's (whatever its first dim is: ``[B*H*W, C]`` pixels)."""
+    whole = tuple((0, size) for size in shape)
+    return (region[0], *whole[1:]) if op.attrs["batchwise"] and shape else whole
