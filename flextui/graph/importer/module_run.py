@@ -4,8 +4,9 @@ graph's meta at import), and, while it runs, the two things whose results depend
 flextui rather than on the model (``flextui_terms``): dropout's masks, which flextui
 draws from each element's position (so that any split of an op draws the same ones),
 and batch statistics, which a run computes per sample block of its strategy (as data
-parallelism without synchronised batch norm does). Everything else is the module's
-own forward, run by plain PyTorch."""
+parallelism without synchronised batch norm does); and a float64 run stays in float64
+(``KeepFloat64``: the graph runs in one dtype, where transformers casts some steps to
+float32). Everything else is the module's own forward, run by plain PyTorch."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from torch.utils import _pytree as pytree
 
 from flextui.errors import GraphError
 from flextui.graph.graph import OpGraph
+from flextui.graph.importer.float64 import KeepFloat64
 from flextui.graph.kernels.basic import dropout as graph_dropout
 from flextui.graph.op import Op
 from flextui.graph.region import Region, full_region
@@ -80,12 +82,16 @@ def flextui_terms(graph: OpGraph, seed: int,
     """While the module runs here, its k-th training-mode dropout draws the mask of the
     graph's k-th dropout op (with ``seed``, the kernels' seed), and with ``blocks`` its
     k-th training-mode batch norm normalises each sample block of the graph's k-th
-    batchnorm op on its own. GraphError when the module's calls do not match the
-    graph's ops."""
+    batchnorm op on its own; casts of float64 tensors to float32 are left out
+    (``KeepFloat64``). GraphError when the module's calls do not match the graph's
+    ops."""
     dropouts = iter([op for op in graph.ops
                      if op.type == "unary" and op.attrs.get("fn") == "dropout"])
     norms = iter([op for op in graph.ops if op.type == "batchnorm"])
     real_dropout, real_norm = F.dropout, F.batch_norm
+    # F.batch_norm hands itself, by its global name (this function while it runs), to a
+    # torch function mode (KeepFloat64): a block's call coming back is the real one
+    norming = False
 
     def dropout(input: torch.Tensor, p: float = 0.5, training: bool = True,
                 inplace: bool = False) -> torch.Tensor:
@@ -101,17 +107,23 @@ def flextui_terms(graph: OpGraph, seed: int,
     def batch_norm(input: torch.Tensor, running_mean: Any, running_var: Any,
                    weight: Any = None, bias: Any = None, training: bool = False,
                    momentum: float = 0.1, eps: float = 1e-5) -> torch.Tensor:
-        if not (training and blocks is not None):
+        nonlocal norming
+        if norming or not (training and blocks is not None):
             return real_norm(input, running_mean, running_var, weight, bias, training,
                              momentum, eps)
         op = _matching(next(norms, None), input, "batch norm", graph)
-        return torch.cat([real_norm(input[start:stop], running_mean, running_var, weight,
-                                    bias, training, momentum, eps)
-                          for (start, stop), *_ in blocks(op)], dim=0)
+        norming = True
+        try:
+            return torch.cat([real_norm(input[start:stop], running_mean, running_var,
+                                        weight, bias, training, momentum, eps)
+                              for (start, stop), *_ in blocks(op)], dim=0)
+        finally:
+            norming = False
 
     F.dropout, F.batch_norm = dropout, batch_norm
     try:
-        yield
+        with KeepFloat64():
+            yield
     finally:
         F.dropout, F.batch_norm = real_dropout, real_norm
 

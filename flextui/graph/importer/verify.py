@@ -29,7 +29,6 @@ from torch.fx import Node
 from flextui.errors import GraphError
 from flextui.graph.graph import OpGraph
 from flextui.graph.importer.exported import source_line, target_name
-from flextui.graph.importer.float64 import KeepFloat64
 from flextui.graph.importer.module_run import ModuleCall, flextui_terms, module_loss
 from flextui.graph.importer.opaque import program_of
 from flextui.graph.kernels.whole import relative_error, run_whole
@@ -134,7 +133,7 @@ def check_import(graph: OpGraph, module: torch.nn.Module, inputs: tuple[Any, ...
         return Verdict(False, f"the graph does not run in float64 here: "
                               f"{type(exc).__name__}: {str(exc)[:160]}")
     try:
-        with flextui_terms(graph, _SEED), KeepFloat64():
+        with flextui_terms(graph, _SEED):
             loss = module_loss(call, module64(*args), labels)
         loss.backward()
     except Exception as exc:  # noqa: BLE001 (the user's code, tied to float32, say; or
