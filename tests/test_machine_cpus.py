@@ -102,3 +102,35 @@ def test_the_check_finds_a_cpu_asked_by_its_text():
               'cpu = name.startswith("cpu")\n'
               'torch_cpu = device_type == "cpu"\n')
     assert _cpu_checks(source) == [2, 2, 3, 4]
+
+
+@pytest.mark.parametrize("flags, flop", [("fpu sse sse2 avx fma avx2 avx512f", 32),
+                                         ("fpu sse sse2 avx", 16), ("fpu sse sse2", 8),
+                                         ("fpu", 16), (None, 16)])
+def test_a_cpus_peak_counts_the_flop_its_vector_units_do_a_cycle(tmp_path, monkeypatch,
+                                                                   flags, flop):
+    from flextui.machine import detect
+
+    cpuinfo = tmp_path / "cpuinfo"
+    if flags is not None:
+        cpuinfo.write_text(f"processor\t: 0\nmodel name\t: a CPU\nflags\t\t: {flags}\n\n"
+                           f"processor\t: 1\nflags\t\t: {flags}\n")
+    monkeypatch.setattr(detect, "CPUINFO", str(cpuinfo))
+    detect.cpu_flop_per_cycle.cache_clear()
+    try:
+        spec = cpu_ranks(2).devices[0].spec
+        assert spec.peak_flops["float32"] == rank_threads() * 2.5e9 * flop
+        assert f"2.5 GHz x {flop} FLOP/cycle" in cpu_ranks(2).description
+    finally:
+        detect.cpu_flop_per_cycle.cache_clear()
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_a_cpu_profile_is_compared_with_the_peak_of_the_threads_it_was_measured_with(threads):
+    from flextui.cost.compare import reference_device
+    from flextui.cost.localdevice import cpu_name
+    from flextui.machine.detect import cpu_flop_per_cycle
+
+    device = reference_device(cpu_name(threads))
+    assert is_cpu(device.spec.kind)
+    assert device.spec.peak_flops == {"float32": threads * 2.5e9 * cpu_flop_per_cycle()}

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from flextui.cost.analytic import AnalyticCostModel
 from flextui.cost.cache import ProfileCache
+from flextui.cost.cpu_threads import threads_of
 from flextui.cost.signatures import TaskSignature
 from flextui.machine import Device, DeviceSpec
-from flextui.machine.detect import detect_local
+from flextui.machine.detect import cpu_peak_flops, detect_local
 from flextui.machine.gpus import device_kind_name, lookup_gpu, same_device_kind
 
 
@@ -39,10 +40,15 @@ class OpTypeComparison:
 
 def reference_device(device_name: str) -> Device:
     """A device of the kind a profile was measured on, with the figures the analytic
-    model uses: this machine's, when it has that kind; else the GPU's datasheet."""
+    model uses: this machine's, when it has that kind (a CPU's peak that of the threads
+    the profile was measured with); else the GPU's datasheet."""
     for device in detect_local().devices:
         if same_device_kind(device.spec.kind, device_name):
-            return device
+            threads = threads_of(device_name)
+            if threads is None:
+                return device
+            return replace(device, spec=replace(
+                device.spec, peak_flops={"float32": cpu_peak_flops(threads)}))
     figures = lookup_gpu(device_name)
     spec = DeviceSpec(device_kind_name(device_name), 1, figures.peak_flops(), figures.mem_bandwidth)
     return Device(0, device_name, 0, spec)

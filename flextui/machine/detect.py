@@ -9,15 +9,16 @@ PCIe 4 x16 at ~25 GB/s per direction, 1 µs per hop), plus the NVLink that
 not known, and a library cluster (``dgx-a100``...) or a TOML file describes such a box.
 
 Without CUDA: one CPU device ``n0.cpu0`` of kind ``cpu`` with the machine's physical
-memory and an *estimated* float32 peak of ``cores x 2.5 GHz x 16 FLOP/cycle`` (one 8-wide
-FP32 FMA per cycle, i.e. AVX2 at one FMA port — conservative for server cores) and an
-assumed 20 GB/s memory bandwidth (what one process's threads typically reach).
+memory and an *estimated* float32 peak of ``cores x 2.5 GHz x FLOP/cycle``, the FLOP a
+core does per cycle read from its vector units (``cpu_flop_per_cycle``), and an assumed
+20 GB/s memory bandwidth (what one process's threads typically reach).
 
 torch is imported lazily, inside the functions: importing this module is cheap.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 from typing import Any
@@ -27,11 +28,18 @@ from flextui.machine.cpus import CpuKind
 from flextui.machine.gpus import device_kind_name, lookup_gpu
 from flextui.machine.nvtopo import NVLINK_LATENCY, Lanes, detect_nvlink, is_switched, lane_figures
 
-__all__ = ["CPU_CLOCK_HZ", "CPU_FLOP_PER_CYCLE", "cpu_ranks", "describe_local",
+__all__ = ["CPU_CLOCK_HZ", "cpu_flop_per_cycle", "cpu_peak_flops", "cpu_ranks", "describe_local",
            "detect_local", "rank_threads", "usable_cpus"]
 
 CPU_CLOCK_HZ = 2.5e9
-CPU_FLOP_PER_CYCLE = 16
+#: /proc/cpuinfo's flags of a core's vector units, and the float32 FLOP it does per cycle
+#: with them: two 8-wide FMA ports (AVX2 with FMA, Haswell and Zen 2 on; AVX-512 counted
+#: alike, as many cores run it in 256-bit halves or at a lower clock), 8-wide add and
+#: multiply ports (AVX alone), 4-wide (SSE); 16 where the flags cannot be read
+CPU_VECTOR_UNITS = ((frozenset({"avx2", "fma"}), 32), (frozenset({"avx"}), 16),
+                    (frozenset({"sse"}), 8))
+CPU_UNKNOWN_FLOP_PER_CYCLE = 16
+CPUINFO = "/proc/cpuinfo"
 CPU_MEM_BANDWIDTH = 20e9
 PCIE_BANDWIDTH = 25e9
 PCIE_LATENCY = 1e-6
@@ -62,6 +70,26 @@ def usable_cpus() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+@functools.cache
+def cpu_flop_per_cycle() -> int:
+    """The float32 FLOP a core of this machine does per cycle, from the vector units its
+    flags in /proc/cpuinfo name (``CPU_VECTOR_UNITS``): an estimate, which profiles
+    replace."""
+    try:
+        with open(CPUINFO, encoding="utf-8", errors="replace") as file:
+            flags = next((set(line.partition(":")[2].split()) for line in file
+                          if line.startswith("flags")), set())
+    except OSError:  # not Linux
+        return CPU_UNKNOWN_FLOP_PER_CYCLE
+    return next((flop for units, flop in CPU_VECTOR_UNITS if units <= flags),
+                CPU_UNKNOWN_FLOP_PER_CYCLE)
+
+
+def cpu_peak_flops(cores: int) -> float:
+    """The estimated float32 peak of ``cores`` of this machine's cores (or threads)."""
+    return cores * CPU_CLOCK_HZ * cpu_flop_per_cycle()
+
+
 def _physical_memory() -> int:
     try:
         return int(os.sysconf("SC_PAGE_SIZE")) * int(os.sysconf("SC_PHYS_PAGES"))
@@ -88,11 +116,12 @@ def _cuda_available(torch: Any | None) -> bool:
 
 def _cpu_cluster() -> Cluster:
     cores = usable_cpus()
-    peak = cores * CPU_CLOCK_HZ * CPU_FLOP_PER_CYCLE
+    peak = cpu_peak_flops(cores)
     spec = DeviceSpec(kind=CpuKind.MACHINE.value, memory_bytes=_physical_memory(),
                       peak_flops={"float32": peak}, mem_bandwidth=CPU_MEM_BANDWIDTH)
     description = (f"this machine, no CUDA GPU: one CPU device ({cores} cores; peak float32 "
-                   f"estimated as cores x 2.5 GHz x 16 FLOP/cycle = {peak / 1e12:.2f} TFLOPS, "
+                   f"estimated as cores x 2.5 GHz x {cpu_flop_per_cycle()} FLOP/cycle = "
+                   f"{peak / 1e12:.2f} TFLOPS, "
                    f"memory bandwidth assumed {CPU_MEM_BANDWIDTH / 1e9:.0f} GB/s); estimated=True")
     return Cluster("local", [Device(0, "n0.cpu0", 0, spec)], [], description=description)
 
@@ -110,7 +139,7 @@ def cpu_ranks(ranks: int, nodes: int = 1) -> Cluster:
     ``flextui profile --comm --device cpu``)."""
     threads = rank_threads()
     spec = DeviceSpec(kind=CpuKind.RANK.value, memory_bytes=max(1, _physical_memory() // ranks),
-                      peak_flops={"float32": threads * CPU_CLOCK_HZ * CPU_FLOP_PER_CYCLE},
+                      peak_flops={"float32": cpu_peak_flops(threads)},
                       mem_bandwidth=CPU_MEM_BANDWIDTH / max(1, min(ranks, usable_cpus())))
     devices = [Device(n * ranks + i, f"n{n}.rank{i}", n, spec)
                for n in range(nodes) for i in range(ranks)]
@@ -129,8 +158,8 @@ def cpu_ranks(ranks: int, nodes: int = 1) -> Cluster:
     # with no core to spare, gloo's copies and sums run on the ranks' own cores
     host = len(devices) > 1 and ranks * threads >= usable_cpus()
     description = (f"{ranks} CPU processes of {where}, {each} (peak float32 "
-                   f"estimated as {threads} core{'s' if threads > 1 else ''} at 2.5 GHz x 16 "
-                   f"FLOP/cycle; gloo over loopback assumed "
+                   f"estimated as {threads} core{'s' if threads > 1 else ''} at 2.5 GHz x "
+                   f"{cpu_flop_per_cycle()} FLOP/cycle; gloo over loopback assumed "
                    f"{LOOPBACK_BANDWIDTH / 1e9:.0f} GB/s, {LOOPBACK_LATENCY * 1e6:.0f} us"
                    + (f"; between machines {ETHERNET_BANDWIDTH * 8 / 1e9:.0f} Gb/s ethernet, "
                       f"{ETHERNET_LATENCY * 1e6:.0f} us" if nodes > 1 else "") + ")"
