@@ -3,6 +3,9 @@ them, the module's parameter count, a loss added to a module that returns logits
 unsupported op reported at once with its count and line, and a clear message for a
 module torch.export cannot trace or a model file that is not one."""
 
+import os
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -14,6 +17,7 @@ from flextui.cli import main
 from flextui.errors import GraphError, ModelError
 from flextui.graph.importer import UnsupportedOps, import_module
 from flextui.graph.library import load_model
+from helpers import HANG_S
 
 
 class Block(nn.Module):
@@ -325,6 +329,24 @@ def test_torchvision_models_keep_their_parameters_and_compute_their_loss(arch, s
     expected, found = module_loss_and_graph_loss(module, inputs, graph,
                                                  torch.randint(0, 1000, (2,)))
     assert found == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.slow
+@pytest.mark.vision
+@pytest.mark.xdist_group("gloo")
+@pytest.mark.parametrize("arch", ["resnet18", "resnet50", "inception_v3"])
+def test_torchvision_models_pass_a_two_rank_launch_check_against_the_module(arch, tmp_path):
+    """Without --opaque, a random strategy over 2 CPU ranks trains as torchvision's
+    module trained by plain PyTorch does (float64, 3 steps)."""
+    if torchvision_or_none() is None:
+        pytest.skip("torchvision cannot be imported beside this torch")
+    proc = subprocess.run(
+        [sys.executable, "-m", "flextui", "launch", "--model", f"torchvision:{arch}",
+         "-b", "2", "--strategy", "random", "--seed", "2", "--nproc-per-node", "2",
+         "--check"], cwd=tmp_path, capture_output=True, text=True, timeout=HANG_S,
+        env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout
+    assert "check passed: 2 ranks equal one process of the module" in proc.stdout
 
 
 @pytest.mark.vision

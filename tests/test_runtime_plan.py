@@ -135,3 +135,10 @@ def test_relative_error_takes_rounding_noise_near_zero_as_equal():
     assert relative_error(weights * (1 + 1e-7), weights) > 1e-9
     assert relative_error(weights + torch.tensor([0, 0, 1e-16], dtype=torch.float64),
                           weights) < 1e-9
+    # a weight's elements near zero judged at its scale: 4.6e-12 apart where its
+    # largest is 0.34 (a ResNet-50's after a divergent 3 steps) is rounding
+    weight = torch.tensor([0.34, 2e-7, -0.1], dtype=torch.float64)
+    assert relative_error(weight + torch.tensor([0, 4.6e-12, 0], dtype=torch.float64),
+                          weight) < 1e-9
+    assert relative_error(weight + torch.tensor([0, 1e-9, 0], dtype=torch.float64),
+                          weight) > 1e-9

@@ -48,18 +48,20 @@ def run_whole(graph: OpGraph, params: dict[str, torch.Tensor],
     return loss
 
 
-#: the least magnitude an element's error is taken against (float64 parameters)
+#: the least magnitude a tensor's error is taken against (float64 parameters)
 ABSOLUTE_FLOOR = 1e-9
 
 
 def relative_error(found: torch.Tensor, expected: torch.Tensor, scale: float = 0.0) -> float:
-    """The largest elementwise relative error, an element's error taken against at least
-    a millionth of the tensor's largest magnitude, or of ``scale`` when larger, and at
-    least 1e-9 (so values near zero are not divided by nearly nothing: an attention's key
-    bias, whose gradient is zero but for rounding, stays within 1e-17 of its start, in
-    noise that differs between orders of summation)."""
+    """The largest elementwise difference, relative to the tensor's largest magnitude (or
+    to ``scale`` when larger, and to at least 1e-9): a sum's rounding is of the size of
+    its terms, not of its result, so an element near zero is judged at the tensor's
+    scale. Elementwise, a ResNet-50 trained 3 steps at a loss rising from 7 to 17
+    differed by 3.7e-6 in the elements near zero of a weight, 4.6e-12 apart, of a tensor
+    whose largest is 0.34 (1.3e-11 at its scale); an attention's key bias, whose
+    gradient is zero but for rounding, stays within 1e-17 of its start in noise that
+    differs between orders of summation."""
     if not expected.numel():
         return 0.0
-    floor = max(float(expected.abs().max()), scale) * 1e-6
-    least = expected.abs().clamp_min(max(floor, ABSOLUTE_FLOOR))
-    return float(((found.to(expected.dtype) - expected).abs() / least).max())
+    largest = max(float(expected.abs().max()), scale, ABSOLUTE_FLOOR)
+    return float((found.to(expected.dtype) - expected).abs().max()) / largest
