@@ -1,11 +1,17 @@
 """Fixtures shared by the test modules. The plain helpers (models, clusters, waiting in
 the app...) are in helpers.py: import them from there, never from this file."""
 
+from pathlib import Path
+
 import pytest
 
 from flextui.graph.library import model_names
-from flextui.machine import cluster_names
+from flextui.machine import cluster_names, detect
 from helpers import cluster, lenet_node, model
+
+#: the CPU whose estimated peak every test's CPU devices have, whatever machine runs them
+#: (an x86 core with AVX2 and FMA: 32 FLOP a cycle)
+CPUINFO = Path(__file__).parent / "fake_hosts" / "cpuinfo"
 
 
 @pytest.fixture(autouse=True)
@@ -16,6 +22,16 @@ def cpu_only_unless_marked_gpu(request, monkeypatch):
     if request.node.get_closest_marker("gpu") is None:
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
         monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+
+
+@pytest.fixture(autouse=True)
+def the_same_cpu_everywhere(monkeypatch):
+    """Simulated times on CPU devices (a snapshot's, a hand-computed timeline's) are the
+    same on any machine: this process reads the flags of ``CPUINFO``, not the host's."""
+    monkeypatch.setattr(detect, "CPUINFO", str(CPUINFO))
+    detect.cpu_flop_per_cycle.cache_clear()
+    yield
+    detect.cpu_flop_per_cycle.cache_clear()
 
 
 @pytest.fixture(params=model_names())
