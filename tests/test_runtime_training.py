@@ -2,6 +2,7 @@
 ``--precision``): a rank's update equals torch's own optimizer, scheduler and
 clip_grad_norm_ run by a plain loop written here, in one process and on two ranks."""
 
+import json
 import math
 import os
 import subprocess
@@ -228,5 +229,29 @@ def test_a_two_rank_adamw_launch_trains_as_torchs_own_loop(tmp_path):
         schedule=warmup_cosine(1, 5), clip=0.5, norms=norms)
     assert max(norms) > 0.5  # the clipping scaled the gradients
     assert step_losses(run) == pytest.approx(expected, rel=1e-9)
+    pids = [r.pid for r in run.records if isinstance(r, Start)]
+    assert len(pids) == 2 and wait_gone(pids) == []
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("gloo")
+@pytest.mark.parametrize("model", [str(GPT_FILE), "mlp"])
+def test_a_check_of_an_adamw_launch_compares_with_torchs_own_update(tmp_path, model):
+    """launch --check with AdamW, a linear schedule after a warm-up and clipping: the
+    referee (the user's module, or a built-in model's whole graph) is updated by
+    torch.optim.AdamW, LambdaLR and clip_grad_norm_ with the run's settings, and the
+    2 ranks equal it."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "flextui", "launch", "--model", model, "--strategy", "random",
+         "--nproc-per-node", "2", "--check", "--optimizer", "adamw", "--weight-decay", "0.1",
+         "--lr-schedule", "linear", "--warmup-steps", "1", "--grad-clip", "0.05", "--json",
+         "--run-log", str(tmp_path / "check.ffrun")],
+        cwd=tmp_path, capture_output=True, text=True, timeout=HANG_S,
+        env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout
+    result = json.loads(proc.stdout)
+    assert result["equal"] and result["steps"] == 3, result
+    run = read_run_log(tmp_path / "check.ffrun")
+    assert run.header.spec.training.update.kind == OptimizerKind.ADAMW
     pids = [r.pid for r in run.records if isinstance(r, Start)]
     assert len(pids) == 2 and wait_gone(pids) == []
