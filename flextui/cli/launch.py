@@ -63,7 +63,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=int, default=20, help="timed steps (default 20)")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps first (default 2)")
     p.add_argument("--seed", type=int, default=0, help="seed of parameters and data")
-    p.add_argument("--lr", type=float, default=0.01, help="SGD learning rate (default 0.01)")
+    p.add_argument("--lr", type=float, default=0.01,
+                   help="the learning rate (default 0.01), at its peak under a schedule")
+    training_args(p)
     p.add_argument("--backend", choices=("nccl", "gloo"),
                    help="default: nccl with GPUs, gloo without")
     p.add_argument("--port", type=int, help="rendezvous port on localhost, or on the first host "
@@ -188,7 +190,8 @@ def _asked(args: argparse.Namespace):
         if args.nproc_per_node is not None:
             parse_whole("nproc_per_node", args.nproc_per_node, 1, RANKS_PER_HOST.value)
         training = Training(steps=args.steps, warmup=args.warmup, seed=args.seed, lr=args.lr,
-                            check=args.check, record_tasks=args.record_profile)
+                            check=args.check, record_tasks=args.record_profile,
+                            **_update_asked(args))
         hosts = read_hostfile(args.hostfile) if args.hostfile else \
             parse_host_list(args.hosts) if args.hosts is not None else []
         remote = Remote.choose(args.ssh, args.remote_python) \
@@ -196,6 +199,67 @@ def _asked(args: argparse.Namespace):
         return training, LaunchTarget(tuple(hosts), remote, args.port)
     except FieldError as e:
         raise FlextuiError(e.flag_message) from None
+
+
+def training_args(p: argparse.ArgumentParser) -> None:
+    """The options of the update and the precision a launch trains with."""
+    from flextui.runtime.optimizer import LrSchedule, OptimizerKind
+    from flextui.runtime.spec import PRECISIONS
+
+    p.add_argument("--optimizer", choices=tuple(OptimizerKind), default=OptimizerKind.SGD,
+                   help="the update: torch.optim.SGD or AdamW (default sgd)")
+    p.add_argument("--momentum", type=float, metavar="M",
+                   help="SGD's momentum (default 0.9)")
+    p.add_argument("--weight-decay", type=float, default=0.0, metavar="WD",
+                   help="SGD's L2 penalty, AdamW's decoupled decay (default 0)")
+    p.add_argument("--betas", metavar="B1,B2",
+                   help="AdamW's moving averages' decays (default 0.9,0.999)")
+    p.add_argument("--eps", type=float, help="AdamW's epsilon (default 1e-8)")
+    p.add_argument("--lr-schedule", choices=tuple(LrSchedule), default=LrSchedule.CONSTANT,
+                   help="the learning rate after the warm-up: constant, or down to 0 at the "
+                   "last step linearly or along half a cosine (default constant)")
+    p.add_argument("--warmup-steps", type=int, default=0, metavar="N",
+                   help="the learning rate rises linearly from 0 over the first N steps "
+                   "(default 0)")
+    p.add_argument("--grad-clip", type=float, metavar="NORM",
+                   help="clip the gradients' global norm (all parameters of all ranks) to "
+                   "NORM, as torch.nn.utils.clip_grad_norm_")
+    p.add_argument("--precision", choices=tuple(PRECISIONS), default="fp32",
+                   help="the dtype the ranks train in (default fp32; --check always runs "
+                   "fp64; --dtype stays the profiles' dtype)")
+
+
+def _update_asked(args: argparse.Namespace) -> dict:
+    """The Training fields of the update and precision options (their ranges are
+    checked by Training); an option of the other optimizer is refused."""
+    from flextui.runtime.optimizer import OptimizerKind
+    from flextui.runtime.spec import PRECISIONS
+
+    adamw = args.optimizer == OptimizerKind.ADAMW
+    other = [flag for flag, given in (("--momentum", adamw and args.momentum is not None),
+                                      ("--betas", not adamw and args.betas is not None),
+                                      ("--eps", not adamw and args.eps is not None)) if given]
+    if other:
+        raise FlextuiError(f"{other[0]} is not an option of --optimizer {args.optimizer}: "
+                           f"leave it out, or give --optimizer "
+                           f"{'sgd' if adamw else 'adamw'}")
+    asked = {"optimizer": OptimizerKind(args.optimizer), "weight_decay": args.weight_decay,
+             "lr_schedule": args.lr_schedule, "warmup_steps": args.warmup_steps,
+             "grad_clip": args.grad_clip, "dtype": PRECISIONS[args.precision]}
+    if args.momentum is not None:
+        asked["momentum"] = args.momentum
+    if args.eps is not None:
+        asked["eps"] = args.eps
+    if args.betas is not None:
+        parts = args.betas.split(",")
+        try:
+            asked["betas"] = tuple(float(b) for b in parts)
+        except ValueError:
+            parts = []
+        if len(parts) != 2:
+            raise FlextuiError(f"--betas takes two numbers B1,B2 (e.g. 0.9,0.999), found "
+                               f"{printable(args.betas)!r}")
+    return asked
 
 
 def _cluster(args: argparse.Namespace, training, hosts):

@@ -88,6 +88,20 @@ class Comm:
         self.traffic.received += nbytes
         pending.works.append(dist.all_reduce(flat, group=self._groups[ranks], async_op=True))
 
+    def sum_all(self, value: torch.Tensor) -> None:
+        """Sum ``value`` over every rank in place, now (the default group: nothing else
+        is in flight when it is called); alone, it is the sum."""
+        if not dist.is_initialized() or dist.get_world_size() == 1:
+            return
+        nbytes = value.numel() * value.element_size()
+        self.traffic.sent += nbytes
+        self.traffic.received += nbytes
+        started = time.perf_counter()
+        dist.all_reduce(value)
+        if self._synchronize:
+            torch.cuda.synchronize(self.device)
+        self.traffic.wait_s += time.perf_counter() - started
+
     def wait(self, pending: PendingSums) -> None:
         started = time.perf_counter()
         for work in pending.works:

@@ -1,7 +1,13 @@
 """One rank's training step: forward in topological order, backward in reverse, every
 task through its block kernel (``graph.kernels``, the kernels the profiler times), the
-plan's pieces moved between ranks, replica groups' gradients summed, then SGD with
-momentum on the shards this rank holds (the update the simulator models).
+plan's pieces moved between ranks, replica groups' gradients summed, then the update
+(``optimizer``: SGD or AdamW at the step's learning rate, after clipping the global
+gradient norm) on the shards this rank holds, element by element as torch's optimizer
+does it on the whole parameter.
+
+The global gradient norm is every parameter element's gradient counted once: each rank
+sums the squares of the cells it counts (``Plan.norm_cells``: a replicated element on
+the lowest rank holding it), and one all-reduce over all ranks adds them up.
 
 State. A parameter lives on a rank as one leaf tensor, the box of the parameter that
 holds every shard the rank's tasks use (``Plan.param_boxes``); a task reads its shard as
@@ -29,19 +35,12 @@ from flextui.graph.kernels.positional import key_of
 from flextui.graph.region import within
 from flextui.graph.tensor import FLOAT_DTYPES
 from flextui.runtime.comm import Comm, PendingSums, Transfer
+from flextui.runtime.optimizer import SGD, Optimizer, OptimizerKind
 from flextui.runtime.plan import Piece, Plan, ReplicaSync
 from flextui.runtime.values import StartingParameters, input_block
 
-
-@dataclass(frozen=True)
-class Optimizer:
-    """SGD with momentum: v = momentum * v + g; w = w - lr * v."""
-
-    lr: float = 0.01
-    momentum: float = 0.9
-
-
-SGD = Optimizer()
+#: what torch.nn.utils.clip_grad_norm_ adds to the norm it divides by
+CLIP_EPS = 1e-6
 
 
 #: one kind of task: an op's index, its block shape, and whether it is the backward pass
@@ -73,7 +72,8 @@ def shape_of(region: Region) -> tuple[int, ...]:
 
 
 class RankProgram:
-    """The state of one rank (its parameter boxes and momentum) and its step."""
+    """The state of one rank (its parameter boxes and the optimizer's state of each:
+    SGD's momentum, AdamW's moving averages) and its step."""
 
     def __init__(self, plan: Plan, rank: int, comm: Comm, *, seed: int = 0,
                  dtype: torch.dtype = torch.float32, optimizer: Optimizer = SGD,
@@ -91,7 +91,12 @@ class RankProgram:
             if rank in per_rank:
                 box = self.boxes[name] = per_rank[rank]
                 self.params[name] = start.block(name, box, dtype, self.device).requires_grad_()
-        self.velocity = {name: torch.zeros_like(p) for name, p in self.params.items()}
+        #: per parameter, the optimizer's state: SGD's momentum buffer, AdamW's moving
+        #: averages of the gradient and of its square
+        self.moments = {name: [torch.zeros_like(p) for _ in range(
+            2 if optimizer.kind == OptimizerKind.ADAMW else 1)]
+            for name, p in self.params.items()}
+        self.updates = 0   # the updates done: AdamW's bias corrections count them
         self.buckets = [b for b in plan.buckets if rank in b[0].ranks]
         #: the pieces of each local task's input (op, k, slot) and output (op, m, o)
         self.into: dict[tuple[int, int, int], list[Piece]] = {}
@@ -132,7 +137,7 @@ class RankProgram:
         self.comm.wait(pending)
         began = state.clock.start()
         self._finish_syncs(state)
-        self._update()
+        self._update(step)
         state.clock.stop(began)
         compute_s = state.clock.seconds()  # on a GPU, once the step's kernels are done
         traffic = self.comm.traffic
@@ -330,14 +335,60 @@ class RankProgram:
             param.grad = torch.zeros_like(param)
         return param.grad
 
-    def _update(self) -> None:
-        lr, momentum = self.optimizer.lr, self.optimizer.momentum
+    def _update(self, step: int) -> None:
+        """The optimizer's step on every parameter box this rank holds, at step
+        ``step``'s learning rate, as torch.optim.SGD or AdamW (single-tensor) does it."""
+        opt = self.optimizer
+        lr = opt.lr_at(step)
+        self.updates += 1
         with torch.no_grad():
+            if opt.grad_clip is not None:
+                self._clip(opt.grad_clip)
             for name, param in self.params.items():
-                velocity = self.velocity[name]
-                velocity.mul_(momentum).add_(self._grad(name))
-                param.add_(velocity, alpha=-lr)
+                grad = self._grad(name)
+                if opt.kind == OptimizerKind.ADAMW:
+                    _adamw(param, grad, self.moments[name], lr, opt, self.updates)
+                else:
+                    _sgd(param, grad, self.moments[name][0], lr, opt)
                 param.grad = None
+
+    def _clip(self, max_norm: float) -> None:
+        """Scale every gradient by min(1, max_norm / (norm + 1e-6)), the norm over every
+        parameter element of every rank (clip_grad_norm_'s)."""
+        squares = torch.zeros((), dtype=self.dtype, device=self.device)
+        for name, box in self.boxes.items():
+            grad = self._grad(name)
+            for cell in self.plan.norm_cells[name].get(self.rank, ()):
+                part = grad[within(cell, box)]
+                squares += torch.sum(part * part)
+        self.comm.sum_all(squares)
+        scale = torch.clamp(max_norm / (squares.sqrt() + CLIP_EPS), max=1.0)
+        for name in self.params:
+            self._grad(name).mul_(scale)
+
+
+def _sgd(param: torch.Tensor, grad: torch.Tensor, velocity: torch.Tensor, lr: float,
+         opt: Optimizer) -> None:
+    """torch.optim.SGD's step: g + weight_decay * w into the momentum buffer (which
+    starts at the first gradient: 0 * momentum + g), w - lr * buffer."""
+    if opt.weight_decay != 0:
+        grad = grad.add(param, alpha=opt.weight_decay)
+    velocity.mul_(opt.momentum).add_(grad)
+    param.add_(velocity, alpha=-lr)
+
+
+def _adamw(param: torch.Tensor, grad: torch.Tensor, moments: list[torch.Tensor], lr: float,
+           opt: Optimizer, t: int) -> None:
+    """torch.optim.AdamW's step ``t`` (from 1): decoupled weight decay, the moving
+    averages, their bias corrections."""
+    exp_avg, exp_avg_sq = moments
+    beta1, beta2 = opt.betas
+    param.mul_(1 - lr * opt.weight_decay)
+    exp_avg.lerp_(grad, 1 - beta1)
+    exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+    step_size = lr / (1 - beta1 ** t)
+    denom = (exp_avg_sq.sqrt() / (1 - beta2 ** t) ** 0.5).add_(opt.eps)
+    param.addcdiv_(exp_avg, denom, value=-step_size)
 
 
 class ComputeClock:

@@ -85,6 +85,9 @@ class Plan:
     param_boxes: dict[str, dict[int, Region]] = field(default_factory=dict)
     #: per input op of an integer dtype: the values its data must stay below
     index_bounds: dict[int, int] = field(default_factory=dict)
+    #: per parameter and rank: the cells of its box whose gradient the rank counts in
+    #: the global gradient norm (every element once: on the lowest rank holding it)
+    norm_cells: dict[str, dict[int, tuple[Region, ...]]] = field(default_factory=dict)
 
     def tasks_on(self, op: Op, rank: int) -> list[int]:
         """The tasks of ``op`` that run on ``rank``."""
@@ -146,9 +149,9 @@ def compile_plan(graph: OpGraph, strategy: Strategy, num_ranks: int) -> Plan:
         pieces.sort(key=order)
     for pieces in pieces_from:
         pieces.sort(key=order)
-    keyed, boxes = _parameters(graph, configs)
+    keyed, boxes, norm_cells = _parameters(graph, configs)
     return Plan(graph, strategy, num_ranks, configs, pieces_into, pieces_from,
-                [s for _, s in keyed], _buckets(keyed), boxes, index_bounds(graph))
+                [s for _, s in keyed], _buckets(keyed), boxes, index_bounds(graph), norm_cells)
 
 
 def _forward_key(p: Piece) -> tuple[int, int, int, int, int]:
@@ -173,16 +176,19 @@ def _check_tiled(op: Op, config: ParallelConfig, pieces: list[Piece]) -> None:
 
 def _parameters(graph: OpGraph, configs: list[ParallelConfig],
                 ) -> tuple[list[tuple[tuple[int, int], ReplicaSync]],
-                           dict[str, dict[int, Region]]]:
+                           dict[str, dict[int, Region]],
+                           dict[str, dict[int, tuple[Region, ...]]]]:
     """Each parameter's replica groups (in the order ranks issue their all-reduces: the
     parameters whose last user in the backward pass comes first, then by group) and, per
-    rank, the box of the parameter its shards lie in."""
+    rank, the box of the parameter its shards lie in and the cells it counts in the
+    gradient norm."""
     users: dict[str, list[tuple[Op, int]]] = {}
     for op in graph.ops:
         for i, p in enumerate(op.params):
             users.setdefault(p.name, []).append((op, i))
     syncs: list[tuple[tuple[int, int], ReplicaSync]] = []
     boxes: dict[str, dict[int, Region]] = {}
+    norm_cells: dict[str, dict[int, tuple[Region, ...]]] = {}
     for order, (name, used_by) in enumerate(users.items()):
         param = graph.parameters[name]
         blocks = tuple((op.param_region(i, region), configs[op.index].devices[k])
@@ -194,13 +200,15 @@ def _parameters(graph: OpGraph, configs: list[ParallelConfig],
             boxes[name][rank] = region if old is None else tuple(
                 (min(a0, b0), max(a1, b1)) for (a0, a1), (b0, b1) in zip(old, region))
         first_user = min(op.index for op, _ in used_by)
+        norm_cells[name] = {}
         for ranks, cells, _ in replica_cells(blocks):
+            norm_cells[name][ranks[0]] = (*norm_cells[name].get(ranks[0], ()), *cells)
             if len(ranks) > 1:
                 numel = sum(math.prod(hi - lo for lo, hi in cell) for cell in cells)
                 syncs.append(((-first_user, order), ReplicaSync(
                     name, ranks, tuple(cells), numel, numel * dtype_bytes(param.dtype))))
     syncs.sort(key=lambda item: item[0])
-    return syncs, boxes
+    return syncs, boxes, norm_cells
 
 
 def _buckets(keyed: list[tuple[tuple[int, int], ReplicaSync]]

@@ -1,9 +1,10 @@
 """What a checked run (``flextui launch --check``) must equal, trained in one process on
-the same batches, from the same starting parameters, with the same update (SGD with
-momentum): for a graph imported from the user's PyTorch module, the module itself, run
-by plain PyTorch (its own forward, ``loss.backward()``, ``torch.optim.SGD``), so an
-import that changed the model's meaning cannot pass; for a model flextui built, the
-whole graph (``reference.train_whole``).
+the same batches, from the same starting parameters, with the same update (torch's own
+optimizer, schedule and clipping: ``reference.TorchUpdate``): for a graph imported from
+the user's PyTorch module, the module itself, run by plain PyTorch (its own forward,
+``loss.backward()``, ``torch.optim.SGD`` or ``AdamW``), so an import that changed the
+model's meaning cannot pass; for a model flextui built, the whole graph
+(``reference.train_whole``).
 
 The module runs on flextui's terms in two things only (``module_run.flextui_terms``):
 dropout draws flextui's masks, and batch norm normalises each sample block the
@@ -15,10 +16,11 @@ import torch
 
 from flextui.graph import OpGraph, full_region
 from flextui.graph.importer.module_run import ModuleCall, flextui_terms, module_loss
-from flextui.runtime.engine import SGD, Optimizer, kernel_seed
+from flextui.runtime.engine import kernel_seed
 from flextui.runtime.module_weights import seeded_module
+from flextui.runtime.optimizer import SGD, Optimizer
 from flextui.runtime.plan import index_bounds
-from flextui.runtime.reference import ReferenceRun, sample_blocks, train_whole
+from flextui.runtime.reference import ReferenceRun, TorchUpdate, sample_blocks, train_whole
 from flextui.runtime.values import input_block
 from flextui.strategy import Strategy
 
@@ -44,7 +46,7 @@ def train_module(graph: OpGraph, steps: int, *, seed: int = 0,
     call = ModuleCall.of(graph)
     module, params = seeded_module(graph, seed)
     module.to(dtype)  # its parameters stay the objects ``params`` holds
-    sgd = torch.optim.SGD(module.parameters(), lr=optimizer.lr, momentum=optimizer.momentum)
+    update = TorchUpdate(module.parameters(), optimizer)
     bounds = index_bounds(graph)
     inputs = [op for op in graph.ops if op.type == "input"]
     losses = []
@@ -57,8 +59,7 @@ def train_module(graph: OpGraph, steps: int, *, seed: int = 0,
                            lambda op: sample_blocks(op, strategy)):
             output = module(*(data[name] for name in call.inputs))
         loss = module_loss(call, output, None if call.labels is None else data[call.labels])
-        sgd.zero_grad()
         loss.backward()
-        sgd.step()
+        update.step()
         losses.append(float(loss.detach()))
     return ReferenceRun(losses, {name: p.detach() for name, p in params.items()})

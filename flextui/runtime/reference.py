@@ -1,6 +1,7 @@
 """The reference a strategy's run must equal: the whole, unpartitioned graph trained in
 one process, every op as one block through the same kernels, with the same starting
-parameters, data and update (``values``, ``engine.Optimizer``).
+parameters and data (``values``) and the same update, made by torch's own optimizer,
+scheduler and clipping (``TorchUpdate``, as ``optimizer.Optimizer`` says).
 
 One exception: an op whose result depends on how its samples are grouped (batch norm's
 batch statistics) is computed in the sample blocks the strategy gives it, as data
@@ -9,7 +10,7 @@ in one block."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
@@ -17,7 +18,8 @@ import torch
 from flextui.graph import Op, OpGraph, Region, full_region
 from flextui.graph.dims import DimKind
 from flextui.graph.kernels.whole import run_whole
-from flextui.runtime.engine import SGD, Optimizer, kernel_seed
+from flextui.runtime.engine import kernel_seed
+from flextui.runtime.optimizer import SGD, Optimizer, OptimizerKind
 from flextui.runtime.plan import index_bounds
 from flextui.runtime.values import StartingParameters, input_block
 from flextui.strategy import Strategy
@@ -40,7 +42,7 @@ def train_whole(graph: OpGraph, steps: int, *, seed: int = 0,
     start = StartingParameters(graph, seed)
     params = {name: start.block(name, full_region(p.shape), dtype).requires_grad_()
               for name, p in graph.parameters.items()}
-    velocity = {name: torch.zeros_like(p) for name, p in params.items()}
+    update = TorchUpdate(params.values(), optimizer)
     bounds = index_bounds(graph)
     losses = []
     for step in range(steps):
@@ -52,13 +54,35 @@ def train_whole(graph: OpGraph, steps: int, *, seed: int = 0,
         loss = forward_whole(graph, params, data, kernel_seed(seed, step), dtype, strategy)
         loss.backward()
         losses.append(float(loss.detach()))
-        with torch.no_grad():
-            for name, param in params.items():
-                grad = param.grad if param.grad is not None else torch.zeros_like(param)
-                velocity[name].mul_(optimizer.momentum).add_(grad)
-                param.add_(velocity[name], alpha=-optimizer.lr)
-                param.grad = None
+        update.step()
     return ReferenceRun(losses, {name: p.detach() for name, p in params.items()})
+
+
+class TorchUpdate:
+    """torch's own update of ``params`` as ``optimizer`` says: torch.optim.SGD or AdamW,
+    its learning rate set by a LambdaLR of the schedule, the gradients clipped by
+    torch.nn.utils.clip_grad_norm_ first. ``step`` after each backward pass."""
+
+    def __init__(self, params: Iterable[torch.Tensor], optimizer: Optimizer) -> None:
+        self.params = list(params)
+        self.clip = optimizer.grad_clip
+        self.torch: torch.optim.Optimizer
+        if optimizer.kind == OptimizerKind.ADAMW:
+            self.torch = torch.optim.AdamW(self.params, lr=optimizer.lr, betas=optimizer.betas,
+                                           eps=optimizer.eps,
+                                           weight_decay=optimizer.weight_decay)
+        else:
+            self.torch = torch.optim.SGD(self.params, lr=optimizer.lr,
+                                         momentum=optimizer.momentum,
+                                         weight_decay=optimizer.weight_decay)
+        self.schedule = torch.optim.lr_scheduler.LambdaLR(self.torch, optimizer.factor)
+
+    def step(self) -> None:
+        if self.clip is not None:
+            torch.nn.utils.clip_grad_norm_(self.params, self.clip)
+        self.torch.step()
+        self.schedule.step()
+        self.torch.zero_grad()
 
 
 def forward_whole(graph: OpGraph, params: dict[str, torch.Tensor],

@@ -15,19 +15,19 @@ from pathlib import Path
 from typing import Any
 
 from flextui.documents import BadDocument, DocumentFormat
-from flextui.errors import FlextuiError
+from flextui.errors import FieldError, FlextuiError
 from flextui.fields import FieldReader, FormFields
 from flextui.graph import OpGraph, graph_from_dict
 from flextui.graph.model_source import ModelSource
 from flextui.limits import read_file
+from flextui.runtime.optimizer import LrSchedule, Optimizer, OptimizerKind
 from flextui.strategy import ParallelConfig, Strategy
 
-LAUNCH = DocumentFormat("flextui-launch", 2, "launch plan")
+#: version 3: the training's optimizer, schedule and clipping
+LAUNCH = DocumentFormat("flextui-launch", 3, "launch plan")
 #: The environment variable that gives every rank its launcher's PID (a rank whose
 #: launcher is gone ends itself; see ``worker``).
 LAUNCHER_PID = "FLEXTUI_LAUNCHER_PID"
-#: the largest float32, the largest learning rate a rank's optimizer can take
-FLOAT32_MAX = 3.4028234663852886e38
 
 
 class Backend(StrEnum):
@@ -38,18 +38,28 @@ class Backend(StrEnum):
 
 
 class RunDtype(StrEnum):
-    """The dtype ranks train in: the graph's (float32), or float64 for checks."""
+    """The dtype ranks train in: the graph's (float32), or float64 (checks, and
+    ``--precision fp64``)."""
 
     FLOAT32 = "float32"
     FLOAT64 = "float64"
 
 
+#: ``--precision``'s names of the dtypes ranks train in
+PRECISIONS = {"fp32": RunDtype.FLOAT32, "fp64": RunDtype.FLOAT64}
+
+
 @dataclass(frozen=True)
 class Training:
     """How the ranks train: ``warmup`` untimed steps then ``steps`` timed ones, from
-    parameters and data made from ``seed``, with SGD (``lr``, ``momentum``); with
-    ``check`` the ranks compare their result with one process's afterwards; with
-    ``record_tasks`` they time every task and report the times (``tasks`` records)."""
+    parameters and data made from ``seed``, in ``dtype``, every step updating the
+    parameters with ``optimizer`` (SGD: ``lr``, ``momentum``, ``weight_decay``; AdamW:
+    ``lr``, ``betas``, ``eps``, ``weight_decay``), the learning rate following
+    ``lr_schedule`` after ``warmup_steps`` steps of linear warm-up (the schedule runs over
+    all ``warmup + steps`` steps), the gradients' global norm clipped to ``grad_clip``;
+    all of it ``update``. With ``check`` the ranks compare their result with one
+    process's afterwards; with ``record_tasks`` they time every task and report the
+    times (``tasks`` records)."""
 
     steps: int = 20
     warmup: int = 2
@@ -60,18 +70,36 @@ class Training:
     backend: Backend = Backend.GLOO
     check: bool = False
     record_tasks: bool = False
+    optimizer: OptimizerKind = OptimizerKind.SGD
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-8
+    lr_schedule: LrSchedule = LrSchedule.CONSTANT
+    warmup_steps: int = 0
+    grad_clip: float | None = None
 
     def __post_init__(self) -> None:
         """Every number in range (a FieldError names the field, ``--steps`` on the command
         line), so a Training that exists can be written to a plan and trained: no
         step count past flextui's integers, no NaN learning rate, none a float32 cannot
-        hold (the ranks' optimizer failed on one)."""
+        hold (the ranks' optimizer failed on one); the update's in ``Optimizer``."""
         f = FormFields()
         f.integer(self.steps, "steps", 1)
         f.integer(self.warmup, "warmup", 0)
         f.integer(self.seed, "seed")
-        f.number(self.lr, "lr", 0.0, FLOAT32_MAX)
-        f.number(self.momentum, "momentum", 0.0, 1.0)
+        _ = self.update  # made, so checked
+
+    @property
+    def update(self) -> Optimizer:
+        """The ranks' update at every step, over the run's ``warmup + steps`` steps."""
+        return Optimizer(self.optimizer, self.lr, self.momentum, self.weight_decay,
+                         self.betas, self.eps, self.lr_schedule, self.warmup_steps,
+                         self.warmup + self.steps, self.grad_clip)
+
+
+def lr_at(training: Training, step: int) -> float:
+    """The learning rate step ``step`` (from 0, warm-up steps counted) updates with."""
+    return training.update.lr_at(step)
 
 
 @dataclass(frozen=True)
@@ -93,7 +121,10 @@ class LaunchSpec:
                 "training": {"steps": t.steps, "warmup": t.warmup, "seed": t.seed, "lr": t.lr,
                              "momentum": t.momentum, "dtype": str(t.dtype),
                              "backend": str(t.backend), "check": t.check,
-                             "record_tasks": t.record_tasks},
+                             "record_tasks": t.record_tasks, "optimizer": str(t.optimizer),
+                             "weight_decay": t.weight_decay, "betas": list(t.betas),
+                             "eps": t.eps, "lr_schedule": str(t.lr_schedule),
+                             "warmup_steps": t.warmup_steps, "grad_clip": t.grad_clip},
                 "model": None if source is None else source.to_dict(code=code)}
 
     def encode(self) -> bytes:
@@ -135,17 +166,8 @@ class LaunchSpec:
             tuple(f.integer(d, "device", 0) for d in f.items(c[1], "devices")))
             for op, c in zip(graph.ops, (f.items(c, "config", 2) for c in configs))},
             f.string(name, "strategy name", empty=True))
-        t = f.exact_keys(body["training"], ("steps", "warmup", "seed", "lr", "momentum",
-                                            "dtype", "backend", "check", "record_tasks"),
-                         "training")
-        training = Training(
-            f.integer(t["steps"], "steps", 1), f.integer(t["warmup"], "warmup", 0),
-            f.integer(t["seed"], "seed"), f.number(t["lr"], "lr", 0.0, FLOAT32_MAX),
-            f.number(t["momentum"], "momentum", 0.0, 1.0),
-            RunDtype(f.choice(t["dtype"], "dtype", tuple(RunDtype))),
-            Backend(f.choice(t["backend"], "backend", tuple(Backend))),
-            f.boolean(t["check"], "check"), f.boolean(t["record_tasks"], "record_tasks"))
-        return cls(graph, strategy, f.integer(body["num_ranks"], "num_ranks", 1), training)
+        return cls(graph, strategy, f.integer(body["num_ranks"], "num_ranks", 1),
+                   _training(f, body["training"]))
 
     @classmethod
     def read(cls, path: str | Path) -> LaunchSpec:
@@ -157,3 +179,47 @@ class LaunchSpec:
             raise FlextuiError(f"cannot read launch plan {path}: "
                                f"{exc.strerror or exc}") from None
         return cls.decode(data, str(path))
+
+
+_TRAINING_KEYS = ("steps", "warmup", "seed", "lr", "momentum", "dtype", "backend", "check",
+                  "record_tasks")
+#: what a run log written before the optimizer's settings were kept may lack: its run
+#: trained as the defaults say (SGD, a constant learning rate, no clipping)
+_UPDATE_KEYS = ("optimizer", "weight_decay", "betas", "eps", "lr_schedule", "warmup_steps",
+                "grad_clip")
+
+
+def _training(f: FieldReader, value: object) -> Training:
+    """``to_dict``'s training, every field checked (the update's may be missing: the
+    defaults, what the runs of older logs did)."""
+    t = f.mapping(value, "training")
+    f.check_keys(t, (*_TRAINING_KEYS, *_UPDATE_KEYS), "training")
+    f.exact_keys({k: v for k, v in t.items() if k in _TRAINING_KEYS}, _TRAINING_KEYS,
+                 "training")
+    given = {k: t[k] for k in _UPDATE_KEYS if k in t}
+    if "optimizer" in given:
+        given["optimizer"] = OptimizerKind(f.choice(given["optimizer"], "optimizer",
+                                                    tuple(OptimizerKind)))
+    if "lr_schedule" in given:
+        given["lr_schedule"] = LrSchedule(f.choice(given["lr_schedule"], "lr_schedule",
+                                                   tuple(LrSchedule)))
+    if "betas" in given:
+        given["betas"] = tuple(f.number(b, "betas") for b in f.items(given["betas"], "betas", 2))
+    for name in ("weight_decay", "eps"):
+        if name in given:
+            given[name] = f.number(given[name], name)
+    if given.get("grad_clip") is not None:
+        given["grad_clip"] = f.number(given["grad_clip"], "grad_clip")
+    if "warmup_steps" in given:
+        given["warmup_steps"] = f.integer(given["warmup_steps"], "warmup_steps", 0)
+    try:
+        return Training(
+            f.integer(t["steps"], "steps", 1), f.integer(t["warmup"], "warmup", 0),
+            f.integer(t["seed"], "seed"), f.number(t["lr"], "lr"),
+            f.number(t["momentum"], "momentum"),
+            RunDtype(f.choice(t["dtype"], "dtype", tuple(RunDtype))),
+            Backend(f.choice(t["backend"], "backend", tuple(Backend))),
+            f.boolean(t["check"], "check"), f.boolean(t["record_tasks"], "record_tasks"),
+            **given)
+    except FieldError as bad:  # a value out of its range
+        f.fail(f"training: {bad.field}", bad.problem)

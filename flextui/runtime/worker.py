@@ -40,7 +40,7 @@ from flextui.cost.localdevice import cpu_name
 from flextui.graph.kernels.whole import relative_error
 from flextui.graph.region import within
 from flextui.runtime.comm import Comm
-from flextui.runtime.engine import Optimizer, RankProgram
+from flextui.runtime.engine import RankProgram
 from flextui.runtime.metrics import MAX_LINE, Check, End, Failed, Reporter, Start, encode
 from flextui.runtime.plan import compile_plan
 from flextui.runtime.referee import train_referee
@@ -93,9 +93,8 @@ def _run(spec: LaunchSpec, rank: int, device: torch.device) -> int:
     plan = compile_plan(spec.graph, spec.strategy, spec.num_ranks)
     dtype = getattr(torch, str(training.dtype))
     comm = Comm(rank, plan.sync_groups(), device)
-    optimizer = Optimizer(training.lr, training.momentum)
-    program = RankProgram(plan, rank, comm, seed=training.seed, dtype=dtype, optimizer=optimizer,
-                          record_tasks=training.record_tasks)
+    program = RankProgram(plan, rank, comm, seed=training.seed, dtype=dtype,
+                          optimizer=training.update, record_tasks=training.record_tasks)
     task_times = TaskTimes(program.task_counts())
     reporter = Reporter(rank, _print, _memory(device), _utilisation(device))
     reporter.emit(Start(rank, os.getpid(), socket.gethostname(), str(device),
@@ -137,7 +136,7 @@ def _check(spec: LaunchSpec, program: RankProgram, losses: list[float], reporter
     dist.all_reduce(totals)  # the loss of each step: the ranks' shares summed
     training = spec.training
     reference = train_referee(spec.graph, steps, seed=training.seed, dtype=dtype,
-                              optimizer=Optimizer(training.lr, training.momentum),
+                              optimizer=training.update,
                               strategy=spec.strategy)
     loss_error = max((abs(a - b) / max(abs(b), 1e-300)
                       for a, b in zip(totals.tolist(), reference.losses)), default=0.0)
