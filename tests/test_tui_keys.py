@@ -89,7 +89,7 @@ async def test_a_replay_shows_help_back_and_quit_and_its_keys_are_replays(lenet_
         await footer_has(pilot, HELP_AND_EXIT | {"Back", "Play/pause", "Timeline",
                                                  "Launch best"})
         await pilot.press("question_mark")
-        assert isinstance(app.screen, HelpScreen)
+        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
         assert [where for where, _, _ in app.screen.rows if where] == ["replay", "app"]
 
 
@@ -116,13 +116,14 @@ async def test_the_key_map_says_how_to_close_it_and_switch_tabs(tmp_path):
         await wait_for(pilot, lambda: isinstance(app.screen, SearchScreen))
         search = app.screen
         await pilot.press("question_mark")
+        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))  # on a busy box
         how_to = str(app.screen.query_one("#help-how-to", Static).render())
         assert "esc" in how_to and "closes this" in how_to and "switch tabs" in how_to
         rows = {what: keys for _, keys, what in app.screen.rows}
         assert app.screen.rows[0][0] == "search"
         assert (rows["Strategy tab"], rows["Map tab"], rows["Frontier tab"]) == ("1", "2", "3")
         await pilot.press("escape")
-        assert app.screen is search
+        await wait_for(pilot, lambda: app.screen is search)
         tabs = search.query_one("#search-tabs")
         for key, tab in (("2", "tab-map"), ("3", "tab-frontier"), ("1", "tab-strategy")):
             await pilot.press(key)

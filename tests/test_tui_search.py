@@ -128,7 +128,7 @@ async def test_a_replay_shows_the_app_at_once_and_reads_its_log_behind_it(lenet_
         await wait_for(pilot, lambda: reading)
         assert reading[0] is not threading.main_thread()
         await pilot.press("question_mark")
-        assert isinstance(app.screen, HelpScreen)
+        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
         await pilot.press("escape")
         read.set()
         await wait_for(pilot, lambda: isinstance(app.screen, SearchScreen))
@@ -178,7 +178,7 @@ async def test_help_lists_the_screens_keys(lenet_log):
     async with app.run_test() as pilot:
         await wait_for(pilot, lambda: isinstance(app.screen, SearchScreen))
         await pilot.press("question_mark")
-        assert isinstance(app.screen, HelpScreen)
+        await wait_for(pilot, lambda: isinstance(app.screen, HelpScreen))
         actions = {what for _, _, what in app.screen.rows}
         assert {"Play/pause", "Step", "Timeline", "Quit", "Keys"} <= actions
         assert "Pause/resume" not in actions      # a live-search key, not a replay one
@@ -231,7 +231,7 @@ def test_help_screen_snapshot(snap_compare, lenet_log, size):
         pilot.app.push_screen(fixed_replay_screen(lenet_log))
         await pilot.pause()
         await pilot.press("question_mark")
-        await pilot.pause(0.1)
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, HelpScreen))
 
     assert snap_compare(FlextuiApp(), terminal_size=size, run_before=show)
 
