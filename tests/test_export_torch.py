@@ -83,6 +83,7 @@ def export(capsys, tmp_path, graph, case: str) -> tuple[int, str, Path]:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("gloo")   # as the other tests that start gloo ranks
 @pytest.mark.parametrize("case", CASES)
 def test_exported_plan_trains_in_the_users_loop_as_one_process(capsys, tmp_path, graph, case):
     code, err, plan = export(capsys, tmp_path, graph, case)

@@ -118,7 +118,7 @@ def _tensor_degree(graph: OpGraph, strategy: Strategy) -> int:
         if degree == 1:
             continue
         if op.type != "linear" or "rows" in op.attrs or op.attrs.get("transposed"):
-            what = "a packed or transposed Linear" if op.type == "linear" else f"a {op.type} op"
+            what = "a packed or transposed Linear" if op.type == "linear" else f"{op.type} op"
             raise NotExpressible(f"op {op.name!r} ({what}) is split {degree} ways along its "
                                  "weights: an export splits only nn.Linear layers' weights "
                                  "(ColwiseParallel); give its parameter dim degree 1")
@@ -168,13 +168,14 @@ def _listed(devices: tuple[int, ...]) -> str:
 
 
 def _layer_module(op: Op, module_params: dict[str, str]) -> str | None:
-    """The path of the nn.Linear module ``op`` calls, or None when its weight is not a
-    Linear module's own (a functional call on another module's parameter)."""
+    """The path of the nn.Linear module ``op`` calls, or None when its weight is not
+    the own weight of the layer that ran it (a functional call on another module's
+    parameter, a weight tied to another module's)."""
     name = module_params.get(op.params[0].name) if op.params else None
-    if op.type != "linear" or not isinstance(name, str) or not name.endswith(".weight") \
-            or "rows" in op.attrs or op.attrs.get("transposed"):
+    if op.type != "linear" or name != f"{op.layer}.weight" or "rows" in op.attrs \
+            or op.attrs.get("transposed"):
         return None
-    return name.removesuffix(".weight")
+    return op.layer
 
 
 def _layouts(graph: OpGraph, strategy: Strategy, module_params: dict[str, str],
