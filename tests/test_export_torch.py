@@ -16,6 +16,7 @@ from flextui.cli import main
 from flextui.graph.library import load_model, model_source
 from flextui.machine import load_named_cluster
 from flextui.runtime.export_plan import LayerPlan, TensorParallelStyle, mesh_plan
+from flextui.runtime.export_torch import torch_module_text
 from flextui.strategy import ParallelConfig, builtin_strategy, save_strategy
 from flextui.strategy.builtins import split_dims
 from helpers import HANG_S
@@ -34,33 +35,39 @@ def graph():
     return load_model(model_source(MODEL))
 
 
-def strategy(graph, devices: int, split: dict[str, tuple[int, int]]):
-    """Data parallel on ``devices`` ranks, but the ops in ``split`` split (samples,
-    out-features) as given, on all devices in order."""
+def strategy(graph, devices: int, split: dict[str, dict[int, int]]):
+    """Data parallel on ``devices`` ranks, but the ops in ``split`` split as given (dim
+    index: degree), on devices from 0 in order."""
     cluster = load_named_cluster(f"local-cpu-{devices}")
     base = builtin_strategy("data-parallel", graph, cluster)
-    return base.replace_all({name: split_dims(graph.op(name), {0: s, 2: t})
-                             for name, (s, t) in split.items()}), cluster
+    return base.replace_all({name: split_dims(graph.op(name), degrees)
+                             for name, degrees in split.items()}), cluster
 
 
-#: name: (devices, tensor-parallel degree, split ops); tensor: every Linear whose out-features 2 divides
-#: split 2 ways (column splits in a row, gathered where they meet a residual), mix: the
-#: blocks' first layers split on a 2 x 2 mesh (their second layers take the row split)
+COLUMNS, TENSOR = {0: 2, 2: 2}, {2: 2}
+#: name: (devices, tensor-parallel degree, split ops). tensor: every Linear layer whose
+#: out-features 2 divides split 2 ways (column splits in a row, gathered where they meet
+#: the residual); mix: the blocks' first layers split on a 2 x 2 mesh (their second
+#: layers take the row split), and ops without weights split otherwise: the first gelu
+#: as its input (kept), tanh along the sequence and the loss on device 0 (not kept)
 CASES = {
     "data": (2, 1, {}),
     "tensor": (2, 2, dict.fromkeys(("embed", "blocks.0.up", "blocks.0.down", "blocks.1.up",
-                                    "blocks.1.down"), (1, 2))),
-    "mix": (4, 2, {"blocks.0.up": (2, 2), "blocks.1.up": (2, 2)}),
+                                    "blocks.1.down"), TENSOR)),
+    "mix": (4, 2, {"blocks.0.up": COLUMNS, "blocks.0.gelu": COLUMNS, "blocks.1.up": COLUMNS,
+                   "tanh": {0: 2, 1: 2}, "cross_entropy_loss": {}}),
 }
 
 
 def test_mix_plan_splits_columns_then_rows(graph):
     plan = mesh_plan(graph, strategy(graph, 4, CASES["mix"][2])[0], 4)
-    assert (plan.data, plan.tensor, plan.followers) == (2, 2, ())
+    assert (plan.data, plan.tensor) == (2, 2)
     assert plan.layers == (LayerPlan("blocks.0.up", TensorParallelStyle.COLWISE),
                            LayerPlan("blocks.0.down", TensorParallelStyle.ROWWISE),
                            LayerPlan("blocks.1.up", TensorParallelStyle.COLWISE),
                            LayerPlan("blocks.1.down", TensorParallelStyle.ROWWISE))
+    assert plan.followers == ("tanh", "cross_entropy_loss")
+    assert "#     'tanh', 'cross_entropy_loss'\n" in torch_module_text(plan)
 
 
 def test_tensor_plan_gathers_where_a_split_meets_the_residual(graph):
@@ -87,7 +94,7 @@ def export(capsys, tmp_path, graph, case: str) -> tuple[int, str, Path]:
 @pytest.mark.parametrize("case", CASES)
 def test_exported_plan_trains_in_the_users_loop_as_one_process(capsys, tmp_path, graph, case):
     code, err, plan = export(capsys, tmp_path, graph, case)
-    assert code == 0, err
+    assert code == 0 and err.startswith(f"wrote {plan}: a "), err
     assert imported_packages(plan.read_text()) == {"torch"}
     devices, tensor, _ = CASES[case]
     ranks = run_loop(plan, devices, tmp_path / "out")
@@ -179,3 +186,22 @@ def test_refuses_a_library_graph(capsys, tmp_path):
     code = main(["export", "data-parallel", "--cluster", "local-cpu-2", "--model", "mlp"])
     _, err = capsys.readouterr()
     assert code == 2 and "is flextui's own graph, not a PyTorch module" in err
+
+
+def test_prints_the_plan_without_output(capsys, tmp_path, graph):
+    chosen, cluster = strategy(graph, 2, {})
+    save_strategy(tmp_path / "dp.json", chosen, graph, cluster)
+    code = main(["export", str(tmp_path / "dp.json"), "--model", MODEL])
+    out, err = capsys.readouterr()
+    assert (code, err) == (0, "")
+    compile(out, "plan.py", "exec")
+    assert "MESH_SHAPE = (2,)\nMESH_DIM_NAMES = ('dp',)\n" in out
+    assert "    replicate(module, mesh=device_mesh)\n" in out
+
+
+def test_export_needs_the_model(capsys, tmp_path):
+    code = main(["export", str(tmp_path / "best.json")])
+    _, err = capsys.readouterr()
+    assert code == 2 and err == ("flextui: error: give --model, the model file the strategy "
+                                 "was made for: the plan names its layers (e.g. --model "
+                                 "model.py)\n")
