@@ -182,6 +182,15 @@ def test_refuses_a_non_linear_layer_split_along_its_weights(capsys, tmp_path):
     assert f"op {embed.name!r} (embedding op) is split 2 ways along its weights" in err
 
 
+def test_refuses_a_batch_norm_over_smaller_blocks_than_the_plans(capsys, tmp_path):
+    model = str(HERE / "torch_models" / "dropout_norm.py")
+    graph = load_model(model_source(model))
+    err = refused(capsys, tmp_path, graph, {"5": split_dims(graph.op("5"), {0: 2, 1: 2})},
+                  model=model)
+    assert "op '1' is a batch norm, its statistics over its block of samples: the strategy " \
+        "splits samples 4 ways, a plan on the 2 x 2 mesh 2 ways (dp)" in err
+
+
 def test_refuses_a_library_graph(capsys, tmp_path):
     code = main(["export", "data-parallel", "--cluster", "local-cpu-2", "--model", "mlp"])
     _, err = capsys.readouterr()

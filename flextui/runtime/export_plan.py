@@ -9,10 +9,11 @@ The mapping (docs/export.md):
   the strategy numbers a layer's (sample block, feature block) tasks.
 - A layer with weights runs on every device, in that order, its samples split dp ways
   and its out-features tp ways (a Linear layer only: ``ColwiseParallel``), or its
-  samples split over all devices (data parallel: in the plan, over dp, repeated
-  over tp). Anything else (an op on a subset of the devices, another degree, a split
-  along a sequence or other attribute dim, a non-Linear layer split along its
-  weights) has no DeviceMesh form and is refused, naming the op.
+  samples split over all devices (data parallel: in the plan, over dp, repeated over
+  tp; but a batch norm, whose statistics are its block's, only with dp = all
+  devices). Anything else (an op on a subset of the devices, another degree, a split
+  along a sequence or other attribute dim, a non-Linear layer split along its weights)
+  has no DeviceMesh form and is refused, naming the op.
 - A Linear layer whose input arrives split along features (from a column-split layer
   through elementwise ops) takes the row split (``RowwiseParallel``): the strategy's
   whole layer behind a gather becomes the same sums split over tp and all-reduced.
@@ -156,6 +157,12 @@ def _check_on_mesh(op: Op, config: ParallelConfig, data: int, tensor: int,
             f"{where} splits samples {sample} and out-features {features} ways: on the "
             f"{data} x {tensor} (dp x tp) mesh of this strategy a layer splits them "
             f"{data} and {tensor} ways, or samples {devices} ways")
+    if op.type == "batchnorm" and sample != data:
+        raise NotExpressible(
+            f"{where} is a batch norm, its statistics over its block of samples: the "
+            f"strategy splits samples {sample} ways, a plan on the {data} x {tensor} mesh "
+            f"{data} ways (dp), which changes them; split it {data} ways or export a strategy "
+            "without tensor parallelism")
     if config.devices != tuple(range(devices)):
         raise NotExpressible(
             f"{where} places its blocks on devices {_listed(config.devices)}: a mesh takes "
