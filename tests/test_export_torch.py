@@ -15,8 +15,9 @@ import export_loop
 from flextui.cli import main
 from flextui.graph.library import load_model, model_source
 from flextui.machine import load_named_cluster
-from flextui.runtime.export_plan import LayerPlan, TensorParallelStyle, mesh_plan
+from flextui.runtime.export_plan import mesh_plan
 from flextui.runtime.export_torch import torch_module_text
+from flextui.runtime.export_types import LayerPlan, Layout, TensorParallelStyle
 from flextui.strategy import ParallelConfig, builtin_strategy, save_strategy
 from flextui.strategy.builtins import split_dims
 from helpers import HANG_S
@@ -44,40 +45,57 @@ def strategy(graph, devices: int, split: dict[str, dict[int, int]]):
                              for name, degrees in split.items()}), cluster
 
 
-COLUMNS, TENSOR = {0: 2, 2: 2}, {2: 2}
+COLUMNS, TENSOR, SEQUENCE = {0: 2, 2: 2}, {2: 2}, {0: 2, 1: 2}
 #: name: (devices, tensor-parallel degree, split ops). tensor: every Linear layer whose
-#: out-features 2 divides split 2 ways (column splits in a row, gathered where they meet
-#: the residual); mix: the blocks' first layers split on a 2 x 2 mesh (their second
-#: layers take the row split), and ops without weights split otherwise: the first gelu
-#: as its input (kept), tanh along the sequence and the loss on device 0 (not kept)
+#: out-features 2 divides split 2 ways, the rest whole (each split layer's output
+#: gathered); mix, on a 2 x 2 mesh: the first block's layers split as Megatron does (its
+#: gelu split alike, the second layer takes the row split), the second block's first
+#: layer alone, tanh along the sequence and the loss on device 0 (not kept: the plan
+#: runs them where their inputs are); sequence: Megatron's sequence parallelism on a
+#: 2 x 2 mesh, the residual stream and the norm split along the sequence
 CASES = {
     "data": (2, 1, {}),
     "tensor": (2, 2, dict.fromkeys(("embed", "blocks.0.up", "blocks.0.down", "blocks.1.up",
                                     "blocks.1.down"), TENSOR)),
     "mix": (4, 2, {"blocks.0.up": COLUMNS, "blocks.0.gelu": COLUMNS, "blocks.1.up": COLUMNS,
-                   "tanh": {0: 2, 1: 2}, "cross_entropy_loss": {}}),
+                   "tanh": SEQUENCE, "cross_entropy_loss": {}}),
+    "sequence": (4, 2, {"embed": COLUMNS, "tanh": SEQUENCE, "blocks.0.up": COLUMNS,
+                        "blocks.0.gelu": COLUMNS, "blocks.0.add": SEQUENCE,
+                        "blocks.1.up": COLUMNS, "blocks.1.gelu_1": COLUMNS,
+                        "blocks.1.add_1": SEQUENCE, "norm": SEQUENCE}),
 }
+WHOLE, FEATURES, ALONG = Layout.WHOLE, Layout.FEATURES, Layout.SEQUENCE
+COLWISE, ROWWISE = TensorParallelStyle.COLWISE, TensorParallelStyle.ROWWISE
 
 
 def test_mix_plan_splits_columns_then_rows(graph):
     plan = mesh_plan(graph, strategy(graph, 4, CASES["mix"][2])[0], 4)
     assert (plan.data, plan.tensor) == (2, 2)
-    assert plan.layers == (LayerPlan("blocks.0.up", TensorParallelStyle.COLWISE),
-                           LayerPlan("blocks.0.down", TensorParallelStyle.ROWWISE),
-                           LayerPlan("blocks.1.up", TensorParallelStyle.COLWISE),
-                           LayerPlan("blocks.1.down", TensorParallelStyle.ROWWISE))
+    assert plan.layers == (LayerPlan("blocks.0.up", COLWISE, WHOLE, FEATURES),
+                           LayerPlan("blocks.0.down", ROWWISE, FEATURES, WHOLE),
+                           LayerPlan("blocks.1.up", COLWISE, WHOLE, WHOLE))
     assert plan.followers == ("tanh", "cross_entropy_loss")
     assert "#     'tanh', 'cross_entropy_loss'\n" in torch_module_text(plan)
 
 
-def test_tensor_plan_gathers_where_a_split_meets_the_residual(graph):
+def test_tensor_plan_gathers_for_the_whole_ops_after_each_layer(graph):
     plan = mesh_plan(graph, strategy(graph, 2, CASES["tensor"][2])[0], 2)
-    assert (plan.data, plan.tensor) == (1, 2)
-    assert plan.layers[:3] == (
-        LayerPlan("embed", TensorParallelStyle.COLWISE, gathered_output=True),
-        LayerPlan("blocks.0.up", TensorParallelStyle.COLWISE),
-        LayerPlan("blocks.0.down", TensorParallelStyle.COLWISE, sharded_input=True,
-                  gathered_output=True))
+    assert (plan.data, plan.tensor, plan.followers) == (1, 2, ())
+    assert plan.layers == tuple(LayerPlan(name, COLWISE, WHOLE, WHOLE) for name in (
+        "embed", "blocks.0.up", "blocks.0.down", "blocks.1.up", "blocks.1.down"))
+
+
+def test_sequence_plan_splits_the_residual_stream_along_the_sequence(graph):
+    plan = mesh_plan(graph, strategy(graph, 4, CASES["sequence"][2])[0], 4)
+    assert (plan.data, plan.tensor, plan.followers) == (2, 2, ())
+    assert plan.layers == (
+        LayerPlan("embed", COLWISE, WHOLE, ALONG),
+        LayerPlan("blocks.0.up", COLWISE, ALONG, FEATURES),
+        LayerPlan("blocks.0.down", ROWWISE, FEATURES, ALONG),
+        LayerPlan("blocks.1.up", COLWISE, ALONG, FEATURES),
+        LayerPlan("blocks.1.down", ROWWISE, FEATURES, ALONG),
+        LayerPlan("norm", TensorParallelStyle.SEQUENCE, ALONG, ALONG),
+        LayerPlan("head", TensorParallelStyle.GATHER, ALONG, WHOLE))
 
 
 def export(capsys, tmp_path, graph, case: str) -> tuple[int, str, Path]:

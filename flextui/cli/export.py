@@ -25,7 +25,8 @@ class ExportFormat(StrEnum):
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.description = ("Write a strategy as a small Python module that imports only torch: "
                      "parallelize(module, device_mesh) splits the model's layers with "
-                     "torch.distributed.tensor.parallel (ColwiseParallel, RowwiseParallel) and "
+                     "torch.distributed.tensor.parallel (ColwiseParallel, RowwiseParallel, "
+                     "SequenceParallel) and "
                      "replicates it over the data-parallel dim, for your own training loop. A "
                      "strategy a DeviceMesh cannot express is refused, naming the op and why "
                      "(docs/export.md).")
@@ -44,8 +45,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_export(args: argparse.Namespace, console: Console) -> None:
-    from flextui.runtime.export_plan import NotExpressible, mesh_plan
+    from flextui.runtime.export_plan import mesh_plan
     from flextui.runtime.export_torch import torch_module_text
+    from flextui.runtime.export_types import NotExpressible
 
     if args.model is None:
         raise FlextuiError("give --model, the model file the strategy was made for: the plan "
@@ -102,4 +104,5 @@ def _write(path: Path, text: str) -> None:
         tmp.write_text(text)
         os.replace(tmp, path)
     except OSError as exc:
+        tmp.unlink(missing_ok=True)
         raise FlextuiError(f"cannot write {path}: {exc.strerror}") from None

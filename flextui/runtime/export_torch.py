@@ -8,7 +8,13 @@ from __future__ import annotations
 
 import textwrap
 
-from flextui.runtime.export_plan import LayerPlan, MeshPlan, TensorParallelStyle
+from flextui.runtime.export_types import (
+    STYLE_DEFAULTS,
+    LayerPlan,
+    Layout,
+    MeshPlan,
+    TensorParallelStyle,
+)
 
 #: the mesh dims' names, data parallel then tensor parallel
 DATA, TENSOR = "dp", "tp"
@@ -52,8 +58,9 @@ def _imports(plan: MeshPlan) -> str:
     if plan.data > 1:
         lines.append("from torch.distributed._composable.replicate_with_fsdp import replicate")
     lines.append("from torch.distributed.device_mesh import DeviceMesh, init_device_mesh")
-    placements = sorted({"Shard" for layer in plan.layers if layer.sharded_input}
-                        | {"Replicate" for layer in plan.layers if layer.gathered_output})
+    placements = sorted({option.partition("=")[2].partition("(")[0]
+                         for layer in plan.layers for option in _options(layer)
+                         if "_layouts=" in option})
     if placements:
         lines.append(f"from torch.distributed.tensor import {', '.join(placements)}")
     if plan.layers:
@@ -68,19 +75,33 @@ def _constants(plan: MeshPlan, dims: dict[str, int]) -> str:
     lines = [f"MESH_SHAPE = {tuple(dims.values())!r}",
              f"MESH_DIM_NAMES = {tuple(dims)!r}"]
     if plan.layers:
-        lines += ["", f"#: each split Linear layer (its path in the module) and how its "
-                  f"weights split over {TENSOR!r}", "TENSOR_PARALLEL = {"]
-        lines += [f"    {layer.module!r}: {_style(layer)}," for layer in plan.layers]
+        lines += ["", f"#: each layer (its path in the module) the plan splits over {TENSOR!r}, "
+                  "and how", "TENSOR_PARALLEL = {"]
+        lines += [_entry(layer) for layer in plan.layers]
         lines.append("}")
     return "\n".join(lines)
 
 
-def _style(layer: LayerPlan) -> str:
-    options = ([] if not layer.sharded_input else ["input_layouts=Shard(-1)"]) + \
-        ([] if not layer.gathered_output else ["output_layouts=Replicate()"])
-    if layer.style is TensorParallelStyle.ROWWISE:
-        options = []
-    return f"{layer.style.value}({', '.join(options)})"
+def _entry(layer: LayerPlan) -> str:
+    """The layer's line of TENSOR_PARALLEL; its options a line each when too long."""
+    line = f"    {layer.module!r}: {layer.style.value}({', '.join(_options(layer))}),"
+    if len(line) <= 99:
+        return line
+    return "\n".join([f"    {layer.module!r}: {layer.style.value}(",
+                      *(f"        {option}," for option in _options(layer)), "    ),"])
+
+
+def _options(layer: LayerPlan) -> list[str]:
+    """The style's arguments: the layouts that are not its defaults; a sequence split
+    gives a plain tensor, as every other layer does."""
+    if layer.style is TensorParallelStyle.SEQUENCE:
+        return ["use_local_output=True"]
+    if layer.style is TensorParallelStyle.GATHER:
+        return [f"input_layouts={layer.input.placement}",
+                f"desired_input_layouts={Layout.WHOLE.placement}", "use_local_output=True"]
+    taken, given = STYLE_DEFAULTS[layer.style]
+    return ([f"input_layouts={layer.input.placement}"] if layer.input != taken else []) + \
+        ([f"output_layouts={layer.output.placement}"] if layer.output != given else [])
 
 
 DEVICE_MESH = '''def device_mesh(device_type: str = "cpu") -> DeviceMesh:
