@@ -185,6 +185,14 @@ def test_refuses_a_layer_split_along_the_sequence(capsys, tmp_path, graph):
     assert "op 'embed' splits its dim 'd1' 2 ways" in err
 
 
+def test_refuses_a_norm_along_the_sequence_after_whole_layers(capsys, tmp_path, graph):
+    err = refused(capsys, tmp_path, graph, {"blocks.0.up": split_dims(graph.op("blocks.0.up"),
+                                                                      COLUMNS),
+                                            "norm": split_dims(graph.op("norm"), SEQUENCE)})
+    assert "op 'norm' splits the sequence (dim 'd1') but cannot be SequenceParallel: its " \
+        "input is not split along the sequence in the plan" in err
+
+
 def test_refuses_blocks_out_of_the_mesh_order(capsys, tmp_path, graph):
     err = refused(capsys, tmp_path, graph,
                   {"blocks.0.up": ParallelConfig((2, 1, 2), (0, 2, 1, 3))})
