@@ -56,6 +56,8 @@ COMMANDS: dict[str, Command] = {
                       "flextui.cli.launch:add_arguments"),
     "runs": Command("read the run logs (.ffrun) flextui launch keeps",
                     "flextui.cli.runs:add_arguments"),
+    "export": Command("write a strategy as a PyTorch DeviceMesh plan for your own training "
+                      "loop", "flextui.cli.export:add_arguments"),
 }
 
 

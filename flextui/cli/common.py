@@ -90,13 +90,15 @@ def load_strategy(name: str, graph, cluster, same_graph: bool = False):
     return strategy
 
 
-def model_args(p: argparse.ArgumentParser, default: str | None = DEFAULT_MODEL) -> None:
+def model_args(p: argparse.ArgumentParser, default: str | None = DEFAULT_MODEL,
+               option_flags: tuple[str, ...] = ("--option", "-o")) -> None:
     """--model, --batch-size, --option; a None default lets a command tell whether the
-    user named a model (it then falls back to DEFAULT_MODEL itself)."""
+    user named a model (it then falls back to DEFAULT_MODEL itself); ``option_flags``
+    leaves -o to a command whose -o is its output."""
     p.add_argument("--model", "-m", default=default,
                    help=f"library model name or a model .py file (default {DEFAULT_MODEL})")
     p.add_argument("--batch-size", "-b", type=int, help="batch size (default: the model's)")
-    p.add_argument("--option", "-o", action="append", metavar="KEY=VALUE",
+    p.add_argument(*option_flags, dest="option", action="append", metavar="KEY=VALUE",
                    help="a model option, e.g. -o hidden=512 (repeatable; see `flextui models`)")
     p.add_argument("--opaque", action="store_true",
                    help="a PyTorch model: fold what cannot be partitioned op by op into "
