@@ -64,6 +64,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup", type=int, default=2, help="untimed steps first (default 2)")
     p.add_argument("--seed", type=int, default=0, help="seed of parameters and data")
     p.add_argument("--lr", type=float, default=0.01, help="SGD learning rate (default 0.01)")
+    p.add_argument("--shuffle", action="store_true",
+                   help="with a model file's dataset(): each epoch in its own order, "
+                   "torch.randperm(len, generator seeded seed + epoch); default in order")
+    p.add_argument("--data-workers", type=int, default=0, metavar="N",
+                   help="DataLoader worker processes each rank reads the model file's "
+                   "dataset() with (default 0: in the rank)")
     p.add_argument("--backend", choices=("nccl", "gloo"),
                    help="default: nccl with GPUs, gloo without")
     p.add_argument("--port", type=int, help="rendezvous port on localhost, or on the first host "
@@ -100,6 +106,7 @@ def cmd_launch(args: argparse.Namespace, console: Console) -> int:
     from dataclasses import replace
 
     from flextui.runtime import job
+    from flextui.runtime.data import check_dataset, data_feed
     from flextui.runtime.launch import RunStatus
     from flextui.runtime.nodes import PreflightStopped
     from flextui.session.launching import launch_request, launch_strategy
@@ -107,6 +114,7 @@ def cmd_launch(args: argparse.Namespace, console: Console) -> int:
     training, target = _asked(args)
     record_profile.check(args)
     graph = load_graph(args)
+    training = replace(training, data=data_feed(graph, args.shuffle, args.data_workers))
     cluster = _cluster(args, training, target.hosts)
     strategy = launch_strategy(args.strategy, graph, cluster)
     backend = job.choose_backend(cluster, args.backend, on_hosts=not target.local)
@@ -129,6 +137,7 @@ def cmd_launch(args: argparse.Namespace, console: Console) -> int:
     if args.check:
         small = _check_graph(args, graph, strategy)
         prepared = job.as_check(prepared, small)
+    check_dataset(prepared.spec)
     if args.dry_run:
         return _dry_run(prepared, console, args.json)
     if not (args.headless or args.json or args.check or args.record_profile) \
@@ -172,6 +181,7 @@ def _asked(args: argparse.Namespace):
     (the backend is chosen once the cluster is known)."""
     from flextui.errors import FieldError
     from flextui.fields import FormFields
+    from flextui.runtime.datafeed import MAX_DATA_WORKERS
     from flextui.runtime.hosts import parse_host_list, read_hostfile
     from flextui.runtime.spec import Training
     from flextui.runtime.target import LaunchTarget, Remote
@@ -187,6 +197,7 @@ def _asked(args: argparse.Namespace):
             form.path(args.strategy, "strategy")
         if args.nproc_per_node is not None:
             parse_whole("nproc_per_node", args.nproc_per_node, 1, RANKS_PER_HOST.value)
+        form.integer(args.data_workers, "data_workers", 0, MAX_DATA_WORKERS)
         training = Training(steps=args.steps, warmup=args.warmup, seed=args.seed, lr=args.lr,
                             check=args.check, record_tasks=args.record_profile)
         hosts = read_hostfile(args.hostfile) if args.hostfile else \

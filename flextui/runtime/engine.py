@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -31,6 +31,9 @@ from flextui.graph.tensor import FLOAT_DTYPES
 from flextui.runtime.comm import Comm, PendingSums, Transfer
 from flextui.runtime.plan import Piece, Plan, ReplicaSync
 from flextui.runtime.values import StartingParameters, input_block
+
+if TYPE_CHECKING:
+    from flextui.runtime.data import DatasetFeed
 
 
 @dataclass(frozen=True)
@@ -73,12 +76,14 @@ def shape_of(region: Region) -> tuple[int, ...]:
 
 
 class RankProgram:
-    """The state of one rank (its parameter boxes and momentum) and its step."""
+    """The state of one rank (its parameter boxes and momentum) and its step; its data
+    inputs read from ``data`` (the user's dataset) when given, else made from the seed."""
 
     def __init__(self, plan: Plan, rank: int, comm: Comm, *, seed: int = 0,
                  dtype: torch.dtype = torch.float32, optimizer: Optimizer = SGD,
-                 record_tasks: bool = False) -> None:
+                 record_tasks: bool = False, data: DatasetFeed | None = None) -> None:
         self.plan, self.rank, self.comm = plan, rank, comm
+        self.data = data
         self.seed, self.dtype, self.optimizer = seed, dtype, optimizer
         self.record_tasks = record_tasks
         self.device = comm.device
@@ -160,7 +165,9 @@ class RankProgram:
             began = state.clock.start()
             if op.type == "input":
                 out_region = op.output_regions(region)[0]
-                inputs = [input_block(op, out_region, self.seed, step, self.dtype,
+                inputs = [self.data.block(op, out_region, step)
+                          if self.data is not None and self.data.feeds(op) else
+                          input_block(op, out_region, self.seed, step, self.dtype,
                                       self.plan.index_bounds.get(op.index), self.device)]
             else:
                 inputs = [self._input_block(op, k, slot, need, received, state)

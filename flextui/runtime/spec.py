@@ -9,7 +9,7 @@ so no host needs it at a path); that is the only source a rank runs a module fro
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ from flextui.fields import FieldReader, FormFields
 from flextui.graph import OpGraph, graph_from_dict
 from flextui.graph.model_source import ModelSource
 from flextui.limits import read_file
+from flextui.runtime.datafeed import DataFeed
 from flextui.strategy import ParallelConfig, Strategy
 
 LAUNCH = DocumentFormat("flextui-launch", 2, "launch plan")
@@ -49,7 +50,8 @@ class Training:
     """How the ranks train: ``warmup`` untimed steps then ``steps`` timed ones, from
     parameters and data made from ``seed``, with SGD (``lr``, ``momentum``); with
     ``check`` the ranks compare their result with one process's afterwards; with
-    ``record_tasks`` they time every task and report the times (``tasks`` records)."""
+    ``record_tasks`` they time every task and report the times (``tasks`` records);
+    ``data`` is what they train on (the seed's data, or the model file's dataset)."""
 
     steps: int = 20
     warmup: int = 2
@@ -60,6 +62,7 @@ class Training:
     backend: Backend = Backend.GLOO
     check: bool = False
     record_tasks: bool = False
+    data: DataFeed = field(default_factory=DataFeed)
 
     def __post_init__(self) -> None:
         """Every number in range (a FieldError names the field, ``--steps`` on the command
@@ -93,7 +96,7 @@ class LaunchSpec:
                 "training": {"steps": t.steps, "warmup": t.warmup, "seed": t.seed, "lr": t.lr,
                              "momentum": t.momentum, "dtype": str(t.dtype),
                              "backend": str(t.backend), "check": t.check,
-                             "record_tasks": t.record_tasks},
+                             "record_tasks": t.record_tasks, "data": t.data.to_dict()},
                 "model": None if source is None else source.to_dict(code=code)}
 
     def encode(self) -> bytes:
@@ -135,16 +138,20 @@ class LaunchSpec:
             tuple(f.integer(d, "device", 0) for d in f.items(c[1], "devices")))
             for op, c in zip(graph.ops, (f.items(c, "config", 2) for c in configs))},
             f.string(name, "strategy name", empty=True))
-        t = f.exact_keys(body["training"], ("steps", "warmup", "seed", "lr", "momentum",
-                                            "dtype", "backend", "check", "record_tasks"),
-                         "training")
+        t = f.mapping(body["training"], "training")
+        data = DataFeed.from_dict(t["data"], f) if "data" in t else DataFeed()  # a run log
+        # written before launches read datasets has none
+        t = f.exact_keys({k: v for k, v in t.items() if k != "data"},
+                         ("steps", "warmup", "seed", "lr", "momentum", "dtype", "backend",
+                          "check", "record_tasks"), "training")
         training = Training(
             f.integer(t["steps"], "steps", 1), f.integer(t["warmup"], "warmup", 0),
             f.integer(t["seed"], "seed"), f.number(t["lr"], "lr", 0.0, FLOAT32_MAX),
             f.number(t["momentum"], "momentum", 0.0, 1.0),
             RunDtype(f.choice(t["dtype"], "dtype", tuple(RunDtype))),
             Backend(f.choice(t["backend"], "backend", tuple(Backend))),
-            f.boolean(t["check"], "check"), f.boolean(t["record_tasks"], "record_tasks"))
+            f.boolean(t["check"], "check"), f.boolean(t["record_tasks"], "record_tasks"),
+            data)
         return cls(graph, strategy, f.integer(body["num_ranks"], "num_ranks", 1), training)
 
     @classmethod

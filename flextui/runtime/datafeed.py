@@ -1,0 +1,46 @@
+"""What a launch's ranks train on, as the launch plan carries it (``Training.data``):
+the synthetic data made from the seed (``values.input_block``), or the user's dataset
+(``dataset("train")`` of the model file, ``runtime.data``) in order or shuffled, read
+with ``workers`` DataLoader workers. Torch-free: the app and the run log read it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from flextui.fields import FieldReader, FormFields
+
+#: the most DataLoader worker processes a rank starts
+MAX_DATA_WORKERS = 64
+
+
+class DataSource(StrEnum):
+    """Where a launch's batches come from."""
+
+    SYNTHETIC = "synthetic"  # made from the seed, element by element
+    DATASET = "dataset"      # the model file's dataset("train")
+
+
+@dataclass(frozen=True)
+class DataFeed:
+    """The source of a launch's batches; with a dataset, whether each epoch's order is
+    a permutation (``shuffle``) and how many DataLoader workers a rank reads with."""
+
+    source: DataSource = DataSource.SYNTHETIC
+    shuffle: bool = False
+    workers: int = 0
+
+    def __post_init__(self) -> None:
+        FormFields().integer(self.workers, "data_workers", 0, MAX_DATA_WORKERS)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"source": str(self.source), "shuffle": self.shuffle, "workers": self.workers}
+
+    @classmethod
+    def from_dict(cls, data: object, f: FieldReader, where: str = "training.data"
+                  ) -> DataFeed:
+        body = f.exact_keys(data, ("source", "shuffle", "workers"), where)
+        return cls(DataSource(f.choice(body["source"], f"{where}.source", tuple(DataSource))),
+                   f.boolean(body["shuffle"], f"{where}.shuffle"),
+                   f.integer(body["workers"], f"{where}.workers", 0, MAX_DATA_WORKERS))
