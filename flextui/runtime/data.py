@@ -279,12 +279,12 @@ class DatasetFeed:
                  ) -> None:
         self.fields = {f.op: f for f in data.fields}
         self.row = {p: i for i, p in enumerate(positions)}
-        self.dtype, self.device = dtype, device
+        self.dtype, self.device, self.steps = dtype, device, steps
         loader = DataLoader(_Items(data), batch_sampler=_Batches(order, steps, positions),
                             num_workers=workers, collate_fn=_collate,
                             pin_memory=device.type == "cuda",
                             multiprocessing_context="fork" if workers else None)
-        self._batches = iter(loader)
+        self._batches: Iterator[tuple[torch.Tensor, ...] | Bad] = iter(loader)
         self._step = -1
         self._rows: tuple[torch.Tensor, ...] = ()
 
@@ -299,6 +299,8 @@ class DatasetFeed:
             if isinstance(batch, Bad):
                 raise DataError(batch.message)
             self._rows, self._step = batch, step
+            if step == self.steps - 1:  # the last: its workers end now, not with the rank
+                self._batches = iter(())
         field = self.fields[op.index]
         (start, stop), rest = region[0], region[1:]
         at = self.row[start]

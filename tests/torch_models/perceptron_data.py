@@ -1,7 +1,8 @@
 """A two-layer perceptron with its own data: dataset(split) gives 40 training items
 (and 16 for "val"), each an 8x8 image and its class, made from the item's index. With
 FLEXTUI_TEST_DATA_LOG set to a directory, every item read is recorded in a file per
-process (named by torchrun's RANK, else "launcher"), so a test sees who read what."""
+process (named by torchrun's RANK, else "launcher"): the item's index and the PID
+that read it, so a test sees who read what, and that no reader outlives its launch."""
 import os
 
 import torch
@@ -34,7 +35,7 @@ class Digits(Dataset):
         if log:
             who = os.environ.get("RANK", "launcher")
             with open(os.path.join(log, f"{self.split}-{who}.txt"), "a") as f:
-                f.write(f"{index}\n")
+                f.write(f"{index} {os.getpid()}\n")
         image = torch.randn(1, 8, 8, generator=torch.Generator().manual_seed(1000 + index))
         return image, (3 * index) % 10
 
