@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from data_loop import plain_losses
+from flextui.cli import main
 from flextui.graph.library import load_model
 from flextui.machine import load_named_cluster
 from flextui.runtime.comm import Comm
@@ -132,3 +133,110 @@ def test_each_rank_reads_only_its_sample_blocks_items(tmp_path):
     assert sorted(p.name for p in logs.iterdir()) == ["train-0.txt", "train-1.txt",
                                                      "train-launcher.txt"]
     assert wait_gone(readers) == []
+
+
+# -- refusals: one message, exit 2, before any rank starts ------------------------------
+
+SMALL = """
+import torch
+from torch import nn
+
+BATCH_SIZE = 4
+
+
+def model():
+    return nn.Sequential(nn.Flatten(), nn.Linear(16, 10))
+
+
+def example_inputs(batch_size):
+    return (torch.randn(batch_size, 1, 4, 4),)
+
+
+class Items(torch.utils.data.{base}):
+    def __len__(self):
+        return {length}
+
+    def __getitem__(self, index):
+        return {item}
+
+    def __iter__(self):
+        return iter([])
+
+
+def dataset(split="train"):
+    return Items()
+"""
+#: a model file's dataset, what is wrong with it, and what the refusal says
+REFUSED = {
+    "a sample of another shape": (
+        "Dataset", 8, "(torch.zeros(1, 4, 5), 0)", (),
+        "dataset('train') item 0, field 0 (input 'input'): expected float [1, 4, 4], found "
+        "torch.float32 [1, 4, 5]"),
+    "no label": (
+        "Dataset", 8, "torch.zeros(1, 4, 4)", (),
+        "item 0: expected 2 fields ('input' float [1, 4, 4], 'labels' integer []), found 1"),
+    "a float label": (
+        "Dataset", 8, "(torch.zeros(1, 4, 4), 0.5)", (),
+        "item 0, field 1 (the label, input 'labels'): expected integer [], found "
+        "torch.float32 []"),
+    "a class past the logits": (
+        "Dataset", 8, "(torch.zeros(1, 4, 4), index + 7)", (),
+        "item 3, field 1 (the label, input 'labels'): values must lie in [0, 10)"),
+    "an item that raises": (
+        "Dataset", 8, "(torch.zeros(1, 4, 4), [0][index])", (),
+        "dataset('train')[1] raised IndexError"),
+    "fewer items than a batch": (
+        "Dataset", 3, "(torch.zeros(1, 4, 4), 0)", (),
+        "dataset('train') has 3 items, fewer than one batch of 4"),
+    "steps past its end": (
+        "Dataset", 9, "(torch.zeros(1, 4, 4), 0)", ("--steps", "2", "--warmup", "1"),
+        "has 9 items, 2 steps of batch 4; the launch takes 3 steps (warm-up included), past "
+        "its end"),
+    "an iterable dataset": (
+        "IterableDataset", 8, "None", (),
+        "dataset('train') returned a Items, not a map-style Dataset"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_a_dataset_that_does_not_fit_is_refused_before_any_rank_starts(case, tmp_path, capsys):
+    base, length, item, args, said = REFUSED[case]
+    path = tmp_path / "small.py"
+    path.write_text(SMALL.format(base=base, length=length, item=item))
+    log = tmp_path / "run.ffrun"
+    code = main(["launch", "-m", str(path), "--nproc-per-node", "2", "--run-log", str(log),
+                 "--steps", "1", "--warmup", "0", *args])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 2 and said in err and "Traceback" not in err, err
+    assert not log.exists()  # no rank started
+
+
+def test_shuffling_synthetic_data_is_refused(capsys):
+    code = main(["launch", "-m", "mlp", "--shuffle"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 2 and "defines no dataset" in err and "leave them out" in err, err
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("gloo")
+def test_an_item_that_does_not_fit_later_fails_the_run_naming_it(tmp_path):
+    """Item 6 (step 1, rank 1's half of the batch) is of another shape: the launcher
+    checked step 0's items only, so rank 1 finds it, says which, and ends without a
+    traceback of its own; the launch fails naming the rank and the item."""
+    path = tmp_path / "late.py"
+    path.write_text(SMALL.format(base="Dataset", length=16,
+                                 item="(torch.zeros(1, 4, 4 if index < 6 else 5), 0)"))
+    log = tmp_path / "run.ffrun"
+    proc = subprocess.run([sys.executable, "-m", "flextui", "launch", "-m", str(path),
+                           "--nproc-per-node", "2", "--steps", "3", "--warmup", "0",
+                           "--run-log", str(log), "--headless"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=HANG_S,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    run = read_run_log(log)
+    assert wait_gone([r.pid for r in run.records if isinstance(r, Start)]) == []
+    said = " ".join(proc.stdout.split())
+    assert proc.returncode == 1, proc.stderr[-3000:] + proc.stdout
+    assert "rank 1 on localhost failed: DataError: model 'late': dataset('train') item 6, " \
+        "field 0 (input 'input'): expected float [1, 4, 4], found torch.float32 [1, 4, 5]" \
+        in said
+    assert not [line for rank, line in run.output if rank == 1 and "Traceback" in line]
