@@ -12,6 +12,7 @@ import torch
 
 from data_loop import plain_losses
 from flextui.cli import main
+from flextui.errors import FlextuiError
 from flextui.graph.library import load_model
 from flextui.machine import load_named_cluster
 from flextui.runtime.comm import Comm
@@ -194,7 +195,7 @@ REFUSED = {
         "its end"),
     "an iterable dataset": (
         "IterableDataset", 8, "None", (),
-        "dataset('train') returned a Items, not a map-style Dataset"),
+        "dataset('train') returned Items, not a map-style Dataset"),
 }
 
 
@@ -240,3 +241,21 @@ def test_an_item_that_does_not_fit_later_fails_the_run_naming_it(tmp_path):
         "field 0 (input 'input'): expected float [1, 4, 4], found torch.float32 [1, 4, 5]" \
         in said
     assert not [line for rank, line in run.output if rank == 1 and "Traceback" in line]
+
+
+def test_a_plan_carries_its_data_and_a_run_log_without_one_reads():
+    """The plan says what the ranks train on, checked where it is read; a run log's
+    header written before datasets (no ``data``) reads as the synthetic data."""
+    graph = load_model(str(DIGITS))
+    strategy = builtin_strategy("data-parallel", graph, load_named_cluster("local-cpu-2"))
+    feed = DataFeed(DataSource.DATASET, shuffle=True, workers=3)
+    spec = LaunchSpec(graph, strategy, 2, Training(data=feed))
+    assert LaunchSpec.decode(spec.encode(), "plan").training.data == feed
+    body = spec.to_dict(code=True)
+    body["training"]["data"]["workers"] = -1
+    with pytest.raises(FlextuiError, match=r"plan: training.data.workers: expected a whole "
+                                           r"number >= 0, found -1"):
+        LaunchSpec.from_dict(body, "plan")
+    header = spec.to_dict()  # what a run log records
+    del header["training"]["data"]
+    assert LaunchSpec.from_dict(header, "log", record=True).training.data == DataFeed()

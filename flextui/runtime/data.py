@@ -127,7 +127,7 @@ class UserDataset:
                 and hasattr(self.dataset, "__getitem__") and hasattr(self.dataset, "__len__")
             length = len(self.dataset) if mapped else None
         if length is None:
-            raise DataError(f"{self.what} returned a {type(self.dataset).__name__}, not a "
+            raise DataError(f"{self.what} returned {type(self.dataset).__name__}, not a "
                             "map-style Dataset: return one with __len__ and __getitem__ (its "
                             "order is flextui's, so an IterableDataset cannot be split)")
         self.length = length
