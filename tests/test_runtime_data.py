@@ -2,6 +2,7 @@
 a plain PyTorch loop over the same items (tests/data_loop.py); each rank reads only its
 sample blocks' items; an item that does not fit the graph's inputs is one message."""
 
+import json
 import os
 import subprocess
 import sys
@@ -19,7 +20,7 @@ from flextui.runtime.comm import Comm
 from flextui.runtime.data import ItemOrder, rank_feed
 from flextui.runtime.datafeed import DataFeed, DataSource
 from flextui.runtime.engine import RankProgram
-from flextui.runtime.metrics import Check, Start
+from flextui.runtime.metrics import Check, Evaluated, Start
 from flextui.runtime.plan import compile_plan
 from flextui.runtime.runlog import read_run_log
 from flextui.runtime.spec import LaunchSpec, Training
@@ -103,6 +104,23 @@ def test_launch_check_on_the_dataset_equals_a_plain_loop(tmp_path, partition, sh
         assert list(check.reference_losses) == pytest.approx(expected, rel=1e-9)
 
 
+@pytest.mark.slow
+@pytest.mark.xdist_group("gloo")
+def test_an_evaluation_pass_equals_the_plain_loops(tmp_path):
+    """--eval-every 2 over 3 steps of batch 2 (the check's, float64) under the random
+    strategy: after step 2, the mean loss over the 8 batches of dataset("val"), the
+    ranks' shares summed, equals the plain loop's forward over the same items."""
+    proc, records = launch(tmp_path, "--strategy", "random", "--check", "--eval-every", "2")
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout
+    losses, evaluations = plain_losses(DIGITS, 3, 2, eval_every=2)
+    assert list(evaluations) == [2]
+    shares = [r for r in records if isinstance(r, Evaluated)]
+    assert sorted((r.rank, r.step) for r in shares) == [(0, 1), (1, 1)]
+    assert sum(r.loss for r in shares) == pytest.approx(evaluations[2], rel=1e-9)
+    checks = [r for r in records if isinstance(r, Check)]
+    assert list(checks[0].losses) == pytest.approx(losses, rel=1e-9)  # training unchanged
+
+
 def read_items(path):
     """(indices, PIDs) a process read, from its data log."""
     rows = [line.split() for line in path.read_text().splitlines()]
@@ -112,27 +130,33 @@ def read_items(path):
 @pytest.mark.slow
 @pytest.mark.xdist_group("gloo")
 def test_each_rank_reads_only_its_sample_blocks_items(tmp_path):
-    """Data parallel over 2 ranks, batch 8, shuffled: rank r reads items r*4 .. r*4+3 of
-    each step's batch (through its DataLoader worker), the launcher the first
-    step's to check them; no reader outlives the launch."""
+    """Data parallel over 2 ranks, batch 8, shuffled, evaluated after steps 2 and 4: rank
+    r reads items r*4 .. r*4+3 of each step's batch and of each of the 2 batches of the
+    validation split (through its DataLoader workers), the launcher the first batch of
+    each split to check them; no reader outlives the launch."""
     logs = tmp_path / "items"
     logs.mkdir()
     proc, records = launch(tmp_path, "--strategy", "data-parallel", "--steps", "3",
                            "--warmup", "1", "--shuffle", "--data-workers", "1",
+                           "--eval-every", "2", "--json",
                            env={"FLEXTUI_TEST_DATA_LOG": str(logs)})
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout
+    assert [e["step"] for e in json.loads(proc.stdout)["evaluations"]] == [2, 4]
     order = torch.randperm(40, generator=torch.Generator().manual_seed(0)).tolist()
     ranks = {r.rank: r.pid for r in records if isinstance(r, Start)}
     readers = set()
     for rank in (0, 1):
+        mine = range(4 * rank, 4 * rank + 4)
         items, pids = read_items(logs / f"train-{rank}.txt")
-        assert items == [order[8 * k + p] for k in range(4)
-                         for p in range(4 * rank, 4 * rank + 4)]
+        assert items == [order[8 * k + p] for k in range(4) for p in mine]
         assert len(pids) == 1 and ranks[rank] not in pids  # its DataLoader worker read them
-        readers |= pids
+        val, val_pids = read_items(logs / f"val-{rank}.txt")
+        assert val == [8 * k + p for k in range(2) for p in mine] * 2
+        assert len(val_pids) == 2 and ranks[rank] not in val_pids  # a worker each pass
+        readers |= pids | val_pids
     assert read_items(logs / "train-launcher.txt")[0] == order[:8]
-    assert sorted(p.name for p in logs.iterdir()) == ["train-0.txt", "train-1.txt",
-                                                     "train-launcher.txt"]
+    assert read_items(logs / "val-launcher.txt")[0] == list(range(8))
+    assert len(list(logs.iterdir())) == 6
     assert wait_gone(readers) == []
 
 
@@ -259,3 +283,14 @@ def test_a_plan_carries_its_data_and_a_run_log_without_one_reads():
     header = spec.to_dict()  # what a run log records
     del header["training"]["data"]
     assert LaunchSpec.from_dict(header, "log", record=True).training.data == DataFeed()
+
+
+def test_evaluating_a_model_with_dropout_is_refused(tmp_path, capsys):
+    """The evaluation runs a training step's forward: dropout would stay on."""
+    path = tmp_path / "dropped.py"
+    path.write_text(SMALL.format(base="Dataset", length=8, item="(torch.zeros(1, 4, 4), 0)")
+                    .replace("nn.Flatten(), nn.Linear", "nn.Flatten(), nn.Dropout(0.5), nn.Linear"))
+    code = main(["launch", "-m", str(path), "--steps", "1", "--eval-every", "1"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 2 and "--eval-every: the evaluation runs the forward pass of a training " \
+        "step" in err and "would run in training mode" in err, err

@@ -70,6 +70,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-workers", type=int, default=0, metavar="N",
                    help="DataLoader worker processes each rank reads the model file's "
                    "dataset() with (default 0: in the rank)")
+    p.add_argument("--eval-every", type=int, default=0, metavar="N",
+                   help="after every N steps, the mean loss over the model file's "
+                   "dataset(\"val\") (forward only; default 0: never)")
     p.add_argument("--backend", choices=("nccl", "gloo"),
                    help="default: nccl with GPUs, gloo without")
     p.add_argument("--port", type=int, help="rendezvous port on localhost, or on the first host "
@@ -114,7 +117,8 @@ def cmd_launch(args: argparse.Namespace, console: Console) -> int:
     training, target = _asked(args)
     record_profile.check(args)
     graph = load_graph(args)
-    training = replace(training, data=data_feed(graph, args.shuffle, args.data_workers))
+    training = replace(training, data=data_feed(graph, args.shuffle, args.data_workers,
+                                                args.eval_every))
     cluster = _cluster(args, training, target.hosts)
     strategy = launch_strategy(args.strategy, graph, cluster)
     backend = job.choose_backend(cluster, args.backend, on_hosts=not target.local)
@@ -159,12 +163,19 @@ def cmd_launch(args: argparse.Namespace, console: Console) -> int:
         return _report_check(outcome, records, console, args.json, graph) or \
             caught.exit_status
     recorded = record_profile.record(args, graph, outcome, records, console)
+    evaluated = _evaluations(records) if args.eval_every else {}
     if args.json:
         emit_json({"status": str(outcome.status), "message": outcome.message,
                    "failed_rank": outcome.failed_rank, "run_log": str(prepared.run_log),
-                   **summary.to_dict(), **recorded})
+                   **summary.to_dict(), **recorded,
+                   **({"evaluations": [{"step": step, "loss": loss}
+                                       for step, loss in evaluated.items()]}
+                      if args.eval_every else {})})
     else:
         print_summary(summary, console)
+        for step, loss in evaluated.items():
+            console.print(f"after step {step}: loss {loss:.6g} on dataset('val')",
+                          highlight=False)
         # the message quotes a rank's output (gloo's errors hold [path:line]): not
         # markup, and its control characters escaped
         console.print(printable(outcome.message), markup=False, highlight=False)
@@ -198,6 +209,7 @@ def _asked(args: argparse.Namespace):
         if args.nproc_per_node is not None:
             parse_whole("nproc_per_node", args.nproc_per_node, 1, RANKS_PER_HOST.value)
         form.integer(args.data_workers, "data_workers", 0, MAX_DATA_WORKERS)
+        form.integer(args.eval_every, "eval_every", 0)
         training = Training(steps=args.steps, warmup=args.warmup, seed=args.seed, lr=args.lr,
                             check=args.check, record_tasks=args.record_profile)
         hosts = read_hostfile(args.hostfile) if args.hostfile else \
@@ -357,6 +369,18 @@ class _Progress:
                     f"{shlex.quote(str(self.run_log))}")
         print(f"[rank {rank}] {printable(line)}" if rank >= 0 else printable(line),
               file=sys.stderr)
+
+
+def _evaluations(records: list[RankRecord]) -> dict[int, float]:
+    """The validation loss after each step evaluated (counted from 1): the ranks'
+    shares summed."""
+    from flextui.runtime.metrics import Evaluated
+
+    losses: dict[int, float] = {}
+    for r in records:
+        if isinstance(r, Evaluated):
+            losses[r.step + 1] = losses.get(r.step + 1, 0.0) + r.loss
+    return dict(sorted(losses.items()))
 
 
 def print_summary(summary, console: Console) -> None:

@@ -20,6 +20,11 @@ every data input at step k is the item at position k*B + p.
 Ranks. A rank loads only the items of its tasks' sample blocks of the data inputs
 (``rank_feed``), with a DataLoader (``DataFeed.workers`` forked processes, pinned
 memory on a GPU); the check's referee loads whole batches (``whole_feed``).
+
+Evaluation. With ``DataFeed.eval_every`` N, after every N-th step the ranks run the
+forward pass alone over every whole batch of ``dataset("val")``, in order, and report
+the mean loss (``metrics.Evaluated``). The forward is a training step's: a graph with
+dropout, batch norm or opaque ops (whose eval mode differs) is refused.
 """
 
 from __future__ import annotations
@@ -41,7 +46,9 @@ from flextui.runtime.datafeed import DataFeed, DataSource
 from flextui.runtime.plan import Plan, index_bounds
 from flextui.runtime.spec import LaunchSpec, Training
 
-SPLIT = "train"
+SPLIT, VAL = "train", "val"
+#: op types whose evaluation differs from their training forward
+TRAINING_MODE = frozenset({"batchnorm", "opaque"})
 
 
 class DataError(FlextuiError):
@@ -89,15 +96,22 @@ def defines_dataset(graph: OpGraph) -> bool:
     return pytorch_model(graph.source, graph.meta.get("options")).dataset is not None
 
 
-def data_feed(graph: OpGraph, shuffle: bool, workers: int) -> DataFeed:
+def data_feed(graph: OpGraph, shuffle: bool, workers: int, eval_every: int = 0) -> DataFeed:
     """What a launch of ``graph`` trains on: the model's dataset when it defines one,
-    else the synthetic data (which neither shuffles nor has workers: DataError)."""
+    else the synthetic data (which neither shuffles, has workers nor evaluates:
+    DataError)."""
     if defines_dataset(graph):
-        return DataFeed(DataSource.DATASET, shuffle, workers)
-    if shuffle or workers:
-        raise DataError(f"--shuffle and --data-workers read the model's dataset, and model "
-                        f"{graph.meta.get('model', graph.name)!r} defines no "
-                        "dataset(split=\"train\"); define one in its model file, or leave "
+        modes = sorted({op.name for op in graph.ops if op.type in TRAINING_MODE
+                        or op.attrs.get("fn") == "dropout"})
+        if eval_every and modes:
+            raise DataError(f"--eval-every: the evaluation runs the forward pass of a "
+                            f"training step, and {', '.join(modes[:3])} (dropout, batch norm "
+                            "or an opaque op) would run in training mode; leave it out")
+        return DataFeed(DataSource.DATASET, shuffle, workers, eval_every)
+    if shuffle or workers or eval_every:
+        raise DataError(f"--shuffle, --data-workers and --eval-every read the model's "
+                        f"dataset, and model {graph.meta.get('model', graph.name)!r} defines "
+                        "no dataset(split=\"train\"); define one in its model file, or leave "
                         "them out to train on data made from the seed")
     return DataFeed()
 
@@ -204,16 +218,19 @@ class ItemOrder:
             yield [int(order[k * self.batch + p]) for p in positions]
 
 
-def opened(graph: OpGraph, training: Training, steps: int) -> tuple[UserDataset, ItemOrder]:
-    """The training dataset and its order for ``steps`` steps of ``graph``'s batch;
-    DataError when it holds less than one batch or fewer batches than ``steps``."""
-    data = UserDataset(graph)
+def opened(graph: OpGraph, training: Training, steps: int | None, split: str = SPLIT
+           ) -> tuple[UserDataset, ItemOrder]:
+    """The dataset's ``split`` and its order (the validation split's in order), for
+    ``steps`` steps of ``graph``'s batch (None: one epoch); DataError when it holds less
+    than one batch or fewer batches than ``steps``."""
+    data = UserDataset(graph, split)
     batch = graph.batch_size
-    order = ItemOrder(data.length, batch, training.data.shuffle, training.seed)
+    order = ItemOrder(data.length, batch, training.data.shuffle and split == SPLIT,
+                      training.seed)
     if data.length < batch:
         raise DataError(f"{data.what} has {data.length:,} items, fewer than one batch of "
                         f"{batch:,}: give more items, or a smaller --batch-size")
-    if steps > order.steps_per_epoch:
+    if steps is not None and steps > order.steps_per_epoch:
         raise DataError(f"{data.what} has {data.length:,} items, {order.steps_per_epoch:,} "
                         f"steps of batch {batch:,}; the launch takes {steps:,} steps (warm-up "
                         "included), past its end: give fewer --steps or --warmup")
@@ -222,16 +239,19 @@ def opened(graph: OpGraph, training: Training, steps: int) -> tuple[UserDataset,
 
 def check_dataset(spec: LaunchSpec) -> None:
     """What the ranks of ``spec`` will read, tried here first: the dataset is map-style,
-    long enough, and every item of the first step fits (DataError before a rank
-    starts)."""
+    long enough, and every item of the first step fits, and so of the validation split
+    when the launch evaluates (DataError before a rank starts)."""
     training = spec.training
     if training.data.source != DataSource.DATASET:
         return
-    data, order = opened(spec.graph, training, training.warmup + training.steps)
-    for index in next(order.batches(1, range(order.batch))):
-        item = data.item(index)
-        if isinstance(item, Bad):
-            raise DataError(item.message)
+    opening = [opened(spec.graph, training, training.warmup + training.steps)]
+    if training.data.eval_every:
+        opening.append(opened(spec.graph, training, None, VAL))
+    for data, order in opening:
+        for index in next(order.batches(1, range(order.batch))):
+            item = data.item(index)
+            if isinstance(item, Bad):
+                raise DataError(item.message)
 
 
 class _Items(Dataset):  # type: ignore[type-arg]  # of checked items or Bad
@@ -312,15 +332,31 @@ class DatasetFeed:
 
 def rank_feed(spec: LaunchSpec, plan: Plan, rank: int, dtype: torch.dtype,
               device: torch.device) -> DatasetFeed | None:
-    """What ``rank`` reads of the dataset: the sample ranges of its tasks of the data
-    inputs (None: the launch trains on the synthetic data, or the rank has no such
-    task)."""
+    """What ``rank`` reads of the training split for the run's steps (None: the launch
+    trains on the synthetic data, or the rank has no task of a data input)."""
     training = spec.training
     if training.data.source != DataSource.DATASET:
         return None
     steps = training.warmup + training.steps
     data, order = opened(spec.graph, training, steps)
-    ops = spec.graph.ops
+    return _ranks_share(data, order, plan, rank, steps, dtype, device, training.data.workers)
+
+
+def evaluation_feed(spec: LaunchSpec, plan: Plan, rank: int, dtype: torch.dtype,
+                    device: torch.device) -> tuple[DatasetFeed | None, int]:
+    """One pass over the validation split: what ``rank`` reads of it (None: nothing)
+    and how many batches it is."""
+    data, order = opened(spec.graph, spec.training, None, VAL)
+    batches = order.steps_per_epoch
+    return _ranks_share(data, order, plan, rank, batches, dtype, device,
+                        spec.training.data.workers), batches
+
+
+def _ranks_share(data: UserDataset, order: ItemOrder, plan: Plan, rank: int, steps: int,
+                 dtype: torch.dtype, device: torch.device, workers: int) -> DatasetFeed | None:
+    """The feed of ``rank``'s items: the sample ranges of its tasks' blocks of the data
+    inputs (None when it has no such task)."""
+    ops = plan.graph.ops
     positions: set[int] = set()
     for field in data.fields:
         op = ops[field.op]
@@ -328,8 +364,7 @@ def rank_feed(spec: LaunchSpec, plan: Plan, rank: int, dtype: torch.dtype,
             positions.update(range(*op.output_regions(plan.region(op, k))[0][0]))
     if not positions:
         return None
-    return DatasetFeed(data, order, sorted(positions), steps, dtype, device,
-                       training.data.workers)
+    return DatasetFeed(data, order, sorted(positions), steps, dtype, device, workers)
 
 
 def whole_feed(graph: OpGraph, training: Training, steps: int,

@@ -25,22 +25,28 @@ class DataSource(StrEnum):
 @dataclass(frozen=True)
 class DataFeed:
     """The source of a launch's batches; with a dataset, whether each epoch's order is
-    a permutation (``shuffle``) and how many DataLoader workers a rank reads with."""
+    a permutation (``shuffle``), how many DataLoader workers a rank reads with, and
+    every how many steps the loss over its validation split is taken (0: never)."""
 
     source: DataSource = DataSource.SYNTHETIC
     shuffle: bool = False
     workers: int = 0
+    eval_every: int = 0
 
     def __post_init__(self) -> None:
-        FormFields().integer(self.workers, "data_workers", 0, MAX_DATA_WORKERS)
+        form = FormFields()
+        form.integer(self.workers, "data_workers", 0, MAX_DATA_WORKERS)
+        form.integer(self.eval_every, "eval_every", 0)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"source": str(self.source), "shuffle": self.shuffle, "workers": self.workers}
+        return {"source": str(self.source), "shuffle": self.shuffle, "workers": self.workers,
+                "eval_every": self.eval_every}
 
     @classmethod
     def from_dict(cls, data: object, f: FieldReader, where: str = "training.data"
                   ) -> DataFeed:
-        body = f.exact_keys(data, ("source", "shuffle", "workers"), where)
+        body = f.exact_keys(data, ("source", "shuffle", "workers", "eval_every"), where)
         return cls(DataSource(f.choice(body["source"], f"{where}.source", tuple(DataSource))),
                    f.boolean(body["shuffle"], f"{where}.shuffle"),
-                   f.integer(body["workers"], f"{where}.workers", 0, MAX_DATA_WORKERS))
+                   f.integer(body["workers"], f"{where}.workers", 0, MAX_DATA_WORKERS),
+                   f.integer(body["eval_every"], f"{where}.eval_every", 0))

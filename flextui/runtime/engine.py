@@ -144,6 +144,23 @@ class RankProgram:
         return StepResult(state.loss_share, time.perf_counter() - started, compute_s,
                           traffic.wait_s, traffic.sent, traffic.received, clock.task_s)
 
+    def evaluate(self, data: DatasetFeed | None, batches: int) -> float:
+        """This rank's share of the mean loss over ``batches`` batches of ``data`` (the
+        validation split; None: the rank reads none of it), forward only: no gradient,
+        no update."""
+        training, self.data = self.data, data
+        total = 0.0
+        try:
+            with torch.no_grad():
+                for batch in range(batches):
+                    state = _StepState(kernel_seed(self.seed, batch), ComputeClock(self.device))
+                    for op in self.ops:
+                        self._forward(op, batch, state)
+                    total += state.loss_share
+        finally:
+            self.data = training
+        return total / batches
+
     def task_counts(self) -> dict[tuple[int, tuple[int, ...]], int]:
         """How many tasks of each op and block shape this rank runs in a step (graph
         inputs, fed rather than computed, left out)."""

@@ -40,9 +40,18 @@ from flextui.cost.localdevice import cpu_name
 from flextui.graph.kernels.whole import relative_error
 from flextui.graph.region import within
 from flextui.runtime.comm import Comm
-from flextui.runtime.data import DataError, rank_feed, whole_feed
+from flextui.runtime.data import DataError, evaluation_feed, rank_feed, whole_feed
 from flextui.runtime.engine import Optimizer, RankProgram
-from flextui.runtime.metrics import MAX_LINE, Check, End, Failed, Reporter, Start, encode
+from flextui.runtime.metrics import (
+    MAX_LINE,
+    Check,
+    End,
+    Evaluated,
+    Failed,
+    Reporter,
+    Start,
+    encode,
+)
 from flextui.runtime.plan import compile_plan
 from flextui.runtime.referee import train_referee
 from flextui.runtime.regions import bind_regions
@@ -125,6 +134,10 @@ def _run(spec: LaunchSpec, rank: int, device: torch.device) -> int:
         if not finite:
             raise FloatingPointError(f"the loss became {result.loss_share} at step {step + 1} "
                                      f"of {total}; a smaller learning rate may keep it finite")
+        every = training.data.eval_every
+        if every and (step + 1) % every == 0:  # the validation split, forward only
+            reporter.emit(Evaluated(rank, step, program.evaluate(
+                *evaluation_feed(spec, plan, rank, dtype, device))))
     reporter.flush()
     if training.record_tasks:
         for record in task_times.records(rank, _profile_device(device)):
