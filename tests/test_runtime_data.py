@@ -8,13 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
 from data_loop import plain_losses
 from flextui.cli import main
 from flextui.errors import FlextuiError
-from flextui.graph.library import load_model
+from flextui.graph.library import load_model, pytorch_model
 from flextui.machine import load_named_cluster
 from flextui.runtime.comm import Comm
 from flextui.runtime.data import ItemOrder, rank_feed
@@ -74,8 +75,13 @@ def test_the_order_of_items_is_torchs_permutation_per_epoch():
 
 def launch(tmp_path, *args, env=None):
     """``flextui launch`` of the digits model on 2 CPU ranks; the run log's records."""
+    return launch_model(tmp_path, str(DIGITS), *args, env=env)
+
+
+def launch_model(tmp_path, model, *args, env=None):
+    """``flextui launch`` of ``model`` on 2 CPU ranks; the run log's records."""
     log = tmp_path / "run.ffrun"
-    proc = subprocess.run([sys.executable, "-m", "flextui", "launch", "-m", str(DIGITS),
+    proc = subprocess.run([sys.executable, "-m", "flextui", "launch", "-m", model,
                            "--nproc-per-node", "2", "--run-log", str(log), *args],
                           cwd=tmp_path, capture_output=True, text=True, timeout=HANG_S,
                           env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
@@ -294,3 +300,57 @@ def test_evaluating_a_model_with_dropout_is_refused(tmp_path, capsys):
     err = " ".join(capsys.readouterr().err.split())
     assert code == 2 and "--eval-every: the evaluation runs the forward pass of a training " \
         "step" in err and "would run in training mode" in err, err
+
+
+# -- a .npy of token ids for a causal language model ------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.vision
+@pytest.mark.xdist_group("gloo")
+def test_a_token_file_trains_a_causal_lm_as_a_plain_loop(tmp_path):
+    """hf:gpt2 (sequences of 8) on --data tokens.npy, one stream of 320 ids read as 40
+    windows, shuffled, under a random strategy on 2 ranks: the ranks' losses equal the
+    module trained by a plain loop on window rows in the documented order."""
+    pytest.importorskip("transformers")
+    tokens = np.random.default_rng(0).integers(0, 512, size=320, dtype=np.uint16)
+    np.save(tmp_path / "tokens.npy", tokens)
+    proc, records = launch_model(tmp_path, "hf:gpt2", "-o", "seq_len=8", "-b", "4",
+                                 "--strategy", "random", "--seed", "2", "--check", "--shuffle",
+                                 "--data", "tokens.npy")
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout
+    batch = read_run_log(tmp_path / "run.ffrun").header.spec.graph.batch_size
+    windows = torch.from_numpy(tokens.astype(np.int64)).view(40, 8)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(2)
+        module = pytorch_model("hf:gpt2", {"seq_len": 8, "batch_size": batch}).module()
+    module = module.double()
+    sgd = torch.optim.SGD(module.parameters(), lr=0.01, momentum=0.9)
+    order = torch.randperm(40, generator=torch.Generator().manual_seed(2))
+    expected = []
+    for step in range(3):
+        ids = windows[order[step * batch:(step + 1) * batch]]
+        loss = module(ids, ids)
+        sgd.zero_grad()
+        loss.backward()
+        sgd.step()
+        expected.append(float(loss.detach()))
+    for check in (r for r in records if isinstance(r, Check)):
+        assert list(check.losses) == pytest.approx(expected, rel=1e-9)
+
+
+def test_a_token_file_is_refused_for_what_it_cannot_feed(tmp_path, capsys):
+    """A model whose forward is not a causal LM's, a file that is not token ids."""
+    np.save(tmp_path / "floats.npy", np.zeros(64, dtype=np.float32))
+    np.save(tmp_path / "ids.npy", np.zeros(64, dtype=np.int32))
+    for model, data, said in [
+            (str(DIGITS), "ids.npy", "--data gives token ids to a causal language model, "
+             "whose forward takes input_ids and labels"),
+            ("mlp", "ids.npy", "model 'mlp' is flextui's own"),
+            ("hf:gpt2", "floats.npy", "floats.npy: expected token ids, integers in one array "
+             "[tokens] or a sequence per row [N, 8], found float32 [64]")]:
+        code = main(["launch", "-m", model, "-o", "seq_len=8", "--data", str(tmp_path / data),
+                     "--steps", "1"] if model == "hf:gpt2" else
+                    ["launch", "-m", model, "--data", str(tmp_path / data), "--steps", "1"])
+        err = " ".join(capsys.readouterr().err.split())
+        assert code == 2 and said in err and "Traceback" not in err, err

@@ -70,6 +70,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data-workers", type=int, default=0, metavar="N",
                    help="DataLoader worker processes each rank reads the model file's "
                    "dataset() with (default 0: in the rank)")
+    p.add_argument("--data", metavar="FILE.npy",
+                   help="token ids for a causal language model (hf:gpt2, hf:llama): one "
+                   "array of tokens read as windows of seq_len, or [N, seq_len] rows")
     p.add_argument("--eval-every", type=int, default=0, metavar="N",
                    help="after every N steps, the mean loss over the model file's "
                    "dataset(\"val\") (forward only; default 0: never)")
@@ -118,7 +121,7 @@ def cmd_launch(args: argparse.Namespace, console: Console) -> int:
     record_profile.check(args)
     graph = load_graph(args)
     training = replace(training, data=data_feed(graph, args.shuffle, args.data_workers,
-                                                args.eval_every))
+                                                args.eval_every, args.data))
     cluster = _cluster(args, training, target.hosts)
     strategy = launch_strategy(args.strategy, graph, cluster)
     backend = job.choose_backend(cluster, args.backend, on_hosts=not target.local)
@@ -201,7 +204,7 @@ def _asked(args: argparse.Namespace):
 
     form = FormFields()
     try:
-        for flag in ("cluster", "run_log", "hostfile", "remote_python"):
+        for flag in ("cluster", "run_log", "hostfile", "remote_python", "data"):
             if getattr(args, flag) is not None:
                 form.path(getattr(args, flag), flag)
         if args.strategy not in BUILTIN_STRATEGIES:

@@ -21,6 +21,13 @@ Ranks. A rank loads only the items of its tasks' sample blocks of the data input
 (``rank_feed``), with a DataLoader (``DataFeed.workers`` forked processes, pinned
 memory on a GPU); the check's referee loads whole batches (``whole_feed``).
 
+Token files. ``--data FILE.npy`` gives a causal language model (a forward of
+``input_ids`` and ``labels`` of one shape [B, T], as ``hf:gpt2`` and ``hf:llama``'s) its
+token ids: a 1-D array read as consecutive windows of T tokens, or a 2-D [N, T] array a
+sequence per row; item i is (window i, window i), the model shifting its labels itself.
+The file is read with ``numpy.load(allow_pickle=False)`` (data, never code), on every
+rank at its path.
+
 Evaluation. With ``DataFeed.eval_every`` N, after every N-th step the ranks run the
 forward pass alone over every whole batch of ``dataset("val")``, in order, and report
 the mean loss (``metrics.Evaluated``). The forward is a training step's: a graph with
@@ -31,8 +38,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
@@ -96,10 +105,20 @@ def defines_dataset(graph: OpGraph) -> bool:
     return pytorch_model(graph.source, graph.meta.get("options")).dataset is not None
 
 
-def data_feed(graph: OpGraph, shuffle: bool, workers: int, eval_every: int = 0) -> DataFeed:
-    """What a launch of ``graph`` trains on: the model's dataset when it defines one,
-    else the synthetic data (which neither shuffles, has workers nor evaluates:
-    DataError)."""
+def data_feed(graph: OpGraph, shuffle: bool, workers: int, eval_every: int = 0,
+              tokens: str | None = None) -> DataFeed:
+    """What a launch of ``graph`` trains on: the ``tokens`` file when given, the model's
+    dataset when it defines one, else the synthetic data (which neither shuffles, has
+    workers nor evaluates: DataError)."""
+    if tokens is not None:
+        if eval_every:
+            raise DataError("--eval-every reads the model file's dataset(\"val\"); a "
+                            "--data file has no validation split: leave one of them out")
+        if not graph.imported:
+            raise DataError(f"--data gives token ids to a causal language model imported "
+                            f"from PyTorch (hf:gpt2, hf:llama); model {graph.name!r} is "
+                            "flextui's own, trained on data made from the seed")
+        return DataFeed(DataSource.TOKENS, shuffle, workers, 0, str(Path(tokens).resolve()))
     if defines_dataset(graph):
         modes = sorted({op.name for op in graph.ops if op.type in TRAINING_MODE
                         or op.attrs.get("fn") == "dropout"})
@@ -123,20 +142,55 @@ class Bad:
     message: str
 
 
-class UserDataset:
-    """The user's ``dataset(split)`` of ``graph``'s model, checked to be map-style, its
-    items read and checked one by one (``item``)."""
+class TokenWindows(Dataset):  # type: ignore[type-arg]  # of (ids, ids)
+    """A token file's windows of ``length`` tokens (the module's docstring)."""
 
-    def __init__(self, graph: OpGraph, split: str = SPLIT) -> None:
+    def __init__(self, path: str, length: int) -> None:
+        try:
+            self.tokens = np.load(path, mmap_mode="r", allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise DataError(f"--data {path}: not a .npy array this process can read "
+                            f"({type(exc).__name__}: {str(exc)[:160]})") from None
+        if self.tokens.dtype.kind not in "iu" or self.tokens.ndim not in (1, 2) \
+                or (self.tokens.ndim == 2 and self.tokens.shape[1] != length):
+            raise DataError(f"--data {path}: expected token ids, integers in one array "
+                            f"[tokens] or a sequence per row [N, {length}], found "
+                            f"{self.tokens.dtype} {list(self.tokens.shape)}")
+        self.length = length
+
+    def __len__(self) -> int:
+        rows = self.tokens.shape[0]
+        return int(rows if self.tokens.ndim == 2 else rows // self.length)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.tokens.ndim == 2:
+            window = self.tokens[index]
+        else:
+            window = self.tokens[index * self.length:(index + 1) * self.length]
+        ids = torch.from_numpy(np.array(window, dtype=np.int64))
+        return ids, ids
+
+
+class UserDataset:
+    """The user's ``dataset(split)`` of ``graph``'s model, or the windows of the token
+    file ``tokens``, checked to be map-style, its items read and checked one by one
+    (``item``)."""
+
+    def __init__(self, graph: OpGraph, split: str = SPLIT, tokens: str = "") -> None:
         assert graph.source is not None, "an imported graph of a model the user gave"
+        self.fields = item_fields(graph)
         model = pytorch_model(graph.source, graph.meta.get("options"))
-        if model.dataset is None:
+        if tokens:
+            self.what = f"--data {tokens}"
+            self.dataset: Any = TokenWindows(tokens, _causal_length(self.fields, model.name))
+        elif model.dataset is None:
             raise DataError(f"model {model.name!r} defines no dataset(split); the launch "
                             "plan asks for one (launch from the same model file)")
-        self.what = f"model {model.name!r}: dataset({split!r})"
-        self.fields = item_fields(graph)
+        else:
+            self.what = f"model {model.name!r}: dataset({split!r})"
+            with user_code(self.what):
+                self.dataset = model.dataset(split)
         with user_code(self.what):
-            self.dataset = model.dataset(split)
             mapped = not isinstance(self.dataset, IterableDataset) \
                 and hasattr(self.dataset, "__getitem__") and hasattr(self.dataset, "__len__")
             length = len(self.dataset) if mapped else None
@@ -154,6 +208,19 @@ class UserDataset:
             return checked_item(item, index, self.fields, self.what)
         except FlextuiError as bad:
             return Bad(str(bad))
+
+
+def _causal_length(fields: Sequence[ItemField], model: str) -> int:
+    """The length T of a causal language model's sequences: its forward takes
+    ``input_ids`` and ``labels`` of ids, both [batch, T]; DataError for any other."""
+    ids = fields[0]
+    if [f.name for f in fields] != ["input_ids", "labels"] or len(ids.shape) != 1 \
+            or fields[1].shape != ids.shape or ids.dtype in FLOAT_DTYPES:
+        raise DataError(f"--data gives token ids to a causal language model, whose forward "
+                        f"takes input_ids and labels, both [batch, length] (hf:gpt2, "
+                        f"hf:llama); model {model!r}'s takes "
+                        f"{', '.join(f'{f.name} {f.expected()}' for f in fields)}")
+    return ids.shape[0]
 
 
 def checked_item(item: Any, index: int, fields: Sequence[ItemField], what: str
@@ -223,7 +290,7 @@ def opened(graph: OpGraph, training: Training, steps: int | None, split: str = S
     """The dataset's ``split`` and its order (the validation split's in order), for
     ``steps`` steps of ``graph``'s batch (None: one epoch); DataError when it holds less
     than one batch or fewer batches than ``steps``."""
-    data = UserDataset(graph, split)
+    data = UserDataset(graph, split, training.data.path)
     batch = graph.batch_size
     order = ItemOrder(data.length, batch, training.data.shuffle and split == SPLIT,
                       training.seed)
@@ -242,7 +309,7 @@ def check_dataset(spec: LaunchSpec) -> None:
     long enough, and every item of the first step fits, and so of the validation split
     when the launch evaluates (DataError before a rank starts)."""
     training = spec.training
-    if training.data.source != DataSource.DATASET:
+    if training.data.source == DataSource.SYNTHETIC:
         return
     opening = [opened(spec.graph, training, training.warmup + training.steps)]
     if training.data.eval_every:
@@ -335,7 +402,7 @@ def rank_feed(spec: LaunchSpec, plan: Plan, rank: int, dtype: torch.dtype,
     """What ``rank`` reads of the training split for the run's steps (None: the launch
     trains on the synthetic data, or the rank has no task of a data input)."""
     training = spec.training
-    if training.data.source != DataSource.DATASET:
+    if training.data.source == DataSource.SYNTHETIC:
         return None
     steps = training.warmup + training.steps
     data, order = opened(spec.graph, training, steps)
@@ -371,7 +438,7 @@ def whole_feed(graph: OpGraph, training: Training, steps: int,
                dtype: torch.dtype) -> DatasetFeed | None:
     """Every step's whole batch, in this process: what the referee trains on (None:
     the synthetic data)."""
-    if training.data.source != DataSource.DATASET:
+    if training.data.source == DataSource.SYNTHETIC:
         return None
     data, order = opened(graph, training, steps)
     return DatasetFeed(data, order, range(order.batch), steps, dtype, torch.device("cpu"))
