@@ -65,11 +65,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of parameters and data")
     p.add_argument("--lr", type=float, default=0.01, help="SGD learning rate (default 0.01)")
     p.add_argument("--shuffle", action="store_true",
-                   help="with a model file's dataset(): each epoch in its own order, "
-                   "torch.randperm(len, generator seeded seed + epoch); default in order")
+                   help="with a model file's dataset() or --data: each epoch in its own "
+                   "order, torch.randperm(len, generator seeded seed + epoch); default in order")
     p.add_argument("--data-workers", type=int, default=0, metavar="N",
                    help="DataLoader worker processes each rank reads the model file's "
-                   "dataset() with (default 0: in the rank)")
+                   "dataset() or --data with (default 0: in the rank)")
     p.add_argument("--data", metavar="FILE.npy",
                    help="token ids for a causal language model (hf:gpt2, hf:llama): one "
                    "array of tokens read as windows of seq_len, or [N, seq_len] rows")
