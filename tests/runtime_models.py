@@ -3,7 +3,7 @@ MLP, RNN (rnnlm), transformer and DLRM at a batch every strategy on up to 4 devi
 divides, under data-parallel, model-parallel, expert and five random strategies."""
 
 from flextui.graph.library import load_model
-from flextui.strategy import builtin_strategy, random_strategy
+from flextui.strategy import ParallelConfig, Strategy, builtin_strategy, random_strategy
 
 SMALL_MODELS = {
     "lenet": {},
@@ -24,3 +24,9 @@ def strategy(name, graph, cluster):
     if name.startswith("random-"):
         return random_strategy(graph, cluster, seed=int(name.split("-")[1]))
     return builtin_strategy(name, graph, cluster)
+
+
+def on_one_rank(s):
+    """The same partition with every task on rank 0."""
+    return Strategy({n: ParallelConfig(c.degrees, (0,) * len(c.devices)) for n, c in s.items()},
+                    s.name)

@@ -18,14 +18,8 @@ from flextui.runtime.spec import LaunchSpec, RunDtype, Training
 from flextui.runtime.values import input_block, parameter_block
 from flextui.runtime.worker import relative_error
 from flextui.sim import Simulator
-from flextui.strategy import ParallelConfig, Strategy, builtin_strategy
-from runtime_models import SMALL_MODELS, STRATEGIES, small, strategy
-
-
-def on_one_rank(s):
-    """The same partition with every task on rank 0."""
-    return Strategy({n: ParallelConfig(c.degrees, (0,) * len(c.devices)) for n, c in s.items()},
-                    s.name)
+from flextui.strategy import builtin_strategy
+from runtime_models import SMALL_MODELS, STRATEGIES, on_one_rank, small, strategy
 
 
 @pytest.mark.parametrize("model", SMALL_MODELS)

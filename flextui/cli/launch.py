@@ -66,6 +66,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lr", type=float, default=0.01,
                    help="the learning rate (default 0.01), at its peak under a schedule")
     training_args(p)
+    p.add_argument("--shuffle", action="store_true",
+                   help="with a model file's dataset() or --data: each epoch in its own "
+                   "order, torch.randperm(len, generator seeded seed + epoch); default in order")
+    p.add_argument("--data-workers", type=int, default=0, metavar="N",
+                   help="DataLoader worker processes each rank reads the model file's "
+                   "dataset() or --data with (default 0: in the rank)")
+    p.add_argument("--data", metavar="FILE.npy",
+                   help="token ids for a causal language model (hf:gpt2, hf:llama): one "
+                   "array of tokens read as windows of seq_len, or [N, seq_len] rows")
+    p.add_argument("--eval-every", type=int, default=0, metavar="N",
+                   help="after every N steps, the mean loss over the model file's "
+                   "dataset(\"val\") (forward only; default 0: never)")
     p.add_argument("--backend", choices=("nccl", "gloo"),
                    help="default: nccl with GPUs, gloo without")
     p.add_argument("--port", type=int, help="rendezvous port on localhost, or on the first host "
@@ -102,6 +114,7 @@ def cmd_launch(args: argparse.Namespace, console: Console) -> int:
     from dataclasses import replace
 
     from flextui.runtime import job
+    from flextui.runtime.data import check_dataset, data_feed
     from flextui.runtime.launch import RunStatus
     from flextui.runtime.nodes import PreflightStopped
     from flextui.session.launching import launch_request, launch_strategy
@@ -109,6 +122,8 @@ def cmd_launch(args: argparse.Namespace, console: Console) -> int:
     training, target = _asked(args)
     record_profile.check(args)
     graph = load_graph(args)
+    training = replace(training, data=data_feed(graph, args.shuffle, args.data_workers,
+                                                args.eval_every, args.data))
     cluster = _cluster(args, training, target.hosts)
     strategy = launch_strategy(args.strategy, graph, cluster)
     backend = job.choose_backend(cluster, args.backend, on_hosts=not target.local)
@@ -131,6 +146,7 @@ def cmd_launch(args: argparse.Namespace, console: Console) -> int:
     if args.check:
         small = _check_graph(args, graph, strategy)
         prepared = job.as_check(prepared, small)
+    check_dataset(prepared.spec)
     if args.dry_run:
         return _dry_run(prepared, console, args.json)
     if not (args.headless or args.json or args.check or args.record_profile) \
@@ -152,12 +168,19 @@ def cmd_launch(args: argparse.Namespace, console: Console) -> int:
         return _report_check(outcome, records, console, args.json, graph) or \
             caught.exit_status
     recorded = record_profile.record(args, graph, outcome, records, console)
+    evaluated = _evaluations(records) if args.eval_every else {}
     if args.json:
         emit_json({"status": str(outcome.status), "message": outcome.message,
                    "failed_rank": outcome.failed_rank, "run_log": str(prepared.run_log),
-                   **summary.to_dict(), **recorded})
+                   **summary.to_dict(), **recorded,
+                   **({"evaluations": [{"step": step, "loss": loss}
+                                       for step, loss in evaluated.items()]}
+                      if args.eval_every else {})})
     else:
         print_summary(summary, console)
+        for step, loss in evaluated.items():
+            console.print(f"after step {step}: loss {loss:.6g} on dataset('val')",
+                          highlight=False)
         # the message quotes a rank's output (gloo's errors hold [path:line]): not
         # markup, and its control characters escaped
         console.print(printable(outcome.message), markup=False, highlight=False)
@@ -174,6 +197,7 @@ def _asked(args: argparse.Namespace):
     (the backend is chosen once the cluster is known)."""
     from flextui.errors import FieldError
     from flextui.fields import FormFields
+    from flextui.runtime.datafeed import MAX_DATA_WORKERS
     from flextui.runtime.hosts import parse_host_list, read_hostfile
     from flextui.runtime.spec import Training
     from flextui.runtime.target import LaunchTarget, Remote
@@ -182,13 +206,15 @@ def _asked(args: argparse.Namespace):
 
     form = FormFields()
     try:
-        for flag in ("cluster", "run_log", "hostfile", "remote_python"):
+        for flag in ("cluster", "run_log", "hostfile", "remote_python", "data"):
             if getattr(args, flag) is not None:
                 form.path(getattr(args, flag), flag)
         if args.strategy not in BUILTIN_STRATEGIES:
             form.path(args.strategy, "strategy")
         if args.nproc_per_node is not None:
             parse_whole("nproc_per_node", args.nproc_per_node, 1, RANKS_PER_HOST.value)
+        form.integer(args.data_workers, "data_workers", 0, MAX_DATA_WORKERS)
+        form.integer(args.eval_every, "eval_every", 0)
         training = Training(steps=args.steps, warmup=args.warmup, seed=args.seed, lr=args.lr,
                             check=args.check, record_tasks=args.record_profile,
                             **_update_asked(args))
@@ -410,6 +436,18 @@ class _Progress:
                     f"{shlex.quote(str(self.run_log))}")
         print(f"[rank {rank}] {printable(line)}" if rank >= 0 else printable(line),
               file=sys.stderr)
+
+
+def _evaluations(records: list[RankRecord]) -> dict[int, float]:
+    """The validation loss after each step evaluated (counted from 1): the ranks'
+    shares summed."""
+    from flextui.runtime.metrics import Evaluated
+
+    losses: dict[int, float] = {}
+    for r in records:
+        if isinstance(r, Evaluated):
+            losses[r.step + 1] = losses.get(r.step + 1, 0.0) + r.loss
+    return dict(sorted(losses.items()))
 
 
 def print_summary(summary, console: Console) -> None:

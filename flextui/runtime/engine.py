@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -41,6 +41,9 @@ from flextui.runtime.values import StartingParameters, input_block
 
 #: what torch.nn.utils.clip_grad_norm_ adds to the norm it divides by
 CLIP_EPS = 1e-6
+
+if TYPE_CHECKING:
+    from flextui.runtime.data import DatasetFeed
 
 
 #: one kind of task: an op's index, its block shape, and whether it is the backward pass
@@ -73,12 +76,14 @@ def shape_of(region: Region) -> tuple[int, ...]:
 
 class RankProgram:
     """The state of one rank (its parameter boxes and the optimizer's state of each:
-    SGD's momentum, AdamW's moving averages) and its step."""
+    SGD's momentum, AdamW's moving averages) and its step; its data inputs read from
+    ``data`` (the user's dataset) when given, else made from the seed."""
 
     def __init__(self, plan: Plan, rank: int, comm: Comm, *, seed: int = 0,
                  dtype: torch.dtype = torch.float32, optimizer: Optimizer = SGD,
-                 record_tasks: bool = False) -> None:
+                 record_tasks: bool = False, data: DatasetFeed | None = None) -> None:
         self.plan, self.rank, self.comm = plan, rank, comm
+        self.data = data
         self.seed, self.dtype, self.optimizer = seed, dtype, optimizer
         self.record_tasks = record_tasks
         self.device = comm.device
@@ -144,6 +149,23 @@ class RankProgram:
         return StepResult(state.loss_share, time.perf_counter() - started, compute_s,
                           traffic.wait_s, traffic.sent, traffic.received, clock.task_s)
 
+    def evaluate(self, data: DatasetFeed | None, batches: int) -> float:
+        """This rank's share of the mean loss over ``batches`` batches of ``data`` (the
+        validation split; None: the rank reads none of it), forward only: no gradient,
+        no update."""
+        training, self.data = self.data, data
+        total = 0.0
+        try:
+            with torch.no_grad():
+                for batch in range(batches):
+                    state = _StepState(kernel_seed(self.seed, batch), ComputeClock(self.device))
+                    for op in self.ops:
+                        self._forward(op, batch, state)
+                    total += state.loss_share
+        finally:
+            self.data = training
+        return total / batches
+
     def task_counts(self) -> dict[tuple[int, tuple[int, ...]], int]:
         """How many tasks of each op and block shape this rank runs in a step (graph
         inputs, fed rather than computed, left out)."""
@@ -165,7 +187,9 @@ class RankProgram:
             began = state.clock.start()
             if op.type == "input":
                 out_region = op.output_regions(region)[0]
-                inputs = [input_block(op, out_region, self.seed, step, self.dtype,
+                inputs = [self.data.block(op, out_region, step)
+                          if self.data is not None and self.data.feeds(op) else
+                          input_block(op, out_region, self.seed, step, self.dtype,
                                       self.plan.index_bounds.get(op.index), self.device)]
             else:
                 inputs = [self._input_block(op, k, slot, need, received, state)

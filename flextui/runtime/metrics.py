@@ -12,7 +12,8 @@ sums over them: seconds of a step, of compute and of waiting on communication, b
 sent and received, the rank's share of each step's loss; the rank's peak memory so far
 and GPU utilisation, or None), ``Check`` (the largest relative errors against one
 process), ``Tasks`` (with ``--record-profile``: the mean time of each of the rank's
-tasks, ``runtime.tasktimes``), ``Failed`` (when the rank raised, by its clock, and
+tasks, ``runtime.tasktimes``), ``Evaluated`` (with ``--eval-every``: the rank's share of
+the validation loss after a step), ``Failed`` (when the rank raised, by its clock, and
 what) and ``End``. The rank encodes a record (``encode``); the launcher decodes and
 checks it once, where it reads the line (``read_line``), and hands the record itself
 to the run log and every display. A line that starts as a record and is not one is a
@@ -53,6 +54,7 @@ class RecordKind(StrEnum):
     STEPS = "steps"
     CHECK = "check"
     TASKS = "tasks"
+    EVAL = "eval"
     FAILED = "failed"
     END = "end"
 
@@ -202,6 +204,22 @@ class Tasks(_Record):
 
 
 @dataclass(frozen=True)
+class Evaluated(_Record):
+    """An evaluation pass after step ``step`` (from 0, warm-up counted): the rank's share
+    of the mean loss over the batches of the dataset's validation split."""
+
+    kind: ClassVar[RecordKind] = RecordKind.EVAL
+    rank: int
+    step: int
+    loss: float
+
+    @classmethod
+    def read(cls, f: FieldReader, t: dict[str, Any]) -> Self:
+        return cls(_rank(f, t), f.integer(t["step"], "step", 0),
+                   _measured(f, t["loss"], "loss", LOSS_NAMES))
+
+
+@dataclass(frozen=True)
 class Failed(_Record):
     """A rank raised: when, by its clock (the first to fail is the cause), and what."""
 
@@ -228,9 +246,9 @@ class End(_Record):
         return cls(_rank(f, t))
 
 
-RankRecord = Start | Steps | Check | Tasks | Failed | End
+RankRecord = Start | Steps | Check | Tasks | Evaluated | Failed | End
 _KINDS: dict[RecordKind, type[RankRecord]] = {
-    cls.kind: cls for cls in (Start, Steps, Check, Tasks, Failed, End)}
+    cls.kind: cls for cls in (Start, Steps, Check, Tasks, Evaluated, Failed, End)}
 
 
 def encode(record: RankRecord) -> str:

@@ -12,6 +12,8 @@ strategy gives it on its own, as the ranks do."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
 from flextui.graph import OpGraph, full_region
@@ -24,41 +26,50 @@ from flextui.runtime.reference import ReferenceRun, TorchUpdate, sample_blocks, 
 from flextui.runtime.values import input_block
 from flextui.strategy import Strategy
 
+if TYPE_CHECKING:
+    from flextui.runtime.data import DatasetFeed
+
 
 def train_referee(graph: OpGraph, steps: int, *, seed: int = 0,
                   dtype: torch.dtype = torch.float64, optimizer: Optimizer = SGD,
-                  strategy: Strategy | None = None) -> ReferenceRun:
+                  strategy: Strategy | None = None,
+                  data: DatasetFeed | None = None) -> ReferenceRun:
     """The losses and final parameters (by the graph's parameter names) of the run a
-    check compares with: the user's module for an imported graph, else the graph."""
+    check compares with: the user's module for an imported graph (on ``data``, the
+    user's dataset, when given), else the graph."""
     if graph.imported:
         return train_module(graph, steps, seed=seed, dtype=dtype, optimizer=optimizer,
-                            strategy=strategy)
+                            strategy=strategy, data=data)
     return train_whole(graph, steps, seed=seed, dtype=dtype, optimizer=optimizer,
                        strategy=strategy)
 
 
 def train_module(graph: OpGraph, steps: int, *, seed: int = 0,
                  dtype: torch.dtype = torch.float64, optimizer: Optimizer = SGD,
-                 strategy: Strategy | None = None) -> ReferenceRun:
+                 strategy: Strategy | None = None,
+                 data: DatasetFeed | None = None) -> ReferenceRun:
     """The user's module (built from ``graph.source`` under ``torch.manual_seed(seed)``,
     as every rank builds its starting weights) trained ``steps`` steps on the runtime's
-    data for ``graph``'s inputs."""
+    data for ``graph``'s inputs: whole batches of ``data`` (the user's dataset) when
+    given, else the data made from the seed."""
     call = ModuleCall.of(graph)
     module, params = seeded_module(graph, seed)
     module.to(dtype)  # its parameters stay the objects ``params`` holds
     update = TorchUpdate(module.parameters(), optimizer)
     bounds = index_bounds(graph)
     inputs = [op for op in graph.ops if op.type == "input"]
+    wholes = {op.name: op.output_regions(full_region(op.space_shape))[0] for op in inputs}
     losses = []
     for step in range(steps):
-        data = {op.name: input_block(op, op.output_regions(full_region(op.space_shape))[0],
-                                     seed, step, dtype, bounds.get(op.index))
-                for op in inputs}
+        batch = {op.name: data.block(op, wholes[op.name], step)
+                 if data is not None and data.feeds(op) else
+                 input_block(op, wholes[op.name], seed, step, dtype, bounds.get(op.index))
+                 for op in inputs}
         with flextui_terms(graph, kernel_seed(seed, step),
                            None if strategy is None else
                            lambda op: sample_blocks(op, strategy)):
-            output = module(*(data[name] for name in call.inputs))
-        loss = module_loss(call, output, None if call.labels is None else data[call.labels])
+            output = module(*(batch[name] for name in call.inputs))
+        loss = module_loss(call, output, None if call.labels is None else batch[call.labels])
         loss.backward()
         update.step()
         losses.append(float(loss.detach()))

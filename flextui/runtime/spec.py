@@ -9,7 +9,7 @@ so no host needs it at a path); that is the only source a rank runs a module fro
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -20,10 +20,11 @@ from flextui.fields import FieldReader, FormFields
 from flextui.graph import OpGraph, graph_from_dict
 from flextui.graph.model_source import ModelSource
 from flextui.limits import read_file
+from flextui.runtime.datafeed import DataFeed
 from flextui.runtime.optimizer import LrSchedule, Optimizer, OptimizerKind
 from flextui.strategy import ParallelConfig, Strategy
 
-#: version 3: the training's optimizer, schedule and clipping
+#: version 3: the training's optimizer, schedule and clipping, and what it trains on
 LAUNCH = DocumentFormat("flextui-launch", 3, "launch plan")
 #: The environment variable that gives every rank its launcher's PID (a rank whose
 #: launcher is gone ends itself; see ``worker``).
@@ -59,7 +60,8 @@ class Training:
     all ``warmup + steps`` steps), the gradients' global norm clipped to ``grad_clip``;
     all of it ``update``. With ``check`` the ranks compare their result with one
     process's afterwards; with ``record_tasks`` they time every task and report the
-    times (``tasks`` records)."""
+    times (``tasks`` records); ``data`` is what they train on (data made from the seed,
+    the model file's dataset or a token file)."""
 
     steps: int = 20
     warmup: int = 2
@@ -77,6 +79,7 @@ class Training:
     lr_schedule: LrSchedule = LrSchedule.CONSTANT
     warmup_steps: int = 0
     grad_clip: float | None = None
+    data: DataFeed = field(default_factory=DataFeed)
 
     def __post_init__(self) -> None:
         """Every number in range (a FieldError names the field, ``--steps`` on the command
@@ -124,7 +127,8 @@ class LaunchSpec:
                              "record_tasks": t.record_tasks, "optimizer": str(t.optimizer),
                              "weight_decay": t.weight_decay, "betas": list(t.betas),
                              "eps": t.eps, "lr_schedule": str(t.lr_schedule),
-                             "warmup_steps": t.warmup_steps, "grad_clip": t.grad_clip},
+                             "warmup_steps": t.warmup_steps, "grad_clip": t.grad_clip,
+                             "data": t.data.to_dict()},
                 "model": None if source is None else source.to_dict(code=code)}
 
     def encode(self) -> bytes:
@@ -193,7 +197,7 @@ def _training(f: FieldReader, value: object) -> Training:
     """``to_dict``'s training, every field checked (the update's may be missing: the
     defaults, what the runs of older logs did)."""
     t = f.mapping(value, "training")
-    f.check_keys(t, (*_TRAINING_KEYS, *_UPDATE_KEYS), "training")
+    f.check_keys(t, (*_TRAINING_KEYS, *_UPDATE_KEYS, "data"), "training")
     f.exact_keys({k: v for k, v in t.items() if k in _TRAINING_KEYS}, _TRAINING_KEYS,
                  "training")
     given = {k: t[k] for k in _UPDATE_KEYS if k in t}
@@ -212,6 +216,8 @@ def _training(f: FieldReader, value: object) -> Training:
         given["grad_clip"] = f.number(given["grad_clip"], "grad_clip")
     if "warmup_steps" in given:
         given["warmup_steps"] = f.integer(given["warmup_steps"], "warmup_steps", 0)
+    if "data" in t:  # a run log written before launches read datasets has none
+        given["data"] = DataFeed.from_dict(t["data"], f)
     try:
         return Training(
             f.integer(t["steps"], "steps", 1), f.integer(t["warmup"], "warmup", 0),

@@ -40,8 +40,18 @@ from flextui.cost.localdevice import cpu_name
 from flextui.graph.kernels.whole import relative_error
 from flextui.graph.region import within
 from flextui.runtime.comm import Comm
+from flextui.runtime.data import DataError, evaluation_feed, rank_feed, whole_feed
 from flextui.runtime.engine import RankProgram
-from flextui.runtime.metrics import MAX_LINE, Check, End, Failed, Reporter, Start, encode
+from flextui.runtime.metrics import (
+    MAX_LINE,
+    Check,
+    End,
+    Evaluated,
+    Failed,
+    Reporter,
+    Start,
+    encode,
+)
 from flextui.runtime.plan import compile_plan
 from flextui.runtime.referee import train_referee
 from flextui.runtime.regions import bind_regions
@@ -73,15 +83,21 @@ def main(argv: list[str] | None = None) -> int:
     rank = dist.get_rank()
     try:
         return _run(spec, rank, device)
+    except DataError as exc:  # the user's data: its message says it all, no traceback
+        _failed(rank, exc)
+        return 2
     except Exception as exc:
-        # when it failed, to the launcher: the rank that failed first is the cause, the
-        # peers that lost their connection to it after are not (clocks of one cluster);
-        # the words are cut so that, escaped, the record stays under MAX_LINE
-        _print(encode(Failed(rank, time.time(),
-                             f"{type(exc).__name__}: {exc}"[:MAX_LINE // 8])))
+        _failed(rank, exc)
         raise
     finally:
         dist.destroy_process_group()
+
+
+def _failed(rank: int, exc: Exception) -> None:
+    """Say when this rank failed, to the launcher: the rank that failed first is the
+    cause, the peers that lost their connection to it after are not (clocks of one
+    cluster); the words are cut so that, escaped, the record stays under MAX_LINE."""
+    _print(encode(Failed(rank, time.time(), f"{type(exc).__name__}: {exc}"[:MAX_LINE // 8])))
 
 
 def _run(spec: LaunchSpec, rank: int, device: torch.device) -> int:
@@ -94,7 +110,8 @@ def _run(spec: LaunchSpec, rank: int, device: torch.device) -> int:
     dtype = getattr(torch, str(training.dtype))
     comm = Comm(rank, plan.sync_groups(), device)
     program = RankProgram(plan, rank, comm, seed=training.seed, dtype=dtype,
-                          optimizer=training.update, record_tasks=training.record_tasks)
+                          optimizer=training.update, record_tasks=training.record_tasks,
+                          data=rank_feed(spec, plan, rank, dtype, device))
     task_times = TaskTimes(program.task_counts())
     reporter = Reporter(rank, _print, _memory(device), _utilisation(device))
     reporter.emit(Start(rank, os.getpid(), socket.gethostname(), str(device),
@@ -116,6 +133,10 @@ def _run(spec: LaunchSpec, rank: int, device: torch.device) -> int:
         if not finite:
             raise FloatingPointError(f"the loss became {result.loss_share} at step {step + 1} "
                                      f"of {total}; a smaller learning rate may keep it finite")
+        every = training.data.eval_every
+        if every and (step + 1) % every == 0:  # the validation split, forward only
+            reporter.emit(Evaluated(rank, step, program.evaluate(
+                *evaluation_feed(spec, plan, rank, dtype, device))))
     reporter.flush()
     if training.record_tasks:
         for record in task_times.records(rank, _profile_device(device)):
@@ -137,7 +158,8 @@ def _check(spec: LaunchSpec, program: RankProgram, losses: list[float], reporter
     training = spec.training
     reference = train_referee(spec.graph, steps, seed=training.seed, dtype=dtype,
                               optimizer=training.update,
-                              strategy=spec.strategy)
+                              strategy=spec.strategy,
+                              data=whole_feed(spec.graph, training, steps, dtype))
     loss_error = max((abs(a - b) / max(abs(b), 1e-300)
                       for a, b in zip(totals.tolist(), reference.losses)), default=0.0)
     # every shard judged at the scale of the model's largest parameter: a batch norm's

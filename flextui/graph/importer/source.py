@@ -1,7 +1,8 @@
 """A user's PyTorch model as the library builds it: a ``.py`` file (or an importable
 module, ``package.module:factory``) that defines ``model()`` (the ``nn.Module``) and
 ``example_inputs(batch_size)`` (a tuple of tensors whose first dim is the batch), and
-optionally ``BATCH_SIZE`` and ``DESCRIPTION``::
+optionally ``BATCH_SIZE``, ``DESCRIPTION`` and ``dataset(split="train")``, the data a
+launch trains on (``runtime.data``)::
 
     import torch
     from torch import nn
@@ -39,14 +40,16 @@ DESCRIPTION = "a PyTorch module, imported through torch.export"
 @dataclass(frozen=True)
 class TorchModel:
     """A user's PyTorch model: ``make`` builds the ``nn.Module``, ``inputs(batch_size)``
-    its example inputs. Its errors name the model and say all that is wrong (every
-    unsupported op)."""
+    its example inputs, ``dataset(split)`` (None when it defines none) the map-style
+    dataset a launch trains on. Its errors name the model and say all that is wrong
+    (every unsupported op)."""
 
     name: str
     make: Callable[[], Any]
     inputs: Callable[[int], Any]
     description: str = DESCRIPTION
     batch_size: int = DEFAULT_BATCH_SIZE
+    dataset: Callable[[str], Any] | None = None
 
     def module(self) -> Any:
         """A new ``nn.Module`` from the user's ``model()``."""
@@ -107,7 +110,11 @@ def torch_model(namespace: Any, name: str, factory: str = "model") -> TorchModel
     description = getattr(namespace, "DESCRIPTION", doc[0] if doc else DESCRIPTION)
     if not isinstance(description, str):
         raise ModelError(f"model {name!r}: DESCRIPTION = {description!r:.40} is not a string")
-    return TorchModel(name, make, inputs, description, batch)
+    dataset = getattr(namespace, "dataset", None)
+    if dataset is not None and not callable(dataset):
+        raise ModelError(f"model {name!r}: dataset = {dataset!r:.40} is not a function; "
+                         "define dataset(split=\"train\") returning a map-style Dataset")
+    return TorchModel(name, make, inputs, description, batch, dataset)
 
 
 #: torchvision's classification models take 224x224 images but these
