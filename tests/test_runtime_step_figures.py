@@ -26,7 +26,7 @@ from flextui.runtime.metrics import (
 )
 from flextui.runtime.reference import train_whole
 from flextui.runtime.runlog import RunLogError, RunLogWriter, read_run_log
-from flextui.runtime.stepfigures import ModelWork, StepJoin, tokens_per_sample
+from flextui.runtime.stepfigures import ModelWork, StepJoin, StepRow, tokens_per_sample
 from flextui.runtime.steplog import StepLog
 from helpers import HANG_S
 from processes import wait_gone
@@ -181,3 +181,33 @@ def test_the_step_log_never_overwrites_a_file(tmp_path):
     with pytest.raises(RunLogError, match="exists; a step log is never overwritten"):
         StepLog(tmp_path, "run")
     assert (tmp_path / "run.csv").read_text() == "kept"
+
+
+def test_a_log_dir_that_cannot_be_made_is_one_message_and_no_run_starts(tmp_path, capsys,
+                                                                        monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "a-file").write_text("")
+    code = main(["launch", "-m", "lenet", "--nproc-per-node", "2", "--headless",
+                 "--run-log", "run.ffrun", "--log-dir", "a-file/steps"])
+    err = capsys.readouterr().err
+    assert code == 2 and "cannot write step log a-file/steps/run.csv: Not a directory" in err
+    assert "Traceback" not in err and sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+
+
+def test_the_step_log_writes_tensorboard_scalars_where_it_imports(tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    log = StepLog(tmp_path, "run")
+    rows = [StepRow(step, step == 0, 3.0 - step, 0.01, 0.02, 400.0, 3200.0, None)
+            for step in range(3)]
+    for row in rows:
+        log.row(row)
+    log.close()
+    events = EventAccumulator(str(tmp_path / "run"))
+    events.Reload()
+    assert "mfu" not in events.Tags()["scalars"]           # none known: none written
+    assert [(e.step, e.value) for e in events.Scalars("loss")] == [(0, 3.0), (1, 2.0), (2, 1.0)]
+    assert [e.value for e in events.Scalars("tokens_per_s")] == [3200.0] * 3
+    with open(tmp_path / "run.csv", newline="") as f:
+        assert [r["mfu"] for r in csv.DictReader(f)] == [""] * 3
