@@ -17,7 +17,7 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-from flextui.runtime.runlog import RunLogError
+from flextui.runtime.runlog import RunLogError, create_new
 from flextui.runtime.stepfigures import ROW_FIELDS, StepRow
 
 #: the scalars a TensorBoard log gets, by tag
@@ -37,13 +37,10 @@ class StepLog:
         self.path = directory / f"{name}.csv"
         try:
             directory.mkdir(parents=True, exist_ok=True)
-            self._file = open(self.path, "x", newline="")
-        except FileExistsError:
-            raise RunLogError(f"{self.path} exists; a step log is never overwritten: give "
-                              "another --log-dir") from None
         except OSError as exc:
             raise RunLogError(f"cannot write step log {self.path}: "
                               f"{exc.strerror or exc}") from None
+        self._file = create_new(self.path, "step log", "--log-dir", "x", newline="")
         self._csv = csv.writer(self._file)
         self._board: Any = None
         if tensorboard_available():
