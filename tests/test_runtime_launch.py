@@ -11,7 +11,11 @@ import pytest
 
 from flextui.cli import main
 from flextui.machine.detect import usable_cpus
+from flextui.runtime.summary import summarize
 from helpers import HANG_S
+
+#: the summary of a run no rank reported a step of
+NO_STEPS = summarize([], [], [], 1, None)
 
 
 def run(capsys, *argv):
@@ -125,8 +129,8 @@ def test_a_failure_quoting_brackets_is_printed_as_said(tmp_path, capsys, monkeyp
     said = ("rank 0 on localhost failed: RuntimeError: [/__w/pytorch/pytorch/third_party/"
             "gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer")
     monkeypatch.setattr(job, "execute", lambda *a, **k: (
-        Outcome(RunStatus.FAILED, 1, 0, said, 1.0), None, []))
-    monkeypatch.setattr(cli_launch, "print_summary", lambda summary, console: None)
+        Outcome(RunStatus.FAILED, 1, 0, said, 1.0), NO_STEPS, []))
+    monkeypatch.setattr(cli_launch, "print_summary", lambda *shown: None)
     monkeypatch.setenv("COLUMNS", "1000")
     code = main(["launch", "-m", "lenet", "--nproc-per-node", "2",
                  "--run-log", str(tmp_path / "run.ffrun")])
@@ -147,9 +151,9 @@ def test_a_ranks_output_is_printed_escaped(tmp_path, capsys, monkeypatch):
         on_output(1, f"hello {escapes}")
         on_output(-1, f"torchrun {escapes}")
         return Outcome(RunStatus.FAILED, 1, 1, f"rank 1 on localhost failed: {escapes}",
-                       1.0), None, []
+                       1.0), NO_STEPS, []
     monkeypatch.setattr(job, "execute", execute)
-    monkeypatch.setattr(cli_launch, "print_summary", lambda summary, console: None)
+    monkeypatch.setattr(cli_launch, "print_summary", lambda *shown: None)
     monkeypatch.setenv("COLUMNS", "1000")
     code = main(["launch", "-m", "lenet", "--nproc-per-node", "2", "--headless",
                  "--run-log", str(tmp_path / "run.ffrun")])

@@ -39,6 +39,7 @@ from flextui.errors import FlextuiError
 from flextui.fields import printable
 from flextui.limits import DEVICES, FILE_BYTES, RANKS_PER_HOST, read_file, read_json
 from flextui.runtime.metrics import RankRecord, Steps
+from flextui.runtime.stepfigures import RunFigures
 
 PROGRESS_S = 1.0
 EXIT_FAILED = 1
@@ -96,6 +97,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-log", metavar="FILE.ffrun",
                    help="the run log (default: <model>-<cluster>-<time>.ffrun next to the "
                    "strategy file, or here)")
+    p.add_argument("--log-dir", metavar="DIR",
+                   help="also write each step (loss, learning rate, samples/s, tokens/s, MFU) "
+                   "as a CSV row to DIR/<run log name>.csv as the run goes, and TensorBoard "
+                   "scalars under DIR/<run log name>/ when torch.utils.tensorboard imports")
     p.add_argument("--check", action="store_true",
                    help="instead of training: run 3 steps at a small batch in float64 and "
                    "compare every rank's parameters and the loss with one process")
@@ -142,6 +147,9 @@ def cmd_launch(args: argparse.Namespace, console: Console) -> int:
             print(f"flextui: {stopped}", file=sys.stderr)
     if caught.exit_status:
         return caught.exit_status
+    if args.log_dir is not None:
+        request = replace(request, prepared=replace(request.prepared,
+                                                    step_log=Path(args.log_dir)))
     prepared = request.prepared
     if args.check:
         small = _check_graph(args, graph, strategy)
@@ -164,20 +172,21 @@ def cmd_launch(args: argparse.Namespace, console: Console) -> int:
     with stop_on_signals(stop) as caught:
         outcome, summary, records = job.execute(prepared, stop, progress.record,
                                                 progress.output)
+    figures = RunFigures.of(summary, records, prepared.spec, prepared.cluster)
     if args.check:
-        return _report_check(outcome, records, console, args.json, graph) or \
+        return _report_check(outcome, records, console, args.json, graph, figures) or \
             caught.exit_status
     recorded = record_profile.record(args, graph, outcome, records, console)
     evaluated = _evaluations(records) if args.eval_every else {}
     if args.json:
         emit_json({"status": str(outcome.status), "message": outcome.message,
                    "failed_rank": outcome.failed_rank, "run_log": str(prepared.run_log),
-                   **summary.to_dict(), **recorded,
+                   **summary.to_dict(), **figures.to_dict(), **recorded,
                    **({"evaluations": [{"step": step, "loss": loss}
                                        for step, loss in evaluated.items()]}
                       if args.eval_every else {})})
     else:
-        print_summary(summary, console)
+        print_summary(summary, console, figures)
         for step, loss in evaluated.items():
             console.print(f"after step {step}: loss {loss:.6g} on dataset('val')",
                           highlight=False)
@@ -206,7 +215,7 @@ def _asked(args: argparse.Namespace):
 
     form = FormFields()
     try:
-        for flag in ("cluster", "run_log", "hostfile", "remote_python", "data"):
+        for flag in ("cluster", "run_log", "hostfile", "remote_python", "data", "log_dir"):
             if getattr(args, flag) is not None:
                 form.path(getattr(args, flag), flag)
         if args.strategy not in BUILTIN_STRATEGIES:
@@ -450,7 +459,7 @@ def _evaluations(records: list[RankRecord]) -> dict[int, float]:
     return dict(sorted(losses.items()))
 
 
-def print_summary(summary, console: Console) -> None:
+def print_summary(summary, console: Console, figures: RunFigures) -> None:
     table = Table(title=f"measured over {summary.steps} steps of batch {summary.batch_size} "
                   "(ms; busy: compute per step, against simulated)", box=box.SIMPLE_HEAD,
                   padding=(0, 1), pad_edge=False, collapse_padding=True)
@@ -476,14 +485,25 @@ def print_summary(summary, console: Console) -> None:
                   + (f"{simulated * 1e3:.2f} ms simulated ({error:+.0%}); " if simulated
                      else "")
                   + f"{summary.samples_per_s:,.1f} samples/s", highlight=False)
+    said = []
+    last = figures.last_loss
+    if last is not None:
+        said.append(f"loss {last.loss:.6g} at step {last.step:,}")
+    if figures.tokens_per_s is not None:
+        said.append(f"{figures.tokens_per_s:,.0f} tokens/s")
+    if figures.mfu is not None:
+        said.append(f"MFU {figures.mfu:.2%}"
+                    + (" (of an estimated CPU peak)" if figures.work.peak_estimated else ""))
+    if said:
+        console.print("; ".join(said), highlight=False)
 
 
 def _report_check(outcome, records: list[RankRecord], console: Console,
-                  as_json: bool, graph) -> int:
+                  as_json: bool, graph, figures: RunFigures) -> int:
     from flextui.runtime.check import TOLERANCE, check_result, referee_of
     result = check_result(outcome, records, referee_of(graph))
-    if as_json:
-        emit_json(result.to_dict())
+    if as_json:  # each step as the launcher summed it, beside the ranks' all-reduced sums
+        emit_json({**result.to_dict(), "per_step": [row.to_dict() for row in figures.rows]})
     elif result.equal:
         console.print(f"check passed: {result.ranks} ranks equal {result.referee} to "
                       f"{result.worst:.1e} (tolerance {TOLERANCE:.0e}) over "

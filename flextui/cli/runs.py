@@ -31,14 +31,16 @@ def cmd_runs_show(args: argparse.Namespace, console: Console) -> int:
     from flextui.cli.launch import print_summary
     from flextui.runtime.launch import RunStatus
     from flextui.runtime.runlog import read_run_log, summary_of_log
+    from flextui.runtime.stepfigures import RunFigures
 
     log = read_run_log(args.log)
     summary = summary_of_log(log)
+    figures = RunFigures.of(summary, log.records, log.header.spec, log.header.cluster)
     final = log.final
     if args.json:
         emit_json({"run_log": str(log.path), "status": log.status,
                    "message": final.message if final else None, "truncated": log.truncated,
-                   **summary.to_dict(),
+                   **summary.to_dict(), **figures.to_dict(),
                    **({"output": [{"rank": rank, "line": line} for rank, line in log.output]}
                       if args.output else {})})
         return 0
@@ -47,7 +49,7 @@ def cmd_runs_show(args: argparse.Namespace, console: Console) -> int:
     console.print(f"{header.spec.graph.name} ({header.spec.strategy.name or '?'}) on "
                   f"{header.spec.num_ranks} ranks ({header.cluster.name}), {header.created}",
                   markup=False, highlight=False)
-    print_summary(summary, console)
+    print_summary(summary, console, figures)
     # a rank's words (its last line, what it raised) are data: escaped, never raw
     said = printable(final.message) if final else "the log has no final record"
     finished = final is not None and final.status == RunStatus.FINISHED

@@ -27,6 +27,8 @@ from flextui.runtime.metrics import RankRecord
 from flextui.runtime.nodes import Nodes, NodesRun, preflight
 from flextui.runtime.runlog import RunHeader, RunLogError, RunLogWriter
 from flextui.runtime.spec import Backend, LaunchSpec, RunDtype, Training
+from flextui.runtime.stepfigures import ModelWork, StepJoin
+from flextui.runtime.steplog import StepLog
 from flextui.runtime.summary import RunSummary, Simulated, summarize
 from flextui.runtime.target import LaunchTarget, check_ranks_fit
 from flextui.search.files import default_log_path
@@ -48,6 +50,7 @@ class Prepared:
     run_log: Path
     simulated: Simulated
     nodes: Nodes | None = None  # a launch over hosts, after their preflight
+    step_log: Path | None = None  # --log-dir: a row a step there (``runtime.steplog``)
 
     def torchrun(self, directory: Path) -> Torchrun:
         """This machine's torchrun, its plan in ``directory``."""
@@ -178,13 +181,22 @@ def execute(prepared: Prepared, stop: threading.Event,
             on_start: Callable[[Run | NodesRun], None] = lambda run: None,
             ) -> tuple[Outcome, RunSummary, list[RankRecord]]:
     """Run the launch to its end (``stop`` ends it early): every record and line goes to
-    the run log and to the callbacks. Returns how it ended, its summary and its
+    the run log and to the callbacks, each step complete on every rank to the step log
+    (``--log-dir``). Returns how it ended, its summary and its
     records. A run log that cannot be written (a full disk) stops the run (``stop`` is
     set) and, once every rank has ended, is the RunLogError raised; the log reads up
     to its last whole record."""
     spec = prepared.spec
     records: list[RankRecord] = []
-    log = RunLogWriter(prepared.run_log, _header(prepared))
+    join = StepJoin(spec.num_ranks, ModelWork.of(spec, prepared.cluster), spec.training)
+    steps = None if prepared.step_log is None else \
+        StepLog(prepared.step_log, prepared.run_log.stem)
+    try:
+        log = RunLogWriter(prepared.run_log, _header(prepared))
+    except RunLogError:
+        if steps is not None:
+            steps.close(discard=True)
+        raise
     lock = threading.Lock()
     unwritten: list[RunLogError] = []
 
@@ -201,6 +213,9 @@ def execute(prepared: Prepared, stop: threading.Event,
         with logging():
             records.append(r)
             log.record(r)
+            if steps is not None:
+                for row in join.add(r):
+                    steps.row(row)
         on_record(r)
 
     def output(rank: int, line: str) -> None:
@@ -229,6 +244,8 @@ def execute(prepared: Prepared, stop: threading.Event,
             log.final(outcome)
     finally:
         log.close()
+        if steps is not None:
+            steps.close()
     if unwritten:
         raise RunLogError(f"{unwritten[0]}; the run was stopped, and the log holds what "
                           "came before")

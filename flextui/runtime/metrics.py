@@ -2,14 +2,17 @@
 
 A rank writes a line ``@flextui {...}`` (under 4 KiB, so a pipe never interleaves it
 with another rank's) when it starts, at most twice a second while it trains (the steps
-since its last report, summed), when a check ends, when it fails and when it ends.
+since its last report, summed; every MAX_LOSSES steps when they are quicker), when a
+check ends, when it fails and when it ends.
 torchrun relays the lines (with ``[rankN]:`` in front) and the launcher picks them out
 of the ranks' other output; no port is opened for them.
 
 Each kind (``RecordKind``) is a frozen dataclass: ``Start`` (rank, pid, host, device,
 the steps it will run), ``Steps`` (the first and last step covered, ``warmup``, and
 sums over them: seconds of a step, of compute and of waiting on communication, bytes
-sent and received, the rank's share of each step's loss; the rank's peak memory so far
+sent and received, the rank's share of each step's loss, one per step (a run log
+written before every step's share was kept may hold one, their mean: read, those steps
+have no loss); the rank's peak memory so far
 and GPU utilisation, or None), ``Check`` (the largest relative errors against one
 process), ``Tasks`` (with ``--record-profile``: the mean time of each of the rank's
 tasks, ``runtime.tasktimes``), ``Evaluated`` (with ``--eval-every``: the rank's share of
@@ -41,7 +44,8 @@ from flextui.fields import FieldReader
 PREFIX = "@flextui "
 MAX_LINE = 4000
 REPORT_S = 0.5
-#: the most loss values one ``steps`` record carries (a longer report sends their mean)
+#: the most steps one ``steps`` record covers: a rank reports as soon as it has this many,
+#: so every step's loss share crosses (before, a longer report sent their mean alone)
 MAX_LOSSES = 64
 #: the names a record writes a value JSON cannot hold by: a loss may be any of them, a
 #: check's relative error the first two
@@ -121,16 +125,26 @@ class Steps(_Record):
     def count(self) -> int:
         return self.last - self.first + 1
 
+    @property
+    def step_losses(self) -> tuple[float, ...] | None:
+        """The rank's share of each step's loss, None when the record holds their mean
+        alone (an older flextui's report of more than MAX_LOSSES steps)."""
+        return self.losses if len(self.losses) == self.count else None
+
     @classmethod
     def read(cls, f: FieldReader, t: dict[str, Any]) -> Self:
         first = f.integer(t["first"], "first", 0)
+        last = f.integer(t["last"], "last", first)
+        losses = _losses(f, t["losses"], "losses", MAX_LOSSES)
+        if len(losses) not in (1, last - first + 1):
+            f.fail("losses", f"expected one value per step ({last - first + 1}), or their "
+                             f"mean, found {len(losses)}")
         util = t["gpu_util"]
-        return cls(_rank(f, t), first, f.integer(t["last"], "last", first),
+        return cls(_rank(f, t), first, last,
                    f.boolean(t["warmup"], "warmup"), f.number(t["step_s"], "step_s", 0.0),
                    f.number(t["compute_s"], "compute_s", 0.0),
                    f.number(t["wait_s"], "wait_s", 0.0), f.integer(t["sent"], "sent", 0),
-                   f.integer(t["received"], "received", 0),
-                   _losses(f, t["losses"], "losses", MAX_LOSSES),
+                   f.integer(t["received"], "received", 0), losses,
                    f.integer(t["peak_memory"], "peak_memory", 0),
                    None if util is None else f.number(util, "gpu_util", 0.0, 100.0))
 
@@ -331,7 +345,8 @@ class StepSums:
 
 class Reporter:
     """Collects a rank's steps and writes a ``steps`` record at most every REPORT_S
-    seconds (and for the last step of a phase), through ``write`` (a line)."""
+    seconds, or once it holds MAX_LOSSES steps (and for the last step of a phase),
+    through ``write`` (a line)."""
 
     def __init__(self, rank: int, write: Callable[[str], None],
                  memory: Callable[[], int], utilisation: Callable[[], float | None]) -> None:
@@ -357,7 +372,7 @@ class Reporter:
         sums.received += received
         sums.losses.append(loss_share)
         now = time.monotonic()
-        if last or now - self.last_report >= REPORT_S:
+        if last or now - self.last_report >= REPORT_S or len(sums.losses) >= MAX_LOSSES:
             self.flush()
             self.last_report = now
 
@@ -365,8 +380,7 @@ class Reporter:
         if self.pending is None:
             return
         sums, self.pending = self.pending, None
-        losses = sums.losses if len(sums.losses) <= MAX_LOSSES else \
-            [sum(sums.losses) / len(sums.losses)]   # a long report keeps its line short
         self.emit(Steps(self.rank, sums.first, sums.last, sums.warmup, sums.step_s,
-                        sums.compute_s, sums.wait_s, sums.sent, sums.received, tuple(losses),
+                        sums.compute_s, sums.wait_s, sums.sent, sums.received,
+                        tuple(sums.losses),
                         self.memory(), self.utilisation()))

@@ -85,6 +85,18 @@ class RunHeader:
                 "target": self.target.to_dict(), "simulated": self.simulated.to_dict()}
 
 
+def create_new(path: Path, what: str, flag: str, mode: str, **options: Any) -> Any:
+    """``path`` opened as a new file (``mode`` holds ``x``): a log is never written over
+    another file; RunLogError naming ``what`` (and ``flag``, to give another) else."""
+    try:
+        return open(path, mode, **options)
+    except FileExistsError:
+        raise RunLogError(f"{path} exists; a {what} is never overwritten: give another "
+                          f"{flag}") from None
+    except OSError as exc:
+        raise RunLogError(f"cannot write {what} {path}: {exc.strerror or exc}") from None
+
+
 class RunLogWriter:
     """Appends records to a new run log at ``path`` (never an existing file). The first
     record that cannot be written raises RunLogError; every write after it is skipped,
@@ -94,14 +106,8 @@ class RunLogWriter:
         self.path = Path(path)
         self.lines = 0
         self.broken = False
-        try:  # held open while the run goes; unbuffered: a failed write leaves no rest
-            self._file = open(self.path, "xb", buffering=0)
-        except FileExistsError:
-            raise RunLogError(f"{self.path} exists; a run log is never overwritten: give "
-                              "another --run-log") from None
-        except OSError as exc:
-            raise RunLogError(f"cannot write run log {self.path}: "
-                              f"{exc.strerror or exc}") from None
+        # held open while the run goes; unbuffered: a failed write leaves no rest
+        self._file = create_new(self.path, "run log", "--run-log", "xb", buffering=0)
         try:
             self._write(MAGIC + frame(pack([TAG_HEADER, replace(header, created=now_iso())
                                             .to_dict()])))

@@ -14,6 +14,7 @@ import time
 from flextui.runtime.job import Prepared, execute
 from flextui.runtime.launch import Outcome, RunStatus
 from flextui.runtime.metrics import RankRecord
+from flextui.runtime.stepfigures import ModelWork, StepJoin
 from flextui.runtime.summary import RunSummary
 from flextui.session.jobs import BackgroundJob, JobState
 from flextui.session.launch_watch import LaunchView, LaunchWatch
@@ -34,7 +35,9 @@ class LiveLaunch(BackgroundJob):
         self._watch = LaunchWatch([d.name for d in cluster.devices],
                                   [d.spec.memory_bytes for d in cluster.devices],
                                   spec.graph.batch_size, spec.training.steps,
-                                  spec.training.warmup, prepared.simulated)
+                                  spec.training.warmup, prepared.simulated,
+                                  StepJoin(spec.num_ranks, ModelWork.of(spec, cluster),
+                                           spec.training))
         self._started = 0.0
         self.outcome: Outcome | None = None
         self.summary: RunSummary | None = None

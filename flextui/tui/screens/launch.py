@@ -1,11 +1,12 @@
 """The Launch screen: a strategy training for real (a ``LiveLaunch`` running torchrun off
-the UI thread), one line per device, the run against the simulator, and the ranks' own
-output. A timer polls the launch four times a second, so however often ranks report
-the screen redraws at most that often; histories and the log pane are bounded.
+the UI thread), one line per device, the run against the simulator, the loss of its
+steps as a chart beside the throughput, and the ranks' own output. A timer polls the
+launch four times a second, so however often ranks report the screen redraws at most
+that often; histories and the log pane are bounded.
 
 ``b`` runs data parallelism on the same devices once the run has ended (two runs at once
-would share the devices) and shows both runs' throughput side by side. It is prepared
-on a worker thread (over hosts, a preflight asks each of them), which the app quitting
+would share the devices) and shows both runs' throughput side by side. It is prepared on
+a worker thread (over hosts, a preflight asks each of them), which the app quitting
 stops."""
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
-from textual.containers import Vertical
+from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer, Header, RichLog, Static
 
 from flextui.fields import printable
@@ -27,6 +28,8 @@ from flextui.session.jobs import JobState
 from flextui.session.launch_watch import LOG_LINES, LaunchView
 from flextui.session.live_launch import LiveLaunch
 from flextui.tui.screens.keys import KeyScreen
+from flextui.tui.widgets.canvas import padded_range
+from flextui.tui.widgets.chart import Chart, ChartData, Series
 from flextui.tui.widgets.devices import DeviceTable
 from flextui.tui.widgets.stats import STATE_STYLES
 
@@ -34,6 +37,7 @@ if TYPE_CHECKING:
     from flextui.tui.app import FlextuiApp
 
 REFRESH_S = 0.25
+LOSS_STYLE = "bold yellow"
 
 
 def _ms(seconds: float | None) -> str:
@@ -49,7 +53,7 @@ def _duration(seconds: float | None) -> str:
 def launch_figures(view: LaunchView, label: str, baseline: LaunchView | None) -> Table:
     """The run's state and totals, measured against simulated, and the baseline's."""
     grid = Table.grid(padding=(0, 1))
-    grid.add_column(style="dim", no_wrap=True)
+    grid.add_column(style="dim", no_wrap=True, min_width=len("throughput"))
     grid.add_column(no_wrap=True, overflow="ellipsis")
     total = view.warmup + view.steps_asked
     grid.add_row("state", Text.assemble((view.state, STATE_STYLES[view.state]),
@@ -62,15 +66,28 @@ def launch_figures(view: LaunchView, label: str, baseline: LaunchView | None) ->
         f"{_ms(view.iteration_s)} measured, {_ms(view.simulated_iteration_s)} simulated ",
         (f"({error:+.0%})" if error is not None else "",
          "bold red" if error is not None and abs(error) > 0.25 else "dim")))
-    line = Text(f"{view.samples_per_s:,.0f} samples/s ({label})")
-    if baseline is not None:
+    grid.add_row("throughput", f"{view.samples_per_s:,.0f} samples/s ({label})")
+    if baseline is not None:   # a row of its own: the loss chart takes half the width
         ratio = (view.samples_per_s / baseline.samples_per_s
                  if baseline.samples_per_s else None)
-        line.append(f" · {baseline.samples_per_s:,.0f} (data parallel, {baseline.state})")
+        line = Text(f"{baseline.samples_per_s:,.0f} (data parallel, {baseline.state})")
         if ratio is not None:
             line.append(f" · {ratio:.2f}×", style="bold green" if ratio > 1 else "bold")
-    grid.add_row("throughput", line)
+        grid.add_row("baseline", line)
     return grid
+
+
+def loss_chart(view: LaunchView) -> ChartData:
+    """The loss of the run's steps (the ranks' shares summed), warm-up steps included;
+    its legend says the last."""
+    steps = [float(step) for step, _ in view.losses]
+    losses = [loss for _, loss in view.losses]
+    label = f"loss {losses[-1]:.5g} at step {steps[-1]:,.0f}" if losses else "loss"
+    return ChartData(series=(Series(label, steps, losses, LOSS_STYLE, "line", "━"),),
+                     x_range=(0.0, max(steps[-1] if steps else 1.0, 1.0)),
+                     y_range=padded_range(losses), x_format=lambda v: f"{v:,.0f}",
+                     y_format=lambda v: f"{v:.4g}", x_title="step",
+                     empty="no loss yet")
 
 
 class LaunchScreen(KeyScreen):
@@ -82,7 +99,9 @@ class LaunchScreen(KeyScreen):
     STARTS_WORK = frozenset({"baseline"})
     DEFAULT_CSS = """
     LaunchScreen #launch-top { height: auto; }
-    LaunchScreen #launch-figures { height: auto; }
+    LaunchScreen #launch-head { height: auto; }
+    LaunchScreen #launch-figures { height: auto; width: 3fr; }
+    LaunchScreen #launch-loss { height: 5; min-height: 5; width: 2fr; }
     LaunchScreen #launch-log { height: 1fr; min-height: 3; }
     """
     help_section = "launch"
@@ -103,7 +122,9 @@ class LaunchScreen(KeyScreen):
     def compose(self) -> ComposeResult:
         yield Header()
         with Vertical(id="launch-top", classes="panel"):
-            yield Static(id="launch-figures")
+            with Horizontal(id="launch-head"):
+                yield Static(id="launch-figures")
+                yield Chart(id="launch-loss")
             yield DeviceTable(id="launch-devices")
         yield RichLog(id="launch-log", classes="panel", max_lines=LOG_LINES, wrap=False,
                       markup=False)
@@ -124,6 +145,7 @@ class LaunchScreen(KeyScreen):
         baseline = self.baseline.view() if self.baseline is not None else None
         self.query_one("#launch-figures", Static).update(
             launch_figures(view, self.live.label, baseline))
+        self.query_one("#launch-loss", Chart).data = loss_chart(view)
         self.query_one(DeviceTable).show(view.devices, view.histories)
         new = view.line_count - self._lines_shown
         if new > 0:
