@@ -1,6 +1,6 @@
 """The plain PyTorch loop a launch on a model file's dataset() must equal: the model
 file run as a module, its module built under torch.manual_seed(seed) and trained in
-float64 with torch.optim.SGD on the items of each step in the documented order (per
+float64 with torch.optim.SGD (or the optimizer and schedule given) on the items of each step in the documented order (per
 epoch in order, or torch.randperm seeded seed + epoch), the cross-entropy of its
 logits and the items' labels; with ``eval_every`` N, after every N-th step the mean
 loss over the whole batches of dataset("val"), in order, without gradients. Nothing of
@@ -19,14 +19,18 @@ def batch_of(items):
 
 
 def plain_losses(path, steps, batch, *, seed=0, shuffle=False, lr=0.01, momentum=0.9,
-                 eval_every=0):
-    """Each step's loss, and with ``eval_every`` the validation losses by step (from 1)."""
+                 eval_every=0, optimizer=None, schedule=None):
+    """Each step's loss, and with ``eval_every`` the validation losses by step (from 1);
+    ``optimizer`` makes the torch optimizer of the parameters (default SGD with ``lr``
+    and ``momentum``), ``schedule`` is a LambdaLR's lambda (default none)."""
     namespace = runpy.run_path(str(path))
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         net = namespace["model"]()
     net = net.double()
-    sgd = torch.optim.SGD(net.parameters(), lr=lr, momentum=momentum)
+    sgd = optimizer(net.parameters()) if optimizer is not None else \
+        torch.optim.SGD(net.parameters(), lr=lr, momentum=momentum)
+    rates = torch.optim.lr_scheduler.LambdaLR(sgd, schedule) if schedule is not None else None
     data, val = namespace["dataset"]("train"), namespace["dataset"]("val")
     per_epoch = len(data) // batch
     losses, evaluations = [], {}
@@ -39,6 +43,8 @@ def plain_losses(path, steps, batch, *, seed=0, shuffle=False, lr=0.01, momentum
         sgd.zero_grad()
         loss.backward()
         sgd.step()
+        if rates is not None:
+            rates.step()
         losses.append(float(loss.detach()))
         if eval_every and (step + 1) % eval_every == 0:
             with torch.no_grad():
