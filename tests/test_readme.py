@@ -78,13 +78,24 @@ def command_lines(text: str) -> Iterator[str]:
     prompt in any block (a block without one shows output, which may start with the
     word)."""
     for block in blocks(text):
-        for line in block.text.splitlines():
+        for line in _joined(block.text.splitlines()):
             if line.startswith("$ "):
                 line = line[2:]
             elif block.lang != "sh":
                 continue
             if line == "flextui" or line.startswith("flextui "):
                 yield line
+
+
+def _joined(lines: list[str]) -> Iterator[str]:
+    """The lines, a line ending in a backslash joined with the next (a long command)."""
+    held = ""
+    for line in lines:
+        if line.endswith("\\"):
+            held += line[:-1] + " "
+        else:
+            yield held + line.strip() if held else line
+            held = ""
 
 
 WITH_COMMANDS = [doc for doc in DOCS if any(command_lines(doc.read_text()))]
