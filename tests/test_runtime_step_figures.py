@@ -14,7 +14,6 @@ import torch
 
 from flextui.cli import main
 from flextui.machine import load_named_cluster
-from flextui.runtime.engine import Optimizer
 from flextui.runtime.metrics import (
     MAX_LOSSES,
     RecordError,
@@ -56,7 +55,7 @@ def referee(log, steps, dtype=torch.float64):
     spec = log.header.spec
     t = spec.training
     return train_whole(spec.graph, steps, seed=t.seed, dtype=dtype,
-                       optimizer=Optimizer(t.lr, t.momentum), strategy=spec.strategy).losses
+                       optimizer=t.update, strategy=spec.strategy).losses
 
 
 @pytest.mark.slow

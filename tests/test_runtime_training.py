@@ -52,13 +52,13 @@ def warmup_linear(warmup, total):
 
 UPDATES = {
     "adamw-cosine-clip": (
-        Optimizer(OptimizerKind.ADAMW, lr=0.02, betas=(0.8, 0.99), eps=1e-7, weight_decay=0.1,
+        Optimizer(kind=OptimizerKind.ADAMW, lr=0.02, betas=(0.8, 0.99), eps=1e-7, weight_decay=0.1,
                   schedule=LrSchedule.COSINE, warmup_steps=1, total_steps=4, grad_clip=0.05),
         lambda ps: torch.optim.AdamW(ps, lr=0.02, betas=(0.8, 0.99), eps=1e-7,
                                      weight_decay=0.1),
         warmup_cosine(1, 4), 0.05),
     "sgd-linear-decay": (
-        Optimizer(OptimizerKind.SGD, lr=0.05, momentum=0.8, weight_decay=0.01,
+        Optimizer(kind=OptimizerKind.SGD, lr=0.05, momentum=0.8, weight_decay=0.01,
                   schedule=LrSchedule.LINEAR, warmup_steps=2, total_steps=4),
         lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.8, weight_decay=0.01),
         warmup_linear(2, 4), None),
@@ -217,7 +217,8 @@ def test_a_two_rank_adamw_launch_trains_as_torchs_own_loop(tmp_path):
     run = read_run_log(log)
     spec = run.header.spec
     assert spec.training.update == Optimizer(
-        OptimizerKind.ADAMW, 0.01, 0.9, 0.05, (0.85, 0.98), 1e-8, LrSchedule.COSINE, 1, 5, 0.5)
+        kind=OptimizerKind.ADAMW, lr=0.01, momentum=0.9, weight_decay=0.05, betas=(0.85, 0.98),
+        eps=1e-8, schedule=LrSchedule.COSINE, warmup_steps=1, total_steps=5, grad_clip=0.5)
     plan = compile_plan(spec.graph, spec.strategy, 2)
     assert plan.syncs and any(len(boxes) == 2 and len(set(boxes.values())) == 2
                               for boxes in plan.param_boxes.values())  # replicas and shards

@@ -38,7 +38,7 @@ class LrSchedule(StrEnum):
     LINEAR = "linear"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Optimizer:
     """The update of every step of a run of ``total_steps`` steps; every value checked
     when it is made (a FieldError names the field as its command-line flag does)."""

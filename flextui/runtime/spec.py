@@ -95,9 +95,10 @@ class Training:
     @property
     def update(self) -> Optimizer:
         """The ranks' update at every step, over the run's ``warmup + steps`` steps."""
-        return Optimizer(self.optimizer, self.lr, self.momentum, self.weight_decay,
-                         self.betas, self.eps, self.lr_schedule, self.warmup_steps,
-                         self.warmup + self.steps, self.grad_clip)
+        return Optimizer(kind=self.optimizer, lr=self.lr, momentum=self.momentum,
+                         weight_decay=self.weight_decay, betas=self.betas, eps=self.eps,
+                         schedule=self.lr_schedule, warmup_steps=self.warmup_steps,
+                         total_steps=self.warmup + self.steps, grad_clip=self.grad_clip)
 
 
 def lr_at(training: Training, step: int) -> float:
