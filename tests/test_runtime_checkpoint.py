@@ -16,7 +16,7 @@ import torch
 from flextui.graph.library import load_model
 from flextui.machine import load_named_cluster
 from flextui.runtime.checkpoint import whole_weights
-from flextui.runtime.checkpointing import META, newest
+from flextui.runtime.checkpointing import META, CheckpointMeta, newest
 from flextui.runtime.metrics import Start
 from flextui.runtime.runlog import read_run_log
 from flextui.strategy.builtins import random_strategy
@@ -114,3 +114,15 @@ def test_a_missing_damaged_or_other_strategys_checkpoint_is_refused(tmp_path):
     (saved / "step-00000002" / META).write_bytes(b"\x93 not a checkpoint")
     proc = launch(tmp_path, "damaged", "--steps", "2", "--resume", str(saved))
     assert proc.returncode == 2 and "damaged" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_step_folder_without_its_metadata_is_half_written_and_not_taken(tmp_path):
+    whole = tmp_path / "step-00000002"
+    whole.mkdir()
+    CheckpointMeta(2, 2, 0, "float32", "g", "s", {"w": (2,)}, {"w": "0.weight"},
+                   {"w": {0: ((0, 2),)}}).write(whole)
+    half = tmp_path / "step-00000004"  # its shards written, the ranks stopped before META
+    half.mkdir()
+    (half / "__0_0.distcp").write_bytes(b"shards")
+    folder, meta = newest(tmp_path)
+    assert folder == whole and meta.step == 2 and meta.boxes == {"w": {0: ((0, 2),)}}
