@@ -16,9 +16,10 @@ import torch
 from flextui.graph.library import load_model
 from flextui.machine import load_named_cluster
 from flextui.runtime.checkpoint import whole_weights
-from flextui.runtime.checkpointing import META, CheckpointMeta, newest
+from flextui.runtime.checkpointing import META, Checkpointing, CheckpointMeta, newest
 from flextui.runtime.metrics import Start
 from flextui.runtime.runlog import read_run_log
+from flextui.runtime.spec import LaunchSpec, Training, lr_at
 from flextui.strategy.builtins import random_strategy
 from flextui.strategy.file import save_strategy
 from helpers import HANG_S
@@ -126,3 +127,13 @@ def test_a_step_folder_without_its_metadata_is_half_written_and_not_taken(tmp_pa
     (half / "__0_0.distcp").write_bytes(b"shards")
     folder, meta = newest(tmp_path)
     assert folder == whole and meta.step == 2 and meta.boxes == {"w": {0: ((0, 2),)}}
+
+
+def test_the_checkpointing_travels_in_the_plan_and_the_schedule_goes_on_from_its_step():
+    graph, cluster = load_model(str(MODEL)), load_named_cluster("local-cpu-2")
+    saving = Checkpointing("/ckpt", 5, "/ckpt", start=5)
+    training = Training(steps=5, warmup=0, lr=0.1, warmup_steps=8, checkpoint=saving)
+    spec = LaunchSpec(graph, random_strategy(graph, cluster, seed=3), 2, training)
+    assert LaunchSpec.decode(spec.encode(), "plan").training == training
+    assert [lr_at(training, k) for k in range(5)] == pytest.approx(
+        [0.1 * k / 8 for k in range(5, 8)] + [0.1, 0.1])
