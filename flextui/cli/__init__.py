@@ -58,6 +58,8 @@ COMMANDS: dict[str, Command] = {
                     "flextui.cli.runs:add_arguments"),
     "export": Command("write a strategy as a PyTorch DeviceMesh plan for your own training "
                       "loop", "flextui.cli.export:add_arguments"),
+    "export-weights": Command("write a launch's checkpoint as a plain state_dict of your "
+                              "module", "flextui.cli.export_weights:add_arguments"),
 }
 
 

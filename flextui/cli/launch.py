@@ -79,6 +79,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eval-every", type=int, default=0, metavar="N",
                    help="after every N steps, the mean loss over the model file's "
                    "dataset(\"val\") (forward only; default 0: never)")
+    p.add_argument("--save", metavar="DIR",
+                   help="save a checkpoint into DIR/step-N every --save-every N steps")
+    p.add_argument("--save-every", type=int, default=0, metavar="N",
+                   help="steps between checkpoints (with --save)")
+    p.add_argument("--resume", metavar="DIR",
+                   help="go on from the newest checkpoint in DIR (same model, strategy, "
+                        "--seed and --precision; --steps more steps)")
     p.add_argument("--backend", choices=("nccl", "gloo"),
                    help="default: nccl with GPUs, gloo without")
     p.add_argument("--port", type=int, help="rendezvous port on localhost, or on the first host "
@@ -119,6 +126,7 @@ def cmd_launch(args: argparse.Namespace, console: Console) -> int:
     from dataclasses import replace
 
     from flextui.runtime import job
+    from flextui.runtime.checkpointing import asked as checkpoints_asked
     from flextui.runtime.data import check_dataset, data_feed
     from flextui.runtime.launch import RunStatus
     from flextui.runtime.nodes import PreflightStopped
@@ -131,6 +139,9 @@ def cmd_launch(args: argparse.Namespace, console: Console) -> int:
                                                 args.eval_every, args.data))
     cluster = _cluster(args, training, target.hosts)
     strategy = launch_strategy(args.strategy, graph, cluster)
+    training = replace(training, checkpoint=checkpoints_asked(
+        args.save, args.save_every, args.resume, graph, strategy, cluster.num_devices,
+        training.seed, str(training.dtype)))
     backend = job.choose_backend(cluster, args.backend, on_hosts=not target.local)
     training = replace(training, backend=backend)
     cost_model = load_cost_model(args, graph, cluster, training=True)
@@ -152,6 +163,9 @@ def cmd_launch(args: argparse.Namespace, console: Console) -> int:
                                                     step_log=Path(args.log_dir)))
     prepared = request.prepared
     if args.check:
+        if args.resume:
+            raise FlextuiError("--check trains its referee from the start: launch --check "
+                               "without --resume")
         small = _check_graph(args, graph, strategy)
         prepared = job.as_check(prepared, small)
     check_dataset(prepared.spec)
@@ -215,7 +229,8 @@ def _asked(args: argparse.Namespace):
 
     form = FormFields()
     try:
-        for flag in ("cluster", "run_log", "hostfile", "remote_python", "data", "log_dir"):
+        for flag in ("cluster", "run_log", "hostfile", "remote_python", "data", "log_dir",
+                     "save", "resume"):
             if getattr(args, flag) is not None:
                 form.path(getattr(args, flag), flag)
         if args.strategy not in BUILTIN_STRATEGIES:

@@ -275,10 +275,12 @@ class ItemOrder:
         generator = torch.Generator().manual_seed(self.seed + epoch)
         return torch.randperm(self.length, generator=generator)
 
-    def batches(self, steps: int, positions: Sequence[int]) -> Iterator[list[int]]:
-        """Per step of ``steps``, the items at ``positions`` of its global batch."""
+    def batches(self, steps: int, positions: Sequence[int], first: int = 0
+                ) -> Iterator[list[int]]:
+        """Per step from ``first`` to ``steps`` (excluded), the items at ``positions``
+        of its global batch."""
         order, epoch = torch.arange(0), -1
-        for step in range(steps):
+        for step in range(first, steps):
             at, k = divmod(step, self.steps_per_epoch)
             if at != epoch:
                 order, epoch = self.epoch(at), at
@@ -311,7 +313,8 @@ def check_dataset(spec: LaunchSpec) -> None:
     training = spec.training
     if training.data.source == DataSource.SYNTHETIC:
         return
-    opening = [opened(spec.graph, training, training.warmup + training.steps)]
+    opening = [opened(spec.graph, training,
+                      training.checkpoint.start + training.warmup + training.steps)]
     if training.data.eval_every:
         opening.append(opened(spec.graph, training, None, VAL))
     for data, order in opening:
@@ -346,33 +349,34 @@ def _collate(items: list[tuple[torch.Tensor, ...] | Bad]) -> tuple[torch.Tensor,
 class _Batches:
     """The DataLoader's batch sampler: per step, the items at ``positions``."""
 
-    def __init__(self, order: ItemOrder, steps: int, positions: Sequence[int]) -> None:
-        self.order, self.steps, self.positions = order, steps, positions
+    def __init__(self, order: ItemOrder, steps: int, positions: Sequence[int], first: int
+                 ) -> None:
+        self.order, self.steps, self.positions, self.first = order, steps, positions, first
 
     def __len__(self) -> int:
-        return self.steps
+        return self.steps - self.first
 
     def __iter__(self) -> Iterator[list[int]]:
-        return self.order.batches(self.steps, self.positions)
+        return self.order.batches(self.steps, self.positions, self.first)
 
 
 class DatasetFeed:
     """The rows of the data inputs one process reads, step after step: the items at
-    ``positions`` of each step's global batch, for ``steps`` steps; ``block`` gives a
-    task's block of a data input (steps in order)."""
+    ``positions`` of each step's global batch, from step ``first`` (a resumed run's) to
+    ``steps``; ``block`` gives a task's block of a data input (steps in order)."""
 
     def __init__(self, data: UserDataset, order: ItemOrder, positions: Sequence[int],
-                 steps: int, dtype: torch.dtype, device: torch.device, workers: int = 0
-                 ) -> None:
+                 steps: int, dtype: torch.dtype, device: torch.device, workers: int = 0,
+                 first: int = 0) -> None:
         self.fields = {f.op: f for f in data.fields}
         self.row = {p: i for i, p in enumerate(positions)}
         self.dtype, self.device, self.steps = dtype, device, steps
-        loader = DataLoader(_Items(data), batch_sampler=_Batches(order, steps, positions),
+        loader = DataLoader(_Items(data), batch_sampler=_Batches(order, steps, positions, first),
                             num_workers=workers, collate_fn=_collate,
                             pin_memory=device.type == "cuda",
                             multiprocessing_context="fork" if workers else None)
         self._batches: Iterator[tuple[torch.Tensor, ...] | Bad] = iter(loader)
-        self._step = -1
+        self._step = first - 1
         self._rows: tuple[torch.Tensor, ...] = ()
 
     def feeds(self, op: Op) -> bool:
@@ -404,9 +408,11 @@ def rank_feed(spec: LaunchSpec, plan: Plan, rank: int, dtype: torch.dtype,
     training = spec.training
     if training.data.source == DataSource.SYNTHETIC:
         return None
-    steps = training.warmup + training.steps
+    first = training.checkpoint.start
+    steps = first + training.warmup + training.steps
     data, order = opened(spec.graph, training, steps)
-    return _ranks_share(data, order, plan, rank, steps, dtype, device, training.data.workers)
+    return _ranks_share(data, order, plan, rank, steps, dtype, device, training.data.workers,
+                        first)
 
 
 def evaluation_feed(spec: LaunchSpec, plan: Plan, rank: int, dtype: torch.dtype,
@@ -420,7 +426,8 @@ def evaluation_feed(spec: LaunchSpec, plan: Plan, rank: int, dtype: torch.dtype,
 
 
 def _ranks_share(data: UserDataset, order: ItemOrder, plan: Plan, rank: int, steps: int,
-                 dtype: torch.dtype, device: torch.device, workers: int) -> DatasetFeed | None:
+                 dtype: torch.dtype, device: torch.device, workers: int, first: int = 0
+                 ) -> DatasetFeed | None:
     """The feed of ``rank``'s items: the sample ranges of its tasks' blocks of the data
     inputs (None when it has no such task)."""
     ops = plan.graph.ops
@@ -431,7 +438,7 @@ def _ranks_share(data: UserDataset, order: ItemOrder, plan: Plan, rank: int, ste
             positions.update(range(*op.output_regions(plan.region(op, k))[0][0]))
     if not positions:
         return None
-    return DatasetFeed(data, order, sorted(positions), steps, dtype, device, workers)
+    return DatasetFeed(data, order, sorted(positions), steps, dtype, device, workers, first)
 
 
 def whole_feed(graph: OpGraph, training: Training, steps: int,

@@ -20,6 +20,7 @@ from flextui.fields import FieldReader, FormFields
 from flextui.graph import OpGraph, graph_from_dict
 from flextui.graph.model_source import ModelSource
 from flextui.limits import read_file
+from flextui.runtime.checkpointing import Checkpointing
 from flextui.runtime.datafeed import DataFeed
 from flextui.runtime.optimizer import LrSchedule, Optimizer, OptimizerKind
 from flextui.strategy import ParallelConfig, Strategy
@@ -61,7 +62,8 @@ class Training:
     all of it ``update``. With ``check`` the ranks compare their result with one
     process's afterwards; with ``record_tasks`` they time every task and report the
     times (``tasks`` records); ``data`` is what they train on (data made from the seed,
-    the model file's dataset or a token file)."""
+    the model file's dataset or a token file); ``checkpoint`` where they save and from
+    which step they resume (the schedule's horizon counts the steps before it)."""
 
     steps: int = 20
     warmup: int = 2
@@ -80,6 +82,7 @@ class Training:
     warmup_steps: int = 0
     grad_clip: float | None = None
     data: DataFeed = field(default_factory=DataFeed)
+    checkpoint: Checkpointing = field(default_factory=Checkpointing)
 
     def __post_init__(self) -> None:
         """Every number in range (a FieldError names the field, ``--steps`` on the command
@@ -94,16 +97,19 @@ class Training:
 
     @property
     def update(self) -> Optimizer:
-        """The ranks' update at every step, over the run's ``warmup + steps`` steps."""
+        """The ranks' update at every step, over the run's ``warmup + steps`` steps (after
+        the steps of the checkpoint it resumes from)."""
         return Optimizer(kind=self.optimizer, lr=self.lr, momentum=self.momentum,
                          weight_decay=self.weight_decay, betas=self.betas, eps=self.eps,
                          schedule=self.lr_schedule, warmup_steps=self.warmup_steps,
-                         total_steps=self.warmup + self.steps, grad_clip=self.grad_clip)
+                         total_steps=self.checkpoint.start + self.warmup + self.steps,
+                         grad_clip=self.grad_clip)
 
 
 def lr_at(training: Training, step: int) -> float:
-    """The learning rate step ``step`` (from 0, warm-up steps counted) updates with."""
-    return training.update.lr_at(step)
+    """The learning rate step ``step`` of the launch (from 0, warm-up steps counted;
+    a resumed launch's steps go on from its checkpoint's) updates with."""
+    return training.update.lr_at(training.checkpoint.start + step)
 
 
 @dataclass(frozen=True)
@@ -129,7 +135,8 @@ class LaunchSpec:
                              "weight_decay": t.weight_decay, "betas": list(t.betas),
                              "eps": t.eps, "lr_schedule": str(t.lr_schedule),
                              "warmup_steps": t.warmup_steps, "grad_clip": t.grad_clip,
-                             "data": t.data.to_dict()},
+                             "data": t.data.to_dict(),
+                             "checkpoint": t.checkpoint.to_dict()},
                 "model": None if source is None else source.to_dict(code=code)}
 
     def encode(self) -> bytes:
@@ -198,7 +205,7 @@ def _training(f: FieldReader, value: object) -> Training:
     """``to_dict``'s training, every field checked (the update's may be missing: the
     defaults, what the runs of older logs did)."""
     t = f.mapping(value, "training")
-    f.check_keys(t, (*_TRAINING_KEYS, *_UPDATE_KEYS, "data"), "training")
+    f.check_keys(t, (*_TRAINING_KEYS, *_UPDATE_KEYS, "data", "checkpoint"), "training")
     f.exact_keys({k: v for k, v in t.items() if k in _TRAINING_KEYS}, _TRAINING_KEYS,
                  "training")
     given = {k: t[k] for k in _UPDATE_KEYS if k in t}
@@ -219,6 +226,8 @@ def _training(f: FieldReader, value: object) -> Training:
         given["warmup_steps"] = f.integer(given["warmup_steps"], "warmup_steps", 0)
     if "data" in t:  # a run log written before launches read datasets has none
         given["data"] = DataFeed.from_dict(t["data"], f)
+    if "checkpoint" in t:  # nor one written before launches saved
+        given["checkpoint"] = Checkpointing.from_dict(t["checkpoint"], f)
     try:
         return Training(
             f.integer(t["steps"], "steps", 1), f.integer(t["warmup"], "warmup", 0),

@@ -39,6 +39,7 @@ from torch.distributed.elastic.multiprocessing.errors import record
 from flextui.cost.localdevice import cpu_name
 from flextui.graph.kernels.whole import relative_error
 from flextui.graph.region import within
+from flextui.runtime import checkpoint
 from flextui.runtime.comm import Comm
 from flextui.runtime.data import DataError, evaluation_feed, rank_feed, whole_feed
 from flextui.runtime.engine import RankProgram
@@ -112,6 +113,10 @@ def _run(spec: LaunchSpec, rank: int, device: torch.device) -> int:
     program = RankProgram(plan, rank, comm, seed=training.seed, dtype=dtype,
                           optimizer=training.update, record_tasks=training.record_tasks,
                           data=rank_feed(spec, plan, rank, dtype, device))
+    saving = training.checkpoint
+    first = saving.start  # the steps a resumed run did before
+    if saving.resume:
+        checkpoint.resume(spec, program)
     task_times = TaskTimes(program.task_counts())
     reporter = Reporter(rank, _print, _memory(device), _utilisation(device))
     reporter.emit(Start(rank, os.getpid(), socket.gethostname(), str(device),
@@ -122,7 +127,7 @@ def _run(spec: LaunchSpec, rank: int, device: torch.device) -> int:
     for step in range(total):
         if fault == (rank, step):
             raise RuntimeError(f"rank {rank} fails at step {step}, as {RANK_FAULT} asks")
-        result = program.step(step)
+        result = program.step(first + step)
         losses.append(result.loss_share)
         if step >= training.warmup:
             task_times.add(result.task_s)
@@ -133,6 +138,8 @@ def _run(spec: LaunchSpec, rank: int, device: torch.device) -> int:
         if not finite:
             raise FloatingPointError(f"the loss became {result.loss_share} at step {step + 1} "
                                      f"of {total}; a smaller learning rate may keep it finite")
+        if saving.every and (first + step + 1) % saving.every == 0:
+            checkpoint.save(spec, program, first + step + 1)
         every = training.data.eval_every
         if every and (step + 1) % every == 0:  # the validation split, forward only
             reporter.emit(Evaluated(rank, step, program.evaluate(
