@@ -219,10 +219,9 @@ REFUSED = {
     "fewer items than a batch": (
         "Dataset", 3, "(torch.zeros(1, 4, 4), 0)", (),
         "dataset('train') has 3 items, fewer than one batch of 4"),
-    "steps past its end": (
-        "Dataset", 9, "(torch.zeros(1, 4, 4), 0)", ("--steps", "2", "--warmup", "1"),
-        "has 9 items, 2 steps of batch 4; the launch takes 3 steps (warm-up included), past "
-        "its end"),
+    "epochs that are all warm-up": (
+        "Dataset", 9, "(torch.zeros(1, 4, 4), 0)", ("--epochs", "1", "--warmup", "2"),
+        "--epochs 1 is 2 steps of batch 4, no more than --warmup 2"),
     "an iterable dataset": (
         "IterableDataset", 8, "None", (),
         "dataset('train') returned Items, not a map-style Dataset"),
@@ -235,8 +234,9 @@ def test_a_dataset_that_does_not_fit_is_refused_before_any_rank_starts(case, tmp
     path = tmp_path / "small.py"
     path.write_text(SMALL.format(base=base, length=length, item=item))
     log = tmp_path / "run.ffrun"
+    span = () if "--epochs" in args else ("--steps", "1")
     code = main(["launch", "-m", str(path), "--nproc-per-node", "2", "--run-log", str(log),
-                 "--steps", "1", "--warmup", "0", *args])
+                 *span, "--warmup", "0", *args])
     err = " ".join(capsys.readouterr().err.split())
     assert code == 2 and said in err and "Traceback" not in err, err
     assert not log.exists()  # no rank started
@@ -354,3 +354,34 @@ def test_a_token_file_is_refused_for_what_it_cannot_feed(tmp_path, capsys):
                     ["launch", "-m", model, "--data", str(tmp_path / data), "--steps", "1"])
         err = " ".join(capsys.readouterr().err.split())
         assert code == 2 and said in err and "Traceback" not in err, err
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("gloo")
+def test_epochs_go_on_in_each_epochs_own_order_as_a_plain_loop(tmp_path):
+    """--epochs 2 over 40 items of batch 8: 10 steps, the warm-up among them, the second
+    epoch in its own permutation; every step's loss as a plain loop's (float64)."""
+    proc, _ = launch(tmp_path, "--epochs", "2", "--warmup", "1", "--shuffle", "--precision",
+                     "fp64", "--strategy", "random", "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout
+    rows = json.loads(proc.stdout)["per_step"]
+    assert [row["step"] for row in rows] == list(range(10))
+    assert [row["loss"] for row in rows] == pytest.approx(
+        plain_losses(DIGITS, 10, 8, shuffle=True), rel=1e-9)
+
+
+@pytest.mark.parametrize("args, said", [
+    (["-m", "mlp", "--epochs", "2"], "--epochs counts passes over your data"),
+    (["-m", str(DIGITS), "--epochs", "0"], "--epochs"),
+    (["-m", str(DIGITS), "--epochs", "2", "--steps", "3"], "not allowed with argument"),
+])
+def test_epochs_are_refused_without_data_or_beside_steps(args, said, tmp_path, capsys):
+    try:
+        code = main(["launch", *args, "--nproc-per-node", "2", "--run-log",
+                     str(tmp_path / "run.ffrun")])
+    except SystemExit as stopped:  # argparse's refusal of two exclusive options
+        code = stopped.code
+    assert code == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert said in err and "Traceback" not in err, err
+    assert not (tmp_path / "run.ffrun").exists()

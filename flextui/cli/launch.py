@@ -61,7 +61,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nproc-per-node", type=int, metavar="N",
                    help="CPU processes to launch when there is no GPU (default: what the "
                    "strategy file was made for, else 2)")
-    p.add_argument("--steps", type=int, default=20, help="timed steps (default 20)")
+    span = p.add_mutually_exclusive_group()
+    span.add_argument("--steps", type=int, default=20, help="timed steps (default 20)")
+    span.add_argument("--epochs", type=int, metavar="N",
+                      help="instead of --steps: N passes over the model file's dataset() or "
+                      "--data, the --warmup steps among them")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps first (default 2)")
     p.add_argument("--seed", type=int, default=0, help="seed of parameters and data")
     p.add_argument("--lr", type=float, default=0.01,
@@ -127,7 +131,7 @@ def cmd_launch(args: argparse.Namespace, console: Console) -> int:
 
     from flextui.runtime import job
     from flextui.runtime.checkpointing import asked as checkpoints_asked
-    from flextui.runtime.data import check_dataset, data_feed
+    from flextui.runtime.data import check_dataset, data_feed, epochs_steps
     from flextui.runtime.launch import RunStatus
     from flextui.runtime.nodes import PreflightStopped
     from flextui.session.launching import launch_request, launch_strategy
@@ -137,6 +141,8 @@ def cmd_launch(args: argparse.Namespace, console: Console) -> int:
     graph = load_graph(args)
     training = replace(training, data=data_feed(graph, args.shuffle, args.data_workers,
                                                 args.eval_every, args.data))
+    if args.epochs is not None:
+        training = replace(training, steps=epochs_steps(graph, training, args.epochs))
     cluster = _cluster(args, training, target.hosts)
     strategy = launch_strategy(args.strategy, graph, cluster)
     training = replace(training, checkpoint=checkpoints_asked(
@@ -239,6 +245,8 @@ def _asked(args: argparse.Namespace):
             parse_whole("nproc_per_node", args.nproc_per_node, 1, RANKS_PER_HOST.value)
         form.integer(args.data_workers, "data_workers", 0, MAX_DATA_WORKERS)
         form.integer(args.eval_every, "eval_every", 0)
+        if args.epochs is not None:
+            form.integer(args.epochs, "epochs", 1)
         training = Training(steps=args.steps, warmup=args.warmup, seed=args.seed, lr=args.lr,
                             check=args.check, record_tasks=args.record_profile,
                             **_update_asked(args))

@@ -287,11 +287,11 @@ class ItemOrder:
             yield [int(order[k * self.batch + p]) for p in positions]
 
 
-def opened(graph: OpGraph, training: Training, steps: int | None, split: str = SPLIT
+def opened(graph: OpGraph, training: Training, split: str = SPLIT
            ) -> tuple[UserDataset, ItemOrder]:
-    """The dataset's ``split`` and its order (the validation split's in order), for
-    ``steps`` steps of ``graph``'s batch (None: one epoch); DataError when it holds less
-    than one batch or fewer batches than ``steps``."""
+    """The dataset's ``split`` and its order (the validation split's in order); DataError
+    when it holds less than one batch of ``graph``'s. Steps past an epoch's last whole
+    batch go on in the next epoch's order."""
     data = UserDataset(graph, split, training.data.path)
     batch = graph.batch_size
     order = ItemOrder(data.length, batch, training.data.shuffle and split == SPLIT,
@@ -299,11 +299,23 @@ def opened(graph: OpGraph, training: Training, steps: int | None, split: str = S
     if data.length < batch:
         raise DataError(f"{data.what} has {data.length:,} items, fewer than one batch of "
                         f"{batch:,}: give more items, or a smaller --batch-size")
-    if steps is not None and steps > order.steps_per_epoch:
-        raise DataError(f"{data.what} has {data.length:,} items, {order.steps_per_epoch:,} "
-                        f"steps of batch {batch:,}; the launch takes {steps:,} steps (warm-up "
-                        "included), past its end: give fewer --steps or --warmup")
     return data, order
+
+
+def epochs_steps(graph: OpGraph, training: Training, epochs: int) -> int:
+    """``--epochs``: the timed steps of ``epochs`` passes over the training data, the
+    warm-up steps counted among them; DataError without a dataset or token file, or when
+    the warm-up takes every step."""
+    if training.data.source == DataSource.SYNTHETIC:
+        raise DataError("--epochs counts passes over your data: give the model file a "
+                        "dataset() or pass --data, or give --steps")
+    _, order = opened(graph, training)
+    total = epochs * order.steps_per_epoch
+    if total <= training.warmup:
+        raise DataError(f"--epochs {epochs} is {total:,} steps of batch {order.batch:,}, "
+                        f"no more than --warmup {training.warmup}: give more epochs or a "
+                        "smaller --warmup")
+    return total - training.warmup
 
 
 def check_dataset(spec: LaunchSpec) -> None:
@@ -313,10 +325,9 @@ def check_dataset(spec: LaunchSpec) -> None:
     training = spec.training
     if training.data.source == DataSource.SYNTHETIC:
         return
-    opening = [opened(spec.graph, training,
-                      training.checkpoint.start + training.warmup + training.steps)]
+    opening = [opened(spec.graph, training)]
     if training.data.eval_every:
-        opening.append(opened(spec.graph, training, None, VAL))
+        opening.append(opened(spec.graph, training, VAL))
     for data, order in opening:
         for index in next(order.batches(1, range(order.batch))):
             item = data.item(index)
@@ -410,7 +421,7 @@ def rank_feed(spec: LaunchSpec, plan: Plan, rank: int, dtype: torch.dtype,
         return None
     first = training.checkpoint.start
     steps = first + training.warmup + training.steps
-    data, order = opened(spec.graph, training, steps)
+    data, order = opened(spec.graph, training)
     return _ranks_share(data, order, plan, rank, steps, dtype, device, training.data.workers,
                         first)
 
@@ -419,7 +430,7 @@ def evaluation_feed(spec: LaunchSpec, plan: Plan, rank: int, dtype: torch.dtype,
                     device: torch.device) -> tuple[DatasetFeed | None, int]:
     """One pass over the validation split: what ``rank`` reads of it (None: nothing)
     and how many batches it is."""
-    data, order = opened(spec.graph, spec.training, None, VAL)
+    data, order = opened(spec.graph, spec.training, VAL)
     batches = order.steps_per_epoch
     return _ranks_share(data, order, plan, rank, batches, dtype, device,
                         spec.training.data.workers), batches
@@ -447,5 +458,5 @@ def whole_feed(graph: OpGraph, training: Training, steps: int,
     the synthetic data)."""
     if training.data.source == DataSource.SYNTHETIC:
         return None
-    data, order = opened(graph, training, steps)
+    data, order = opened(graph, training)
     return DatasetFeed(data, order, range(order.batch), steps, dtype, torch.device("cpu"))
