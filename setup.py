@@ -1,4 +1,4 @@
-"""Finds the packages and builds the simulator's C event loop; all other metadata is in
+"""Finds the packages and builds the simulator's C task store (csrc/); all other metadata is in
 pyproject.toml.
 
 The extension is optional: without a C compiler the install still succeeds and the
@@ -11,5 +11,6 @@ TOP_LEVEL = ["flextui.library", "flextui.library.models", "flextui.library.clust
              "flextui.profiles"]
 
 setup(packages=find_packages(include=["flextui", "flextui.*"]) + TOP_LEVEL,
-      ext_modules=[Extension("flextui.sim._ctaskstore", ["flextui/sim/_ctaskstore.c"],
-                             optional=True)])
+      ext_modules=[Extension("flextui.sim._ctaskstore",
+                             [f"flextui/sim/csrc/{name}.c" for name in ("store", "build", "loop")],
+                             depends=["flextui/sim/csrc/store.h"], optional=True)])

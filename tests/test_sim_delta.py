@@ -87,8 +87,7 @@ def test_reject_restores_the_previous_timeline_exactly():
     assert signature(delta.timeline()) == before and delta.cost == before_cost
 
 
-LATE_STAGE_SAYS = {"graph edit": "task graph's edit", "ready times": "ready times",
-                   "event loop": "simulation"}
+LATE_STAGE_SAYS = {"graph edit": "task graph's edit", "event loop": "simulation"}
 
 
 @pytest.mark.parametrize("where_late", list(LATE_STAGE_SAYS))
@@ -99,10 +98,8 @@ def test_a_proposal_past_its_deadline_is_abandoned_leaving_the_simulator_as_it_w
     before_cost = delta.reset(builtin_strategy("data-parallel", graph, where))
     before, strategy = signature(delta.timeline()), delta.strategy
     # each stage before the late one keeps no clock, so the late one must notice
-    if where_late in ("ready times", "event loop"):
-        monkeypatch.setattr("flextui.sim.taskgraph.check_deadline", lambda deadline, what: None)
     if where_late == "event loop":
-        monkeypatch.setattr("flextui.sim.delta.check_deadline", lambda deadline, what: None)
+        monkeypatch.setattr("flextui.sim.taskgraph.check_deadline", lambda deadline, what: None)
     rng = random.Random(4)
     for op in graph.ops[1:]:
         with pytest.raises(TimeoutError, match=LATE_STAGE_SAYS[where_late]):

@@ -144,7 +144,7 @@ def _check_invariants(sim, strategy):
         assert t.end[task] == pytest.approx(t.start[task] + tg.store.duration_of(task))
         for p in tg.store.preds(task):
             assert t.ready[task] >= t.end[p]
-        for r in tg.resources[task]:
+        for r in tg.resources(task):
             by_resource.setdefault(r, []).append((t.start[task], t.end[task]))
     for spans in by_resource.values():
         spans.sort()

@@ -3,6 +3,7 @@ edges and bit-identical times), on hand-made graphs and through delta simulation
 
 import itertools
 import random
+from array import array
 
 import pytest
 
@@ -12,6 +13,7 @@ from flextui.sim.schedule import Times
 from flextui.sim.taskstore import PyTaskStore
 from flextui.strategy import builtin_strategy, random_config
 from helpers import cluster, model
+from test_sim_host_comm import host_and_not
 
 needs_c = pytest.mark.skipif(taskstore.CTaskStore is None,
                              reason="the C task store was not built (no C compiler)")
@@ -49,11 +51,10 @@ def test_ids_are_reused_last_freed_first_and_edges_follow(store_type):
     assert not store.alive(ids[1])
     store.attach([ids[1]])
     assert store.succs(ids[0]) == [ids[1]] and store.alive(ids[1])
-    store.remove(ids[2])
-    store.remove(ids[3])
+    store.remove([ids[2], ids[3]])
     assert store.succs(ids[1]) == []
     assert store.add((0,), 1.0, ()) == ids[3] and store.add((0,), 1.0, ()) == ids[2]
-    assert store.live_ids() == ids and store.duration_of(ids[0]) == 1.0
+    assert list(store.live_ids()) == ids and store.duration_of(ids[0]) == 1.0
 
 
 @pytest.mark.parametrize("store_type", STORES)
@@ -67,12 +68,12 @@ def test_bad_input_is_an_error_not_a_crash(store_type):
     b = store.add((1,), 1.0, (1,))
     for bad in (-1, 2):           # a negative id is refused too, not read from the end
         for call in (lambda: store.link(a, bad), lambda: store.preds(bad),
-                     lambda: store.remove(bad), lambda: store.detach([bad]),
+                     lambda: store.remove([bad]), lambda: store.detach([bad]),
                      lambda: store.alive(bad), lambda: store.duration_of(bad),
                      lambda: store.reschedule(*columns(2), -1.0, [bad], [])):
             with pytest.raises(IndexError, match="out of range"):
                 call()
-    assert store.succs(a) == [] and store.live_ids() == [a, b]
+    assert store.succs(a) == [] and list(store.live_ids()) == [a, b]
     store.link(a, b)
     store.link(b, a)
     with pytest.raises(RuntimeError, match="cycle"):
@@ -198,13 +199,12 @@ def test_c_and_python_delta_simulations_agree_bit_for_bit(name, monkeypatch):
     assert full.cost == delta.cost
 
 
-def test_times_grow_and_copy():
+def test_times_grow():
     times = Times.zeros(2)
     times.end[1] = 3.0
-    saved = times.copy()
     times.grow(5)
-    times.end[1] = 4.0
-    assert len(times.ready) == 5 and saved.end[1] == 3.0 and list(times.start) == [0.0] * 5
+    assert len(times.ready) == 5 and times.end[1] == 3.0 and list(times.start) == [0.0] * 5
+    assert list(times.order) == [-1] * 5
 
 
 @pytest.mark.parametrize("store_type", STORES)
@@ -225,3 +225,80 @@ def test_a_run_past_its_deadline_raises(store_type):
     random_graph(store, random.Random(9), 20, itertools.count())
     with pytest.raises(TimeoutError, match="deadline"):
         store.reschedule(*columns(len(store)), -1.0, [], [], float("inf"), 0.0)
+
+
+@pytest.mark.parametrize("store_type", STORES)
+@pytest.mark.parametrize("ending", ["through", "limit", "deadline"])
+def test_undo_puts_back_what_a_journaled_run_wrote(store_type, ending):
+    """However a journaled re-simulation ends (through, stopped at its limit, past its
+    deadline), undo gives back every column exactly, order included; and a run after
+    it, from there, gives what it gave before the undone one."""
+    rng = random.Random(12)
+    for _ in range(25):
+        store, made = store_type(4), itertools.count()
+        random_graph(store, rng, rng.randrange(2, 90), made)
+        times = Times.zeros(len(store))
+        makespan = store.reschedule(times.ready, times.start, times.end, times.order, -1.0,
+                                    [], [])
+        before = [list(c) for c in (times.ready, times.start, times.end, times.order)]
+        live = list(store.live_ids())
+        removed = rng.sample(live, rng.randrange(len(live) // 3 + 1))
+        store.detach(removed)
+        added = random_graph(store, rng, rng.randrange(1, 4), made)
+        times.grow(len(store))
+        t0 = store.earliest_ready(times.ready, times.end, added, removed)
+        limit, deadline = {"through": (float("inf"), float("inf")),
+                           "limit": (makespan / 2, float("inf")),
+                           "deadline": (float("inf"), 0.0)}[ending]
+        try:
+            store.reschedule(times.ready, times.start, times.end, times.order, t0, added,
+                             removed, limit, deadline, journal=True)
+        except TimeoutError:
+            assert ending == "deadline"
+        store.remove(added)
+        store.attach(removed)
+        store.undo(times.ready, times.start, times.end, times.order)
+        n = len(before[0])
+        assert [list(c)[:n] for c in (times.ready, times.start, times.end, times.order)] \
+            == before
+        assert store.reschedule(times.ready, times.start, times.end, times.order, -1.0, [],
+                                []) == makespan
+        with pytest.raises(RuntimeError, match="no journaled"):
+            store.undo(times.ready, times.start, times.end, times.order)
+
+
+def structure(tg):
+    """Every live task of a task graph as the store holds it."""
+    store = tg.store
+    return [(t, store.info(t), store.keys([t])[0], store.duration_of(t),
+             sorted(store.preds(t)), sorted(store.succs(t))) for t in tg.live_ids()]
+
+
+@needs_c
+@pytest.mark.parametrize("name", ["inception_v3", "nmt", "transformer", "rnnlm"])
+@pytest.mark.parametrize("host_driven", [False, True])
+def test_c_and_python_build_the_same_task_graph(name, host_driven, monkeypatch):
+    """The bulk builders (ops, edges with their routes, parameters' all-reduces and
+    updates) make the same tasks, ids, keys, costs and edges in both stores, and the
+    store's accounts (memory, resource usage) agree, before and after edits."""
+    graph = model(name, **({"steps": 3} if name in ("nmt", "rnnlm") else {}))
+    box = host_and_not()[0] if host_driven else cluster("p100-4x4")
+    got = []
+    for pure in (False, True):
+        monkeypatch.setenv("FLEXTUI_PURE_PYTHON", "1" if pure else "0")
+        delta = DeltaSimulator(graph, box, AnalyticCostModel())
+        delta.reset(builtin_strategy("random", graph, box))
+        rng = random.Random(7)
+        seen = [structure(delta.tg)]
+        for _ in range(6):
+            op = rng.choice(graph.ops)
+            delta.propose(op, random_config(op, box.num_devices, rng))
+            seen.append(structure(delta.tg))
+            delta.accept() if rng.random() < 0.5 else delta.reject()
+        acts = array("q", bytes(8 * box.num_devices))
+        spaces = delta.tg.store.account(delta.tg.live_ids(), 1, acts)
+        usage = delta.tg.store.resource_usage(delta.times.start, delta.times.end,
+                                              box.num_devices)
+        got.append((seen, list(acts), spaces, [list(c) for c in usage],
+                    list(delta.tg.store.columns()[0])))
+    assert got[0] == got[1]

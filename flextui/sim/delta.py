@@ -10,7 +10,9 @@ changed are re-timed (see ``schedule.reschedule``). ``propose_many`` does the sa
 several ops at once (``TaskGraph.replace_ops``: each edge and shared parameter rebuilt
 once), with one re-simulation. The resulting times are identical to
 a full simulation of the new strategy, which a property test checks task by task.
-``reject`` restores the detached tasks and the saved times; ``accept`` frees them.
+The re-simulation keeps a journal of the times it overwrote: ``reject`` restores the
+detached tasks and those times, so it costs what the proposal changed, not the graph's
+size; ``accept`` frees the detached tasks.
 """
 
 from __future__ import annotations
@@ -22,29 +24,11 @@ from flextui.cost.model import CostModel
 from flextui.graph import Op, OpGraph
 from flextui.machine import Cluster
 from flextui.sim.memory import MemoryPolicy, MemoryTracker, memory_penalty_s
-from flextui.sim.schedule import Times, reschedule, schedule
+from flextui.sim.schedule import Times, reschedule, schedule, undo
 from flextui.sim.simulator import Simulator
 from flextui.sim.taskgraph import Change, TaskGraph
-from flextui.sim.taskstore import CLOCK_EVERY, check_deadline
 from flextui.sim.timeline import Timeline, build_timeline
 from flextui.strategy import ParallelConfig, Strategy
-
-
-def _earliest_ready(tg: TaskGraph, times: Times, change: Change, deadline: float) -> float:
-    """The earliest ready time of a task the change took away or added (for an added
-    one, a lower bound: the latest end of its predecessors that were there before);
-    TimeoutError once ``time.monotonic()`` passes ``deadline`` (a big change adds
-    hundreds of thousands of tasks)."""
-    added = set(change.added)
-    t0 = min((times.ready[t] for t in change.removed), default=math.inf)
-    for n, t in enumerate(change.added):
-        if n % CLOCK_EVERY == 0:
-            check_deadline(deadline, "finding the change's ready times")
-        preds = tg.store.preds(t)
-        known = [times.end[p] for p in preds if p not in added]
-        if known or not preds:
-            t0 = min(t0, max(known, default=0.0))
-    return t0
 
 
 class DeltaSimulator:
@@ -97,17 +81,18 @@ class DeltaSimulator:
             config.check(op, self.cluster.num_devices)
             resolved.append((op, config))
         tg, times = self.tg, self.times
-        saved = (times.copy(), self.makespan)
+        saved = self.makespan
         change = tg.replace_ops(resolved, deadline)
         self._account(change, +1)
+        t0 = tg.store.earliest_ready(times.ready, times.end, change.added, change.removed)
         try:
-            t0 = _earliest_ready(tg, times, change, deadline)
             self.makespan = reschedule(tg, times, t0, change.added, change.removed, limit,
-                                       deadline)
+                                       deadline, journal=True)
         except TimeoutError:
             self._account(change, -1)
             tg.rollback(change)
-            self.times, self.makespan = saved
+            undo(tg, times)
+            self.makespan = saved
             raise
         self.cut_short = self.makespan > limit
         self._pending = (change, saved)
@@ -118,14 +103,16 @@ class DeltaSimulator:
             raise RuntimeError("a proposal whose simulation was cut short cannot be accepted")
         change, _ = self._take()
         self.tg.commit(change)
+        self.tg.store.forget()
         self.strategy = self.strategy.replace_all(
             {self.graph.ops[i].name: self.tg.configs[i] for i in change.ops})
 
     def reject(self) -> None:
-        change, (times, makespan) = self._take()
+        change, makespan = self._take()
         self._account(change, -1)
         self.tg.rollback(change)
-        self.times, self.makespan, self.cut_short = times, makespan, False
+        undo(self.tg, self.times)
+        self.makespan, self.cut_short = makespan, False
 
     def timeline(self) -> Timeline:
         """The full Timeline of the current (or proposed) strategy."""

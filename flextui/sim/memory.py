@@ -12,10 +12,13 @@ over devices) or rejected (infinite cost), by the simulator's ``memory`` option 
 
 from __future__ import annotations
 
+from array import array
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from flextui.sim.plans import Shards
 from flextui.sim.taskgraph import TaskGraph
 
 PENALTY_S_PER_MB = 1e-3
@@ -55,26 +58,22 @@ class MemoryTracker:
         self.tg = tg
         n = tg.num_devices
         self.params = [0] * n
-        self.activations = [0] * n
+        self.activations = array("q", bytes(8 * n))
         self.workspaces: list[Counter] = [Counter() for _ in range(n)]
         for shards in tg.param_shards.values():
             self.shards(None, shards)
         self.tasks(tg.live_ids(), +1)
 
-    def tasks(self, ids: list[int], sign: int) -> None:
+    def tasks(self, ids: Sequence[int], sign: int) -> None:
         """Add (sign +1) or remove (-1) what the tasks ``ids`` hold."""
-        keeps, nbytes, workspace = self.tg.keeps, self.tg.nbytes, self.tg.workspace
-        for t in ids:
-            d = keeps[t]
-            if d >= 0:
-                self.activations[d] += sign * nbytes[t]
-                if workspace[t]:
-                    self.workspaces[d][workspace[t]] += sign
+        for d, workspace, count in self.tg.store.account(ids, sign, self.activations):
+            self.workspaces[d][workspace] += count
 
-    def shards(self, old: dict[int, int] | None, new: dict[int, int] | None) -> None:
+    def shards(self, old: Shards | None, new: Shards | None) -> None:
         for shards, sign in ((old, -1), (new, +1)):
-            for d, nbytes in (shards or {}).items():
-                self.params[d] += sign * nbytes
+            if shards is not None:
+                for d, nbytes in zip(shards.devices, shards.nbytes):
+                    self.params[d] += sign * nbytes
 
     def usage(self) -> list[MemoryUsage]:
         state = 1 if self.tg.training else 0

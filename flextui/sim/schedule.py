@@ -14,13 +14,14 @@ ready before ``t0`` depends only on tasks that end before ``t0`` and is queued o
 resources ahead of every task ready at ``t0`` or later.
 
 The event loop itself belongs to the task graph's store (``taskstore``): in C, or the
-pure-Python reference.
+pure-Python reference; so does the journal that undoes a run.
 """
 
 from __future__ import annotations
 
 import math
 from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from flextui.sim.taskgraph import TaskGraph
@@ -42,9 +43,6 @@ class Times:
         return cls(array("d", bytes(8 * n)), array("d", bytes(8 * n)), array("d", bytes(8 * n)),
                    array("i", [-1]) * n)
 
-    def copy(self) -> Times:
-        return Times(self.ready[:], self.start[:], self.end[:], self.order[:])
-
     def grow(self, n: int) -> None:
         extra = n - len(self.ready)
         if extra > 0:
@@ -59,14 +57,21 @@ def schedule(tg: TaskGraph) -> Times:
     return times
 
 
-def reschedule(tg: TaskGraph, times: Times, t0: float, changed: list[int], removed: list[int],
-               limit: float = math.inf, deadline: float = math.inf) -> float:
+def reschedule(tg: TaskGraph, times: Times, t0: float, changed: Sequence[int],
+               removed: Sequence[int], limit: float = math.inf, deadline: float = math.inf,
+               journal: bool = False) -> float:
     """Re-simulate after adding the tasks ``changed`` and removing ``removed``, all
     ready no earlier than ``t0``: the tasks ready before ``t0`` keep their times, the
     others are re-timed where a predecessor or a task ahead of them on a resource
     changed (see ``taskstore``); return the makespan. A result past ``limit`` is only a
     lower bound on it: the run stopped there, leaving ``times`` half written, as a
-    TimeoutError does once ``time.monotonic()`` passes ``deadline``."""
+    TimeoutError does once ``time.monotonic()`` passes ``deadline``. With ``journal``,
+    ``undo`` puts ``times`` back as they were, however the run ended."""
     times.grow(len(tg))
     return tg.store.reschedule(times.ready, times.start, times.end, times.order, t0, changed,
-                               removed, limit, deadline)
+                               removed, limit, deadline, journal)
+
+
+def undo(tg: TaskGraph, times: Times) -> None:
+    """``times`` as they were before the last journaled ``reschedule``."""
+    tg.store.undo(times.ready, times.start, times.end, times.order)

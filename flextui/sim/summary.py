@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
 from typing import Any
 
 from flextui.graph import OpGraph
-from flextui.sim.taskgraph import TaskKind
 from flextui.sim.timeline import Timeline
 
 
 def timeline_summary(timeline: Timeline, graph: OpGraph, top: int = 10) -> dict[str, Any]:
     makespan = timeline.makespan
-    op_time: dict[str, float] = defaultdict(float)
-    for t in timeline.tasks:
-        if t.kind in (TaskKind.FORWARD, TaskKind.BACKWARD):
-            op_time[t.op] += t.end - t.start
+    op_time = timeline.compute_by_op()
     top_ops = sorted(op_time.items(), key=lambda kv: (-kv[1], kv[0]))[:top]
     return {
         "iteration_s": makespan,

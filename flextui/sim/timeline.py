@@ -1,9 +1,11 @@
-"""Timeline: the result of simulating one iteration, as plain data."""
+"""Timeline: the result of simulating one iteration, as plain data: per device and per
+link what it did, and the tasks, as columns made into objects only when read."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, overload
 
 from flextui.sim.memory import MemoryUsage
 from flextui.sim.schedule import Times
@@ -46,7 +48,7 @@ class LinkStats:
 @dataclass
 class Timeline:
     makespan: float
-    tasks: list[TaskTiming]
+    tasks: Sequence[TaskTiming]   # a TaskTable when simulated: objects made when read
     devices: list[DeviceStats]
     links: list[LinkStats]
     memory_penalty_s: float = 0.0
@@ -62,50 +64,115 @@ class Timeline:
             self._by_key = {t.key: t for t in self.tasks}
         return self._by_key
 
+    def compute_by_op(self) -> dict[str, float]:
+        """Seconds of forward and backward compute per op name."""
+        if isinstance(self.tasks, TaskTable):
+            return self.tasks.compute_by_op()
+        by_op: dict[str, float] = {}
+        for t in self.tasks:
+            if t.kind in (TaskKind.FORWARD, TaskKind.BACKWARD):
+                by_op[t.op] = by_op.get(t.op, 0.0) + (t.end - t.start)
+        return by_op
+
     @property
     def overflows(self) -> dict[str, int]:
         """Devices over their memory capacity, and by how many bytes."""
         return {d.name: d.memory.over for d in self.devices if d.memory.over > 0}
 
 
+def unpack_key(hi: int, lo: int) -> tuple[int, ...]:
+    """A key the C store packed (see ``csrc/store.c``: 16 bits an int, biased, 0 after
+    the last)."""
+    key: list[int] = []
+    for word in (hi, lo):
+        for shift in (48, 32, 16, 0):
+            field_ = (word >> shift) & 0xFFFF
+            if not field_:
+                return tuple(key)
+            key.append(field_ - KEY_BIAS)
+    return tuple(key)
+
+
+#: what the C store adds to a key's ints to pack them (KEY_FIELD + 1)
+KEY_BIAS = 16384
+
+
+class TaskTable(Sequence[TaskTiming]):
+    """The tasks of a simulated iteration as columns (a snapshot of the task store's and
+    the times'), made into ``TaskTiming`` objects, sorted by start and key, only when a
+    task is asked for: a large strategy has millions of tasks, and a screen or a trace
+    shows few of them."""
+
+    def __init__(self, tg: TaskGraph, times: Times) -> None:
+        (self._ids, self._kind, self._op, self._part, self._rset, self._nbytes,
+         self._keys) = tg.store.columns()
+        self._ready, self._start, self._end = times.ready[:], times.start[:], times.end[:]
+        names = [d.name for d in tg.cluster.devices] + [link.name for link in tg.cluster.links]
+        self._rsets = [tuple(names[r] for r in rset) for rset in tg.store.resource_sets()]
+        self._op_names = [op.name for op in tg.graph.ops] + [""]   # op -1 (syncs, updates)
+        self._sorted: list[TaskTiming] | None = None
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    @overload
+    def __getitem__(self, i: int) -> TaskTiming: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[TaskTiming]: ...
+
+    def __getitem__(self, i: int | slice) -> TaskTiming | Sequence[TaskTiming]:
+        return self._objects()[i]
+
+    def __iter__(self) -> Iterator[TaskTiming]:
+        return iter(self._objects())
+
+    def _key(self, i: int) -> tuple[int, ...]:
+        keys = self._keys
+        if isinstance(keys, list):
+            return keys[i]
+        return unpack_key(keys[2 * i], keys[2 * i + 1])
+
+    def _objects(self) -> list[TaskTiming]:
+        if self._sorted is None:
+            kinds = list(TaskKind)
+            ids, ready, start, end = self._ids, self._ready, self._start, self._end
+            tasks = [TaskTiming(self._key(i), kinds[self._kind[i]], self._op_names[self._op[i]],
+                                self._part[i], self._rsets[self._rset[i]], ready[t], start[t],
+                                end[t], self._nbytes[i]) for i, t in enumerate(ids)]
+            tasks.sort(key=lambda x: (x.start, x.key))
+            self._sorted = tasks
+        return self._sorted
+
+    def compute_by_op(self) -> dict[str, float]:
+        """Seconds of forward and backward compute per op name, summed over its tasks."""
+        by_op: dict[str, float] = {}
+        compute = (TaskKind.FORWARD, TaskKind.BACKWARD)
+        names, start, end = self._op_names, self._start, self._end
+        for kind, op, t in zip(self._kind, self._op, self._ids):
+            if kind in compute:
+                name = names[op]
+                by_op[name] = by_op.get(name, 0.0) + (end[t] - start[t])
+        return by_op
+
+
 def build_timeline(tg: TaskGraph, times: Times, memory: list[MemoryUsage],
                    memory_penalty_s: float) -> Timeline:
-    cluster, ops = tg.cluster, tg.graph.ops
-    names = [d.name for d in cluster.devices] + [link.name for link in cluster.links]
-    op_names = [op.name for op in ops] + [""]          # op -1 (syncs, updates): ""
-    kinds = list(TaskKind)
-    moving = (TaskKind.TRANSFER, TaskKind.SYNC)
-    resource_names: dict[tuple[int, ...], tuple[str, ...]] = {}
-    tasks = []
-    busy = [0.0] * tg.num_resources
-    moved = [0] * tg.num_resources
+    cluster = tg.cluster
+    times.grow(len(tg))   # an edit undone may have left ids the times never saw
+    tasks = TaskTable(tg, times)
+    busy, moved = tg.store.resource_usage(times.start, times.end, tg.num_devices)
     sent = [0] * tg.num_devices
     received = [0] * tg.num_devices
-    ready, start, end = times.ready, times.start, times.end
-    for t in tg.live_ids():
-        kind, resources, nbytes = kinds[tg.kind[t]], tg.resources[t], tg.nbytes[t]
-        shown = resource_names.get(resources)
-        if shown is None:
-            shown = resource_names[resources] = tuple(names[r] for r in resources)
-        tasks.append(TaskTiming(tg.key[t], kind, op_names[tg.op[t]], tg.part[t], shown,
-                                ready[t], start[t], end[t], nbytes))
-        for r in resources:
-            if kind in moving:
-                moved[r] += nbytes
-                if r < tg.num_devices:
-                    continue   # a device's busy time is its compute (host-driven clusters)
-            busy[r] += end[t] - start[t]
     device_ids = {d.name: d.id for d in cluster.devices}
     for link in cluster.links:  # bytes a device puts on its own links, or takes off them
         if link.src in device_ids:
             sent[device_ids[link.src]] += moved[tg.link_resource[link.id]]
         if link.dst in device_ids:
             received[device_ids[link.dst]] += moved[tg.link_resource[link.id]]
-    tasks.sort(key=lambda x: (x.start, x.key))
-    makespan = max((t.end for t in tasks), default=0.0)
+    end = times.end
+    makespan = max(map(end.__getitem__, tg.live_ids()), default=0.0)
     devices = [DeviceStats(d.name, busy[d.id], makespan - busy[d.id], sent[d.id], received[d.id],
                            memory[d.id]) for d in cluster.devices]
     links = [LinkStats(link.name, link.kind, busy[tg.link_resource[link.id]],
                        moved[tg.link_resource[link.id]]) for link in cluster.links]
     return Timeline(makespan, tasks, devices, links, memory_penalty_s)
-

@@ -1,0 +1,299 @@
+"""What the task store builds an op's, an edge's and a parameter's tasks from: plain
+arrays, computed once per op and config (and memoised, as a search proposes the same
+configs again and again), so that building tasks is a call into the store, not a Python
+loop over them (see ``taskgraph`` for the rules the tasks follow).
+
+- ``OpPlan``: an op's block devices and forward/backward times under a config.
+- ``EdgePlan``: the block overlaps of a producer/consumer pair of configs (by division,
+  ``overlaps``) with, per overlap, the route's hops there and back: resource sets and
+  transfer times.
+- ``ParamPlan``: a parameter's replica groups under its users' configs (``replicas``)
+  with each group's all-reduce, and the shard each device updates.
+
+Costs come from the cost model, which times a block by its device's spec: ops and
+updates are timed once per kind of device, not once per device.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from flextui.cost.model import CostModel
+from flextui.errors import ClusterError
+from flextui.graph import Op, OpGraph, region_volume
+from flextui.graph.tensor import dtype_bytes
+from flextui.machine import Cluster, Device, Link
+from flextui.sim.overlaps import block_overlaps
+from flextui.sim.replicas import replica_plan
+from flextui.sim.taskstore import TaskStore
+from flextui.strategy import ParallelConfig
+
+#: entries a plan memo keeps before it starts over (bounds memory on long searches)
+PLAN_MEMO_LIMIT = 200_000
+
+
+@dataclass(frozen=True)
+class OpPlan:
+    devices: array            # 'i', per task of the config
+    forward: array            # 'd'
+    backward: array | None    # 'd'; None in inference
+    kept: int                 # bytes each forward task keeps (its outputs)
+    workspace: int
+
+
+@dataclass(frozen=True)
+class EdgePlan:
+    """Per overlap ``i``: input ``slot[i]`` of consumer task ``k[i]`` reads ``nbytes[i]``
+    of producer task ``m[i]``, over the hops ``fhops[i]..fhops[i+1]`` of ``frsets`` and
+    ``fdurations``; its gradient goes back over ``bhops`` (the reverse route)."""
+
+    slot: array
+    k: array
+    m: array
+    nbytes: array
+    fhops: array
+    frsets: array
+    fdurations: array
+    bhops: array
+    brsets: array
+    bdurations: array
+
+
+@dataclass(frozen=True)
+class Shards:
+    """The bytes of a parameter each device holds (``devices`` ascending)."""
+
+    devices: array   # 'i'
+    nbytes: array    # 'q'
+
+
+@dataclass(frozen=True)
+class ParamPlan:
+    """Replica group ``g``: devices ``gdevices[gdevs[g]..gdevs[g+1]]``, gradients from
+    the blocks ``gblockids[gblocks[g]..gblocks[g+1]]`` of the users' tasks; held by more
+    than one device, an all-reduce of ``gnbytes[g]`` over ``grsets[g]`` taking
+    ``gdurations[g]``. Then an update per device of ``shards``, taking ``udurations``."""
+
+    gdevs: array
+    gdevices: array
+    gblocks: array
+    gblockids: array
+    grsets: array
+    gdurations: array
+    gnbytes: array
+    shards: Shards
+    udurations: array
+
+
+def _memo_put(memo: dict, key: object, value: object) -> None:
+    if len(memo) >= PLAN_MEMO_LIMIT:
+        memo.clear()
+    memo[key] = value
+
+
+class Planner:
+    """Makes (and memoises) the plans of one task graph; owns the resource sets it
+    interns in the graph's store."""
+
+    def __init__(self, graph: OpGraph, cluster: Cluster, cost: CostModel, store: TaskStore,
+                 training: bool) -> None:
+        self.graph, self.cluster, self.cost, self.store = graph, cluster, cost, store
+        self.training = training
+        self.num_devices = cluster.num_devices
+        self._rsets: dict[tuple[int, ...], int] = {}
+        #: the resource set a transfer over each link holds: the link, and on a cluster
+        #: whose devices drive their communication, the devices at its ends
+        self.hop_rset = [self._hop_rset(link) for link in cluster.links]
+        self._ops: dict[tuple[int, ParallelConfig], OpPlan] = {}
+        self._edges: dict[tuple[int, int, ParallelConfig, ParallelConfig], EdgePlan] = {}
+        self._hop_memo: dict[tuple[int, int, int], tuple[list[int], list[float]]] = {}
+        self._params: dict[tuple[str, tuple[ParallelConfig, ...]], ParamPlan] = {}
+        self._rings: dict[tuple[int, ...], int] = {}
+        self._param_regions: dict[tuple, tuple] = {}
+        self._updates: dict[tuple, float] = {}
+
+    def resource_set(self, resources: tuple[int, ...]) -> int:
+        """The store's id of a set of resources (a single resource is its own set)."""
+        if len(resources) == 1:
+            return resources[0]
+        r = self._rsets.get(resources)
+        if r is None:
+            r = self._rsets[resources] = self.store.add_resource_set(resources)
+        return r
+
+    def _hop_rset(self, link: Link) -> int:
+        held = [self.num_devices + link.id]
+        if self.cluster.host_driven_comm:
+            ids = {d.name: d.id for d in self.cluster.devices}
+            held += [ids[end] for end in (link.src, link.dst) if end in ids]
+        return self.resource_set(tuple(sorted(held)))
+
+    def _by_spec(self, devices: tuple[int, ...], cost: Callable[[Device], object]) -> list:
+        """``cost(device)`` for each of ``devices``, asked once per kind of device."""
+        seen: dict[object, object] = {}
+        out = []
+        for d in devices:
+            device = self.cluster.device(d)
+            value = seen.get(device.spec)
+            if value is None:
+                value = seen[device.spec] = cost(device)
+            out.append(value)
+        return out
+
+    # -- ops ----------------------------------------------------------------------------
+
+    def op(self, op: Op, config: ParallelConfig) -> OpPlan:
+        key = (op.index, config)
+        plan = self._ops.get(key)
+        if plan is None:
+            shape = config.block_shape(op)
+            costs = self._by_spec(config.devices,
+                                  lambda device: self.cost.op_cost(op, shape, device))
+            kept = sum(region_volume(r) * dtype_bytes(t.dtype)
+                       for r, t in zip(op.output_regions(config.task_region(op, 0)), op.outputs))
+            backward = (array("d", [c.backward_s for c in costs])
+                        if self.training and op.type != "input" else None)
+            plan = OpPlan(array("i", config.devices), array("d", [c.forward_s for c in costs]),
+                          backward, kept, costs[0].workspace_bytes if costs else 0)
+            _memo_put(self._ops, key, plan)
+        return plan
+
+    # -- edges --------------------------------------------------------------------------
+
+    def _route(self, src: int, dst: int, why: Callable[[], str]) -> tuple[Link, ...]:
+        """The route from device ``src`` to ``dst``; without one, a ClusterError saying
+        ``why()`` it was needed (worded only then: routes are asked for on a hot path)."""
+        try:
+            return self.cluster.route(src, dst)
+        except ClusterError as exc:
+            raise ClusterError(f"{why()}: {exc}") from None
+
+    def _hops(self, src: int, dst: int, nbytes: int, why: Callable[[], str],
+              ) -> tuple[list[int], list[float]]:
+        key = (src, dst, nbytes)
+        hops = self._hop_memo.get(key)
+        if hops is None:
+            route = self._route(src, dst, why)
+            hops = ([self.hop_rset[link.id] for link in route],
+                    [self.cost.transfer_s(nbytes, link) for link in route])
+            _memo_put(self._hop_memo, key, hops)
+        return hops
+
+    def edge(self, producer: Op, consumer: Op, pconf: ParallelConfig, cconf: ParallelConfig,
+             ) -> EdgePlan:
+        key = (producer.index, consumer.index, pconf, cconf)
+        plan = self._edges.get(key)
+        if plan is None:
+            plan = self._edge(producer, consumer, pconf, cconf)
+            _memo_put(self._edges, key, plan)
+        return plan
+
+    def _edge(self, producer: Op, consumer: Op, pconf: ParallelConfig, cconf: ParallelConfig,
+              ) -> EdgePlan:
+        backward = self.training and producer.type != "input"
+        columns: tuple[array, ...] = (array("i"), array("i"), array("i"), array("q"))
+        slots, ks, ms, sizes = columns
+        fhops, frsets, fdurations = array("i", [0]), array("i"), array("d")
+        bhops, brsets, bdurations = array("i", [0]), array("i"), array("d")
+
+        def why() -> str:
+            return f"op {consumer.name!r} needs data from op {producer.name!r}"
+
+        for slot, k, m, nbytes in block_overlaps(producer, consumer, pconf, cconf):
+            slots.append(slot)
+            ks.append(k)
+            ms.append(m)
+            sizes.append(nbytes)
+            src, dst = pconf.devices[m], cconf.devices[k]
+            if src != dst:
+                rsets, durations = self._hops(src, dst, nbytes, why)
+                frsets.extend(rsets)
+                fdurations.extend(durations)
+                if backward:
+                    rsets, durations = self._hops(dst, src, nbytes, why)
+                    brsets.extend(rsets)
+                    bdurations.extend(durations)
+            fhops.append(len(frsets))
+            bhops.append(len(brsets))
+        return EdgePlan(slots, ks, ms, sizes, fhops, frsets, fdurations, bhops, brsets,
+                        bdurations)
+
+    # -- parameters ---------------------------------------------------------------------
+
+    def param(self, name: str, users: list[tuple[Op, int]],
+              configs: tuple[ParallelConfig, ...]) -> ParamPlan:
+        key = (name, configs)
+        plan = self._params.get(key)
+        if plan is None:
+            plan = self._param(name, users, configs)
+            _memo_put(self._params, key, plan)
+        return plan
+
+    def _param(self, name: str, users: list[tuple[Op, int]],
+               configs: tuple[ParallelConfig, ...]) -> ParamPlan:
+        blocks = tuple((region, config.devices[k])
+                       for (op, i), config in zip(users, configs)
+                       for k, region in enumerate(self._param_blocks(op, i, config)))
+        param = users[0][0].params[users[0][1]]
+        width = dtype_bytes(param.dtype)
+        gdevs, gdevices, gblocks, gblockids = array("i", [0]), array("i"), array("i", [0]), \
+            array("i")
+        grsets, gdurations, gnbytes = array("i"), array("d"), array("q")
+        shard_bytes: dict[int, int] = {}
+        for devices, numel, block_ids in replica_plan(blocks):
+            nbytes = numel * width
+            gdevices.extend(devices)
+            gdevs.append(len(gdevices))
+            gblockids.extend(block_ids)
+            gblocks.append(len(gblockids))
+            gnbytes.append(nbytes)
+            for d in devices:
+                shard_bytes[d] = shard_bytes.get(d, 0) + nbytes
+            if len(devices) > 1 and self.training:
+                grsets.append(self._ring(name, devices))
+                gdurations.append(self.cost.allreduce_s(nbytes, devices, self.cluster))
+            else:
+                grsets.append(-1)
+                gdurations.append(0.0)
+        updated = tuple(sorted(shard_bytes))
+        shards = Shards(array("i", updated), array("q", [shard_bytes[d] for d in updated]))
+        udurations = array("d")
+        if self.training:
+            for d in updated:   # timed once per kind of device and shard size
+                udurations.append(self._update_s(shard_bytes[d], d))
+        return ParamPlan(gdevs, gdevices, gblocks, gblockids, grsets, gdurations, gnbytes,
+                         shards, udurations)
+
+    def _update_s(self, nbytes: int, d: int) -> float:
+        device = self.cluster.device(d)
+        key = (nbytes, device.spec)
+        seconds = self._updates.get(key)
+        if seconds is None:
+            seconds = self._updates[key] = self.cost.update_s(nbytes, device)
+        return seconds
+
+    def _param_blocks(self, op: Op, i: int, config: ParallelConfig) -> tuple:
+        """The shard of ``op``'s parameter ``i`` each task of ``config`` uses."""
+        key = (op.index, i, config)
+        regions = self._param_regions.get(key)
+        if regions is None:
+            regions = tuple(op.param_region(i, r) for r in config.regions(op))
+            _memo_put(self._param_regions, key, regions)
+        return regions
+
+    def _ring(self, name: str, devices: tuple[int, ...]) -> int:
+        """The resource set an all-reduce over ``devices`` holds: the links of its ring
+        (and, on a cluster whose devices drive their communication, the devices);
+        memoised, as every parameter of a data-parallel op rings the same devices."""
+        r = self._rings.get(devices)
+        if r is None:
+            ring = list(zip(devices, devices[1:] + devices[:1]))
+            links = sorted({self.num_devices + link.id for a, b in ring
+                            for link in self._route(a, b, lambda: f"the gradients of "
+                                                    f"parameter {name!r} are all-reduced")})
+            if self.cluster.host_driven_comm:
+                links = sorted(devices) + links
+            r = self._rings[devices] = self.resource_set(tuple(links))
+        return r

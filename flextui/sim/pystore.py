@@ -1,0 +1,484 @@
+"""The pure-Python task store: the reference the C store (``csrc/``) is tested against,
+and the store without a C compiler (see ``taskstore``).
+
+A store holds, per task id, what a task is (kind, op, part, bytes, workspace, the device
+that keeps its bytes), what the scheduler reads (duration, tie-break key: a tuple of at
+most 8 ints, resource set, liveness, predecessors and successors), and the resource sets
+(set ``r`` below ``num_resources`` is the single resource ``r``). Ids of removed tasks
+are reused, the last freed first. Tasks are made one by one (``add``, for tests and
+tools) or in bulk (``add_op``, ``add_edge``, ``add_param``: the task graph's rules, see
+``taskgraph``), from arrays Python computes once per op and config.
+
+``reschedule(ready, start, end, order, t0, changed, removed)`` re-simulates after an
+edit, writing the columns in place, and returns the makespan. ``order`` (an
+``array('i')``, a slot per task) holds the live tasks in the order the last run
+simulated them, then -1 (or only -1: no last run, simulate every task). The tasks of
+that order ready before ``t0`` keep their times (see ``schedule``); ``changed`` (added
+tasks) and the live successors of ``removed`` ones are simulated afresh. Every other
+task is re-timed only if a predecessor's end time changed (it is then queued on its
+new ready time) or a task ahead of it on one of its resources changed (its start is
+recomputed as it is passed): the loop walks the last order and merges in the queue,
+so a task whose predecessors kept their end times keeps its place in the order without a
+queue operation, and dead tasks are never visited but for the ones just removed.
+The order of this run is written back, live tasks only. With a ``limit``, the run
+stops at the first end time past it and returns that time, a lower bound on the
+makespan; with a ``deadline`` (``time.monotonic()`` seconds) it raises TimeoutError
+once the clock passes it; either way the columns are left half written. With
+``journal``, the store keeps what the run overwrites (each re-timed task's times, the
+order from the first slot it rewrites), and ``undo`` puts it back however the run
+ended: a rejected proposal costs what it changed, not a copy of every task's times.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from array import array
+from collections import Counter
+from collections.abc import Sequence
+
+from flextui.sim.deadline import CLOCK_EVERY, check_deadline
+
+#: what a task is to one run of the event loop (``reschedule``)
+UNTOUCHED, WAITING, QUEUED, DONE = range(4)
+
+#: taskgraph.TaskKind's values, which the bulk builders make
+FORWARD, BACKWARD, TRANSFER, SYNC, UPDATE = range(5)
+
+KEY_LEN = 8
+
+
+class PyTaskStore:
+    def __init__(self, num_resources: int) -> None:
+        self.num_resources = num_resources
+        self.rsets: list[tuple[int, ...]] = [(r,) for r in range(num_resources)]
+        self.duration: list[float] = []
+        self.key: list[tuple[int, ...]] = []
+        self.rset: list[int] = []
+        self.kind: list[int] = []
+        self.op: list[int] = []
+        self.part: list[int] = []
+        self.nbytes: list[int] = []
+        self.workspace: list[int] = []
+        self.keeps: list[int] = []
+        self._preds: list[list[int]] = []
+        self._succs: list[list[int]] = []
+        self._alive: list[bool] = []
+        self._free: list[int] = []
+        self._journal: tuple[list[tuple[int, float, float, float]], int, list[int]] | None = None
+
+    def __len__(self) -> int:
+        return len(self._alive)
+
+    # -- resource sets --------------------------------------------------------------
+
+    def add_resource_set(self, resources: tuple[int, ...]) -> int:
+        if any(not 0 <= r < self.num_resources for r in resources):
+            raise IndexError(f"resource out of range in {resources}")
+        self.rsets.append(tuple(resources))
+        return len(self.rsets) - 1
+
+    def resource_set(self, r: int) -> tuple[int, ...]:
+        if not 0 <= r < len(self.rsets):
+            raise IndexError(f"resource set {r} out of range")
+        return self.rsets[r]
+
+    # -- tasks ------------------------------------------------------------------------
+
+    def _new(self, kind: int, op: int, part: int, rset: int, duration: float,
+             key: tuple[int, ...], nbytes: int = 0, workspace: int = 0, keeps: int = -1) -> int:
+        if not 0 <= rset < len(self.rsets):
+            raise IndexError(f"resource set {rset} out of range")
+        row: tuple = (float(duration), key, rset, kind, op, part, nbytes, workspace, keeps, [], [],
+               True)
+        columns: tuple[list, ...] = (self.duration, self.key, self.rset, self.kind, self.op,
+                                     self.part, self.nbytes, self.workspace, self.keeps,
+                                     self._preds, self._succs, self._alive)
+        if self._free:
+            t = self._free.pop()
+            for column, value in zip(columns, row):
+                column[t] = value
+            return t
+        for column, value in zip(columns, row):
+            column.append(value)
+        return len(self._alive) - 1
+
+    def add(self, resources: tuple[int, ...], duration: float, key: tuple[int, ...]) -> int:
+        if len(key) > KEY_LEN:
+            raise ValueError("a task key has at most 8 ints")
+        return self._new(FORWARD, -1, 0, self.add_resource_set(resources), duration, key)
+
+    def _id(self, t: int) -> int:
+        """``t``, if it names a task slot; IndexError otherwise (as the C store)."""
+        if not 0 <= t < len(self._alive):
+            raise IndexError(f"task id {t} out of range")
+        return t
+
+    def _ids(self, tasks: Sequence[int]) -> list[int]:
+        return [self._id(t) for t in tasks]
+
+    def link(self, a: int, b: int) -> None:
+        self._id(a)
+        self._id(b)
+        self._succs[a].append(b)
+        self._preds[b].append(a)
+
+    def remove(self, tasks: Sequence[int]) -> None:
+        """Delete ``tasks`` and their edges, freeing their ids, in the order given."""
+        for t in self._ids(tasks):
+            for p in self._preds[t]:
+                self._succs[p].remove(t)
+            for s in self._succs[t]:
+                self._preds[s].remove(t)
+            self._preds[t], self._succs[t], self._alive[t] = [], [], False
+            self._free.append(t)
+
+    def detach(self, tasks: Sequence[int]) -> None:
+        """Unhook ``tasks`` from the tasks outside them, keeping their own edge lists."""
+        gone = set(self._ids(tasks))
+        for t in tasks:
+            for p in self._preds[t]:
+                if p not in gone:
+                    self._succs[p].remove(t)
+            for s in self._succs[t]:
+                if s not in gone:
+                    self._preds[s].remove(t)
+            self._alive[t] = False
+
+    def attach(self, tasks: Sequence[int]) -> None:
+        """Undo ``detach``."""
+        back = set(self._ids(tasks))
+        for t in tasks:
+            for p in self._preds[t]:
+                if p not in back:
+                    self._succs[p].append(t)
+            for s in self._succs[t]:
+                if s not in back:
+                    self._preds[s].append(t)
+            self._alive[t] = True
+
+    def release(self, tasks: Sequence[int]) -> None:
+        """Free detached tasks for good."""
+        for t in self._ids(tasks):
+            self._preds[t], self._succs[t] = [], []
+            self._free.append(t)
+
+    def preds(self, t: int) -> list[int]:
+        return list(self._preds[self._id(t)])
+
+    def succs(self, t: int) -> list[int]:
+        return list(self._succs[self._id(t)])
+
+    def alive(self, t: int) -> bool:
+        return self._alive[self._id(t)]
+
+    def duration_of(self, t: int) -> float:
+        return self.duration[self._id(t)]
+
+    def keys(self, tasks: Sequence[int]) -> list[tuple[int, ...]]:
+        return [self.key[t] for t in self._ids(tasks)]
+
+    def info(self, t: int) -> tuple[int, int, int, int, int, int, int]:
+        """(kind, op, part, resource set, nbytes, workspace, keeps) of task ``t``."""
+        t = self._id(t)
+        return (self.kind[t], self.op[t], self.part[t], self.rset[t], self.nbytes[t],
+                self.workspace[t], self.keeps[t])
+
+    def live_ids(self) -> array:
+        return array("i", [t for t, alive in enumerate(self._alive) if alive])
+
+    def resource_sets(self) -> list[tuple[int, ...]]:
+        return list(self.rsets)
+
+    def columns(self) -> tuple[array, array, array, array, array, array, list | array]:
+        """(ids, kind, op, part, resource set, nbytes, keys) of the live tasks, by id
+        (keys: a list of tuples; the C store may give them packed, see ``timeline``)."""
+        ids = self.live_ids()
+        return (ids, array("B", [self.kind[t] for t in ids]), array("i", [self.op[t] for t in ids]),
+                array("i", [self.part[t] for t in ids]), array("i", [self.rset[t] for t in ids]),
+                array("q", [self.nbytes[t] for t in ids]), [self.key[t] for t in ids])
+
+    def account(self, tasks: Sequence[int], sign: int, activations: array,
+                ) -> list[tuple[int, int, int]]:
+        """Add ``sign`` x the bytes each task keeps to ``activations[its device]``; return
+        (device, workspace, count x sign) for the tasks that keep bytes and have a
+        workspace, sorted."""
+        spaces: Counter[tuple[int, int]] = Counter()
+        for t in self._ids(tasks):
+            d = self.keeps[t]
+            if d < 0:
+                continue
+            if d >= len(activations):
+                raise IndexError(f"device {d} out of range of activations")
+            activations[d] += sign * self.nbytes[t]
+            if self.workspace[t]:
+                spaces[(d, self.workspace[t])] += 1
+        return [(d, w, sign * c) for (d, w), c in sorted(spaces.items())]
+
+    def resource_usage(self, start: array, end: array, num_devices: int) -> tuple[array, array]:
+        """Per resource, the time live tasks hold it and the bytes transfers and syncs
+        move over it (a device's busy time is its compute)."""
+        busy = array("d", bytes(8 * self.num_resources))
+        moved = array("q", bytes(8 * self.num_resources))
+        for t, alive in enumerate(self._alive):
+            if not alive:
+                continue
+            moving = self.kind[t] in (TRANSFER, SYNC)
+            for r in self.rsets[self.rset[t]]:
+                if moving:
+                    moved[r] += self.nbytes[t]
+                    if r < num_devices:
+                        continue
+                busy[r] += end[t] - start[t]
+        return busy, moved
+
+    # -- bulk construction (see taskgraph) ------------------------------------------
+
+    def add_op(self, op: int, devices: array, forward: array, backward: array | None,
+               kept: int, workspace: int) -> tuple[array, array]:
+        """Per task ``k``: a forward task on ``devices[k]`` keeping ``kept`` bytes, and
+        (``backward`` given) a backward task after it."""
+        if len(forward) != len(devices) or (backward is not None and
+                                            len(backward) != len(devices)):
+            raise ValueError("add_op: devices, forward and backward differ in length")
+        fwd, bwd = array("i"), array("i")
+        for k, d in enumerate(devices):
+            if not 0 <= d < self.num_resources:
+                raise IndexError(f"device {d} out of range")
+            f = self._new(FORWARD, op, k, d, forward[k], (0, op, 1, k), kept, workspace, d)
+            fwd.append(f)
+            if backward is not None:
+                b = self._new(BACKWARD, op, k, d, backward[k], (1, -op, 1, k))
+                self.link(f, b)
+                bwd.append(b)
+        return fwd, bwd
+
+    def _connect(self, a: int, b: int, hops: range, rsets: array, durations: array,
+                 kind_op_part: tuple[int, int, int], nbytes: int, key: tuple[int, ...],
+                 keeps_last: int, made: array) -> None:
+        prev = a
+        if not hops:
+            self.link(a, b)
+            return
+        kind, op, part = kind_op_part
+        for h in hops:
+            keeps = keeps_last if h == hops[-1] else -1
+            t = self._new(kind, op, part, rsets[h], durations[h], key + (h - hops[0],), nbytes,
+                          keeps=keeps)
+            self.link(prev, t)
+            made.append(t)
+            prev = t
+        self.link(prev, b)
+
+    def add_edge(self, producer: int, consumer: int, pfwd: array, cfwd: array, pbwd: array,
+                 cbwd: array, slot: array, k: array, m: array, nbytes: array, fhops: array,
+                 frsets: array, fdurations: array, bhops: array, brsets: array,
+                 bdurations: array) -> array:
+        """Per overlap ``i``: the forward chain ``pfwd[m[i]] -> cfwd[k[i]]`` over hops
+        ``fhops[i]..fhops[i+1]``, and with ``pbwd`` not empty the gradient's chain
+        ``cbwd[k[i]] -> pbwd[m[i]]`` over ``bhops``; returns the transfers made."""
+        pairs, backward = len(slot), len(pbwd) > 0
+        if len(k) != pairs or len(m) != pairs or len(nbytes) != pairs or \
+                len(fhops) != pairs + 1 or (backward and len(bhops) != pairs + 1):
+            raise ValueError("add_edge: the plan's arrays differ in length")
+        made = array("i")
+        for i in range(pairs):
+            s, ki, mi, n = slot[i], k[i], m[i], nbytes[i]
+            pf, cf = self._id(pfwd[mi]), self._id(cfwd[ki])
+            keeps = self.keeps[cf] if self.kind[cf] == FORWARD else -1
+            self._connect(pf, cf, range(fhops[i], fhops[i + 1]), frsets, fdurations,
+                          (TRANSFER, consumer, ki), n, (0, consumer, 0, ki, s, mi), keeps, made)
+            if backward:
+                self._connect(self._id(cbwd[ki]), self._id(pbwd[mi]),
+                              range(bhops[i], bhops[i + 1]), brsets, bdurations,
+                              (TRANSFER, producer, mi), n, (1, -producer, 0, mi, consumer, s, ki),
+                              -1, made)
+        return made
+
+    def add_param(self, order: int, producers: array, gdevs: array, gdevices: array,
+                  gblocks: array, gblockids: array, grsets: array, gdurations: array,
+                  gnbytes: array, udevices: array, udurations: array, unbytes: array) -> array:
+        """Per replica group ``g`` (devices ``gdevices[gdevs[g]..gdevs[g+1]]``, gradients
+        from ``producers[b]`` for the blocks ``gblockids[gblocks[g]..gblocks[g+1]]``) held
+        by more than one device, an all-reduce after its producers; then per device
+        ``udevices[j]`` an update after the single-device groups' producers and the
+        all-reduces of the groups it is in, each once, in group order."""
+        groups = len(gdevs) - 1
+        if groups < 0 or len(gblocks) != groups + 1 or len(grsets) != groups or \
+                len(gdurations) != groups or len(gnbytes) != groups or \
+                len(udurations) != len(udevices) or len(unbytes) != len(udevices):
+            raise ValueError("add_param: the plan's arrays differ in length")
+        made = array("i")
+        ready_on: dict[int, list[int]] = {}
+        for g in range(groups):
+            tasks = sorted({self._id(producers[b])
+                            for b in gblockids[gblocks[g]:gblocks[g + 1]]})
+            devices = gdevices[gdevs[g]:gdevs[g + 1]]
+            if len(devices) == 1:
+                ready_on.setdefault(devices[0], []).extend(tasks)
+                continue
+            sync = self._new(SYNC, -1, g, grsets[g], gdurations[g], (2, order, g), gnbytes[g])
+            made.append(sync)
+            for t in tasks:
+                self.link(t, sync)
+            for d in devices:
+                ready_on.setdefault(d, []).append(sync)
+        for j, d in enumerate(udevices):
+            update = self._new(UPDATE, -1, d, d, udurations[j], (3, order, d), unbytes[j])
+            made.append(update)
+            for t in dict.fromkeys(ready_on[d]):
+                self.link(t, update)
+        return made
+
+    # -- the event loop ---------------------------------------------------------------
+
+    def earliest_ready(self, ready: array, end: array, added: Sequence[int],
+                       removed: Sequence[int]) -> float:
+        """The earliest ready time of a removed task, or lower bound on an added one's:
+        the latest end of its predecessors from before the edit (0 with none)."""
+        new = set(self._ids(added))
+        t0 = min((ready[t] for t in self._ids(removed)), default=math.inf)
+        for t in added:
+            preds = self._preds[t]
+            known = [end[p] for p in preds if p not in new]
+            if known or not preds:
+                t0 = min(t0, max(known, default=0.0))
+        return t0
+
+    def undo(self, ready: array, start: array, end: array, order: array) -> None:
+        """Put back what the last journaled ``reschedule`` wrote."""
+        if self._journal is None:
+            raise RuntimeError("no journaled reschedule to undo")
+        saved, start_at, old = self._journal
+        for t, r, s, e in reversed(saved):   # the first saved wins
+            ready[t], start[t], end[t] = r, s, e
+        order[start_at:start_at + len(old)] = array("i", old)
+        if start_at + len(old) < len(order):
+            order[start_at + len(old)] = -1
+        self._journal = None
+
+    def forget(self) -> None:
+        self._journal = None
+
+    def reschedule(self, ready: array, start: array, end: array, order: array, t0: float,
+                   changed: Sequence[int], removed: Sequence[int], limit: float = math.inf,
+                   deadline: float = math.inf, journal: bool = False) -> float:
+        preds, succs, duration, key, alive = (self._preds, self._succs, self.duration,
+                                              self.key, self._alive)
+        resources = [self.rsets[r] for r in self.rset]
+        self._journal = None
+        changed, removed = self._ids(changed), self._ids(removed)
+        old = []
+        for t in order:
+            if t < 0:
+                break
+            old.append(self._id(t))
+        free = [0.0] * self.num_resources
+        state = [UNTOUCHED] * len(alive)
+        fresh = [False] * len(alive)
+        waiting = [0] * len(alive)
+        heap: list[tuple[float, tuple, int]] = []
+        out = []
+        sweep = 0
+        while sweep < len(old) and ready[old[sweep]] < t0:
+            t = old[sweep]
+            sweep += 1
+            if alive[t]:
+                state[t] = DONE
+                out.append(t)
+                for res in resources[t]:
+                    if end[t] > free[res]:
+                        free[res] = end[t]
+        kept = len(out)
+        saved: list[tuple[int, float, float, float]] = []
+        if journal:
+            start_at = kept if kept == sweep else 0
+            self._journal = (saved, start_at, old[start_at:])
+
+        def save(u: int) -> None:
+            if journal:
+                saved.append((u, ready[u], start[u], end[u]))
+
+        def defer(u: int) -> None:
+            save(u)
+            left, r = 0, 0.0
+            for p in preds[u]:
+                if state[p] != DONE:
+                    left += 1
+                elif end[p] > r:
+                    r = end[p]
+            ready[u], waiting[u] = r, left
+            state[u] = WAITING if left else QUEUED
+            if not left:
+                heapq.heappush(heap, (r, key[u], u))
+
+        def freshen(u: int) -> None:
+            if state[u] == DONE:
+                raise RuntimeError(f"task {u} changed but is ready before t0")
+            if state[u] == UNTOUCHED and alive[u]:
+                fresh[u] = True
+                defer(u)
+
+        if not old:
+            for t in range(len(alive)):
+                freshen(t)
+        for t in changed:
+            freshen(t)
+        for gone in removed:
+            for u in succs[gone]:
+                freshen(u)
+        while True:
+            if deadline < math.inf and (len(out) - kept) % CLOCK_EVERY == 0:
+                check_deadline(deadline, "the simulation")
+            while sweep < len(old) and (state[old[sweep]] != UNTOUCHED or not alive[old[sweep]]):
+                sweep += 1
+            t = -1
+            if sweep < len(old):
+                c = old[sweep]
+                if not heap or (ready[c], key[c], c) < heap[0]:
+                    sweep += 1
+                    if any(state[p] != DONE for p in preds[c]):
+                        defer(c)
+                        continue
+                    save(c)
+                    t, r = c, ready[c]
+            if t < 0:
+                if not heap:
+                    break
+                r, _, t = heapq.heappop(heap)
+            s = r
+            for res in resources[t]:
+                if free[res] > s:
+                    s = free[res]
+            e = s + duration[t]
+            if e > limit:
+                return e
+            for res in resources[t]:
+                free[res] = e
+            moved = fresh[t] or e != end[t]
+            start[t], end[t] = s, e
+            out.append(t)
+            # t is done only after this loop: a successor deferred here waits for t
+            # too, once per edge (edges may repeat), and is released below
+            for u in succs[t]:
+                if state[u] == UNTOUCHED:
+                    if not moved:
+                        continue
+                    defer(u)
+                if state[u] != WAITING:
+                    raise RuntimeError(f"task {u} follows re-simulated task {t} but is not "
+                                       "re-simulated itself")
+                if e > ready[u]:
+                    ready[u] = e
+                waiting[u] -= 1
+                if not waiting[u]:
+                    state[u] = QUEUED
+                    heapq.heappush(heap, (ready[u], key[u], u))
+            state[t] = DONE
+        stuck = state.count(WAITING)
+        if stuck:
+            raise RuntimeError(f"task graph has a cycle through {stuck} tasks")
+        order[:len(out)] = array("i", out)
+        if len(out) < len(alive):
+            order[len(out)] = -1
+        return max(max(free, default=0.0), max((end[t] for t in out[kept:]), default=0.0))
