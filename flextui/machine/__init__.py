@@ -1,5 +1,5 @@
 """Clusters: compute devices, switches and directed links, routes between devices
-(networkx), the TOML cluster format, the built-in cluster library, and local detection."""
+(shortest paths), the TOML cluster format, the built-in cluster library, and local detection."""
 
 from flextui.machine.cluster import Cluster, Device, DeviceSpec, Link
 from flextui.machine.detect import describe_local, detect_local

@@ -152,6 +152,7 @@ class Cluster:
         self._by_name = {d.name: d for d in self.devices}
         self._router = Router([d.name for d in self.devices], self.switches, self.links)
         self._routes: dict[tuple[int, int], tuple[Link, ...]] = {}
+        self._route_ids: dict[tuple[int, int], tuple[int, ...]] = {}
         self._fingerprint: str | None = None
 
     # -- validation -------------------------------------------------------------------
@@ -282,6 +283,14 @@ class Cluster:
                 f"with links through switches (a device never forwards traffic for others)")
         self._routes[key] = links
         return links
+
+    def route_link_ids(self, src_id: int, dst_id: int) -> tuple[int, ...]:
+        """The ids of :meth:`route`'s links, memoised (what the simulator's core takes)."""
+        key = (src_id, dst_id)
+        ids = self._route_ids.get(key)
+        if ids is None:
+            ids = self._route_ids[key] = tuple(link.id for link in self.route(src_id, dst_id))
+        return ids
 
     def bottleneck_bandwidth(self, ids: Sequence[int]) -> float:
         """The slowest link bandwidth on the ring ids[0] -> ids[1] -> ... -> ids[0]; inf for one."""
