@@ -11,7 +11,14 @@ end-to-end search times of FlexFlow's simulator, full and delta, from the paper'
 Table 5 for the same model and GPU count (its searches ran to convergence under a
 30-minute budget).
 
+With --converge the searches stop by the stop rule (no improvement for half the
+iterations so far, as ``flextui search`` does by default) within the budget, and the
+wall time is the time to converge, to set beside the paper's delta column. The
+"per s x ref" column is proposals a second times the fixed reference work's time
+(``reference.py``), a figure that drifts less with the machine's load.
+
     python benchmarks/search_throughput.py [--budget 60] [--devices 16 64] [--models nmt]
+        [--converge]
 """
 
 from __future__ import annotations
@@ -20,6 +27,8 @@ import argparse
 import tempfile
 import time
 from pathlib import Path
+
+from reference import reference_s
 
 from flextui.cost import AnalyticCostModel
 from flextui.graph.library import load_model
@@ -72,14 +81,19 @@ def main() -> None:
                         help=f"GPUs, a multiple of {GPUS_PER_NODE} (a node)")
     parser.add_argument("--models", nargs="+", default=PAPER_MODELS, choices=PAPER_MODELS)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--converge", action="store_true",
+                        help="stop by the stop rule (the budget is then a cap)")
     args = parser.parse_args()
     if any(d < GPUS_PER_NODE or d % GPUS_PER_NODE for d in args.devices):
         parser.error(f"--devices: give multiples of {GPUS_PER_NODE} (whole nodes of {CLUSTER})")
-    options = SearchOptions(time_limit=args.budget, seed=args.seed, converge=False)
-    print(f"{args.budget:g} s searches (one chain, early stop off) on {CLUSTER} nodes; "
-          "paper: Table 5 end-to-end search time (s)")
+    options = SearchOptions(time_limit=args.budget, seed=args.seed, converge=args.converge)
+    ref = reference_s()
+    stop = "stopped by the stop rule, at most" if args.converge else "early stop off"
+    print(f"{args.budget:g} s searches (one chain, {stop}) on {CLUSTER} nodes; paper: Table 5 "
+          f"end-to-end search time (s); reference work {ref * 1e3:.1f} ms")
     print(f"{'model':<14}{'GPUs':>5}{'proposals':>11}{'per s':>9}{'wall (s)':>10}"
-          f"{'over (s)':>10}{'best at (s)':>13}{'speedup':>9}{'paper full':>12}{'delta':>8}")
+          f"{'over (s)':>10}{'best at (s)':>13}{'speedup':>9}{'paper full':>12}{'delta':>8}"
+          f"{'per s x ref':>13}")
     for model in args.models:
         graph = load_model(model)
         for devices in args.devices:
@@ -93,8 +107,9 @@ def main() -> None:
             print(f"{model:<14}{devices:>5}{result.iterations:>11,}"
                   f"{result.iterations / result.elapsed:>9.1f}{wall:>10.1f}"
                   f"{wall - args.budget:>+10.1f}{best.found_at(result.initial_cost):>13.1f}"
-                  f"{result.initial_cost / result.best_cost:>8.2f}x{paper(model, devices)}",
-                  flush=True)
+                  f"{result.initial_cost / result.best_cost:>8.2f}x{paper(model, devices)}"
+                  f"{result.iterations / result.elapsed * ref:>13.2f}", flush=True)
+    print(f"reference work at the end: {reference_s() * 1e3:.1f} ms")
 
 
 if __name__ == "__main__":

@@ -32,6 +32,8 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 
+from reference import reference_s
+
 CLUSTER = "h100-cluster"
 GPUS_PER_NODE = 8
 
@@ -60,6 +62,14 @@ class Figures:
     delta_s: float
     before_mib: float
     peak_mib: float
+    core_bytes: int     # the task store's, the times' and the timeline's columns
+
+
+def core_bytes(timeline, delta) -> int:
+    """What the simulator's core holds for a strategy: the task store, the times (three
+    doubles and an order slot a task id) and the timeline's columns."""
+    return (delta.tg.store.memory_bytes() + 28 * len(delta.times.ready)
+            + timeline.tasks.memory_bytes())
 
 
 def peak_mib() -> float:
@@ -82,10 +92,13 @@ def measure(case: Case, model: Model, proposals: int, seed: int) -> Figures:
     cost_model = AnalyticCostModel()
     before = peak_mib()
     start = time.perf_counter()
-    tasks = len(Simulator(graph, cluster, cost_model).simulate(strategy).tasks)
+    timeline = Simulator(graph, cluster, cost_model).simulate(strategy)
     full_s = time.perf_counter() - start
+    tasks = len(timeline.tasks)
     delta = DeltaSimulator(graph, cluster, cost_model)
     delta.reset(strategy)
+    core = core_bytes(timeline, delta)
+    del timeline
     rng, times = random.Random(seed), []
     for _ in range(proposals):
         op = rng.choice(graph.ops)
@@ -94,7 +107,7 @@ def measure(case: Case, model: Model, proposals: int, seed: int) -> Figures:
         delta.propose(op, config)
         delta.reject()
         times.append(time.perf_counter() - start)
-    return Figures(tasks, full_s, statistics.mean(times), before, peak_mib())
+    return Figures(tasks, full_s, statistics.mean(times), before, peak_mib(), core)
 
 
 def main() -> None:
@@ -119,8 +132,12 @@ def main() -> None:
     print(f"GPT width {model.width}, {model.heads} heads, {model.seq_len} tokens, "
           f"{model.batch_per_gpu} sequence(s) per GPU, on {CLUSTER} nodes; "
           f"delta: mean of {args.proposals} random one-op proposals (propose + reject)")
+    ref = reference_s()
+    print(f"reference work: {ref * 1e3:.1f} ms; core: bytes a task of the task store, times "
+          "and timeline columns")
     print(f"{'layers':>6} {'strategy':<14}{'GPUs':>6}{'tasks':>11}{'full (s)':>10}"
-          f"{'us/task':>9}{'delta (ms)':>12}{'before (MiB)':>14}{'peak (MiB)':>12}")
+          f"{'us/task':>9}{'delta (ms)':>12}{'before (MiB)':>14}{'peak (MiB)':>12}"
+          f"{'core B/task':>13}{'full/ref':>10}{'delta/ref':>11}")
     spawn = multiprocessing.get_context("spawn")
     for case in cases:
         row = f"{case.layers:>6} {case.strategy:<14}{case.devices:>6}"
@@ -131,7 +148,10 @@ def main() -> None:
             print(f"{row}  the child process died (out of memory?)", flush=True)
             continue
         print(f"{row}{f.tasks:>11,}{f.full_s:>10.2f}{f.full_s / f.tasks * 1e6:>9.2f}"
-              f"{f.delta_s * 1e3:>12.2f}{f.before_mib:>14,.0f}{f.peak_mib:>12,.0f}", flush=True)
+              f"{f.delta_s * 1e3:>12.2f}{f.before_mib:>14,.0f}{f.peak_mib:>12,.0f}"
+              f"{f.core_bytes / f.tasks:>13.0f}{f.full_s / ref:>10.1f}{f.delta_s / ref:>11.2f}",
+              flush=True)
+    print(f"reference work at the end: {reference_s() * 1e3:.1f} ms")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,8 @@ import random
 import statistics
 import time
 
+from reference import reference_s
+
 from flextui.cost import AnalyticCostModel
 from flextui.graph.library import load_model
 from flextui.machine import load_named_cluster
@@ -70,14 +72,18 @@ def main() -> None:
     args = parser.parse_args()
     if any(devices < GPUS_PER_NODE or devices % GPUS_PER_NODE for devices in args.devices):
         parser.error(f"--devices: whole nodes of {GPUS_PER_NODE} P100s (4, 8, 16, ...)")
+    ref = reference_s()
+    print(f"reference work: {ref * 1e3:.1f} ms (the ref columns are figures / reference)")
     print(f"{'model':<14}{'GPUs':>5}{'tasks':>9}{'full (ms)':>12}{'delta (ms)':>12}{'speedup':>9}"
-          f"{'chain step (ms)':>17}")
+          f"{'chain step (ms)':>17}{'full/ref':>10}{'delta/ref':>11}")
     for model in args.models:
         for devices in args.devices:
             tasks, full_s, delta_s, step_s = measure(model, devices, args.full_reps,
                                                      args.proposals)
             print(f"{model:<14}{devices:>5}{tasks:>9}{full_s * 1e3:>12.1f}{delta_s * 1e3:>12.2f}"
-                  f"{full_s / delta_s:>8.1f}x{step_s * 1e3:>17.2f}", flush=True)
+                  f"{full_s / delta_s:>8.1f}x{step_s * 1e3:>17.2f}{full_s / ref:>10.2f}"
+                  f"{delta_s / ref:>11.3f}", flush=True)
+    print(f"reference work at the end: {reference_s() * 1e3:.1f} ms")
 
 
 if __name__ == "__main__":

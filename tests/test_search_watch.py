@@ -136,15 +136,16 @@ def test_live_search_reports_a_failure(tmp_path):
 
 
 class _FailingCostModel(AnalyticCostModel):
-    """The analytic model, until it has timed ``calls`` tasks."""
+    """The analytic model, until it has timed ``calls`` blocks (the simulator asks once
+    per op, config and kind of device); ``used`` counts them."""
 
-    def __init__(self, calls: int) -> None:
+    def __init__(self, calls: float = float("inf")) -> None:
         super().__init__()
-        self.calls = calls
+        self.calls, self.used = calls, 0
 
     def op_cost(self, op, block_shape, device):
-        self.calls -= 1
-        if self.calls < 0:
+        self.used += 1
+        if self.used > self.calls:
             raise FlextuiError("no time for this task")
         return super().op_cost(op, block_shape, device)
 
@@ -152,9 +153,14 @@ class _FailingCostModel(AnalyticCostModel):
 def test_a_search_that_fails_after_it_started_its_log_says_the_log_is_kept(tmp_path):
     graph, cluster = model("lenet"), four_gpus()
     log = tmp_path / "x.ffsearch"
-    simulate_once = 2 * len(graph.ops) * cluster.num_devices   # enough to start the chain
-    live = LiveSearch(graph, cluster, _FailingCostModel(20 * simulate_once),
-                      SearchOptions(iterations=100_000, converge=False), log_path=log,
+    options = SearchOptions(iterations=100_000, converge=False)
+    # how many blocks the search times before its first step (a run with an iteration
+    # budget is reproducible): one more, and it fails once the chain has started
+    counting, started = _FailingCostModel(), []
+    run_search(graph, cluster, counting, SearchOptions(iterations=50, converge=False),
+               log_path=tmp_path / "count.ffsearch",
+               on_events=lambda events: started.append(counting.used))
+    live = LiveSearch(graph, cluster, _FailingCostModel(started[0] + 1), options, log_path=log,
                       processes=False)
     live.start()
     assert live.join(timeout=HANG_S)

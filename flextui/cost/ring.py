@@ -9,6 +9,5 @@ def ring_allreduce_s(nbytes: float, devices: tuple[int, ...], cluster: Cluster) 
     """Ring all-reduce: 2(p-1)/p of the bytes over the ring's slowest link, plus
     2(p-1) steps of the slowest hop's latency (DESIGN.md)."""
     p = len(devices)
-    ring = list(zip(devices, devices[1:] + devices[:1]))
-    latency = max(sum(link.latency for link in cluster.route(a, b)) for a, b in ring)
-    return 2 * (p - 1) / p * nbytes / cluster.bottleneck_bandwidth(devices) + 2 * (p - 1) * latency
+    bandwidth, latency = cluster.ring_figures(tuple(devices))
+    return 2 * (p - 1) / p * nbytes / bandwidth + 2 * (p - 1) * latency

@@ -152,6 +152,7 @@ class Cluster:
         self._by_name = {d.name: d for d in self.devices}
         self._router = Router([d.name for d in self.devices], self.switches, self.links)
         self._routes: dict[tuple[int, int], tuple[Link, ...]] = {}
+        self._rings: dict[tuple[int, ...], tuple[float, float]] = {}
         self._route_ids: dict[tuple[int, int], tuple[int, ...]] = {}
         self._fingerprint: str | None = None
 
@@ -294,14 +295,23 @@ class Cluster:
 
     def bottleneck_bandwidth(self, ids: Sequence[int]) -> float:
         """The slowest link bandwidth on the ring ids[0] -> ids[1] -> ... -> ids[0]; inf for one."""
-        ids = list(ids)
-        best = math.inf
-        if len(ids) < 2:
-            return best
-        for a, b in zip(ids, ids[1:] + ids[:1]):
-            for link in self.route(a, b):
-                best = min(best, link.bandwidth)
-        return best
+        return self.ring_figures(tuple(ids))[0]
+
+    def ring_figures(self, ids: tuple[int, ...]) -> tuple[float, float]:
+        """The ring ids[0] -> ids[1] -> ... -> ids[0]: its slowest link's bandwidth (inf
+        for one device) and its slowest hop's latency (the sum of its route's links');
+        memoised, as every parameter of a data-parallel op rings the same devices."""
+        figures = self._rings.get(ids)
+        if figures is None:
+            bandwidth, latency = math.inf, 0.0
+            if len(ids) >= 2:
+                for a, b in zip(ids, ids[1:] + ids[:1]):
+                    route = self.route(a, b)
+                    latency = max(latency, sum(link.latency for link in route))
+                    for link in route:
+                        bandwidth = min(bandwidth, link.bandwidth)
+            figures = self._rings[ids] = (bandwidth, latency)
+        return figures
 
     def injection_bandwidth(self, device_id: int) -> float:
         """The sum of the bandwidths of the links leaving a device (bytes/s)."""

@@ -12,6 +12,10 @@ loop over them (see ``taskgraph`` for the rules the tasks follow).
 
 Costs come from the cost model, which times a block by its device's spec: ops and
 updates are timed once per kind of device, not once per device.
+
+Edge and parameter plans are shared by ops alike (``geometry``): the layers of a deep
+model split, read and write alike, so a plan made for one layer's edge serves the
+others under the same configs.
 """
 
 from __future__ import annotations
@@ -87,6 +91,19 @@ class ParamPlan:
     udurations: array
 
 
+def geometry(op: Op) -> tuple:
+    """What an op's blocks depend on: its type, attributes, space, and the shapes and
+    dtypes of its inputs, outputs and parameters, with how each parameter is split. Ops
+    with equal geometry read, write and update the same regions under the same config
+    (attributes are compared by their repr, so ops holding objects without a value's
+    repr are never taken as alike)."""
+    return (op.type, repr(sorted(op.attrs.items())), op.space,
+            tuple((t.shape, t.dtype) for t in op.inputs),
+            tuple((t.shape, t.dtype) for t in op.outputs),
+            tuple((p.shape, p.dtype) for p in op.params),
+            tuple((spec.shape, spec.dim_map) for spec in op.param_specs))
+
+
 def _memo_put(memo: dict, key: object, value: object) -> None:
     if len(memo) >= PLAN_MEMO_LIMIT:
         memo.clear()
@@ -103,13 +120,18 @@ class Planner:
         self.training = training
         self.num_devices = cluster.num_devices
         self._rsets: dict[tuple[int, ...], int] = {}
+        #: per device, the index of its spec among the cluster's distinct specs
+        specs: dict[object, int] = {}
+        self._spec_of = [specs.setdefault(d.spec, len(specs)) for d in cluster.devices]
+        self._geometry: dict[int, int] = {}   # op index -> id of its geometry
+        self._geometries: dict[tuple, int] = {}
         #: the resource set a transfer over each link holds: the link, and on a cluster
         #: whose devices drive their communication, the devices at its ends
         self.hop_rset = [self._hop_rset(link) for link in cluster.links]
         self._ops: dict[tuple[int, ParallelConfig], OpPlan] = {}
-        self._edges: dict[tuple[int, int, ParallelConfig, ParallelConfig], EdgePlan] = {}
+        self._edges: dict[tuple, EdgePlan] = {}
         self._hop_memo: dict[tuple[int, int, int], tuple[list[int], list[float]]] = {}
-        self._params: dict[tuple[str, tuple[ParallelConfig, ...]], ParamPlan] = {}
+        self._params: dict[tuple, ParamPlan] = {}
         self._rings: dict[tuple[int, ...], int] = {}
         self._param_regions: dict[tuple, tuple] = {}
         self._updates: dict[tuple, float] = {}
@@ -132,15 +154,19 @@ class Planner:
 
     def _by_spec(self, devices: tuple[int, ...], cost: Callable[[Device], object]) -> list:
         """``cost(device)`` for each of ``devices``, asked once per kind of device."""
-        seen: dict[object, object] = {}
-        out = []
-        for d in devices:
-            device = self.cluster.device(d)
-            value = seen.get(device.spec)
-            if value is None:
-                value = seen[device.spec] = cost(device)
-            out.append(value)
-        return out
+        spec_of = self._spec_of
+        kinds = [spec_of[d] for d in devices]
+        first = {k: d for d, k in zip(devices, kinds)}
+        value = {k: cost(self.cluster.device(d)) for k, d in first.items()}
+        return [value[k] for k in kinds]
+
+    def geometry_id(self, op: Op) -> int:
+        """A small int standing for ``geometry(op)``, equal for ops alike."""
+        gid = self._geometry.get(op.index)
+        if gid is None:
+            gid = self._geometry[op.index] = self._geometries.setdefault(geometry(op),
+                                                                         len(self._geometries))
+        return gid
 
     # -- ops ----------------------------------------------------------------------------
 
@@ -183,7 +209,9 @@ class Planner:
 
     def edge(self, producer: Op, consumer: Op, pconf: ParallelConfig, cconf: ParallelConfig,
              ) -> EdgePlan:
-        key = (producer.index, consumer.index, pconf, cconf)
+        slots = tuple((slot, t.index) for slot, t in enumerate(consumer.inputs)
+                      if t.producer is producer)
+        key = (self.geometry_id(producer), self.geometry_id(consumer), slots, pconf, cconf)
         plan = self._edges.get(key)
         if plan is None:
             plan = self._edge(producer, consumer, pconf, cconf)
@@ -224,7 +252,7 @@ class Planner:
 
     def param(self, name: str, users: list[tuple[Op, int]],
               configs: tuple[ParallelConfig, ...]) -> ParamPlan:
-        key = (name, configs)
+        key = (tuple((self.geometry_id(op), i) for op, i in users), configs)
         plan = self._params.get(key)
         if plan is None:
             plan = self._param(name, users, configs)
@@ -276,7 +304,7 @@ class Planner:
 
     def _param_blocks(self, op: Op, i: int, config: ParallelConfig) -> tuple:
         """The shard of ``op``'s parameter ``i`` each task of ``config`` uses."""
-        key = (op.index, i, config)
+        key = (self.geometry_id(op), i, config)
         regions = self._param_regions.get(key)
         if regions is None:
             regions = tuple(op.param_region(i, r) for r in config.regions(op))

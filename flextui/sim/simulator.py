@@ -38,4 +38,5 @@ class Simulator:
     def simulate(self, strategy: Strategy) -> Timeline:
         tg = self.task_graph(strategy)
         usage = memory_usage(tg)
-        return build_timeline(tg, schedule(tg), usage, memory_penalty_s(usage, self.memory))
+        return build_timeline(tg, schedule(tg), usage, memory_penalty_s(usage, self.memory),
+                              copy_times=False)

@@ -3,6 +3,7 @@ link what it did, and the tasks, as columns made into objects only when read."""
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, overload
@@ -103,10 +104,12 @@ class TaskTable(Sequence[TaskTiming]):
     task is asked for: a large strategy has millions of tasks, and a screen or a trace
     shows few of them."""
 
-    def __init__(self, tg: TaskGraph, times: Times) -> None:
+    def __init__(self, tg: TaskGraph, times: Times, copy_times: bool = True) -> None:
         (self._ids, self._kind, self._op, self._part, self._rset, self._nbytes,
          self._keys) = tg.store.columns()
-        self._ready, self._start, self._end = times.ready[:], times.start[:], times.end[:]
+        self._ready, self._start, self._end = ((times.ready[:], times.start[:], times.end[:])
+                                               if copy_times else
+                                               (times.ready, times.start, times.end))
         names = [d.name for d in tg.cluster.devices] + [link.name for link in tg.cluster.links]
         self._rsets = [tuple(names[r] for r in rset) for rset in tg.store.resource_sets()]
         self._op_names = [op.name for op in tg.graph.ops] + [""]   # op -1 (syncs, updates)
@@ -143,6 +146,15 @@ class TaskTable(Sequence[TaskTiming]):
             self._sorted = tasks
         return self._sorted
 
+    def memory_bytes(self) -> int:
+        """The bytes of the task columns, the times' aside (the simulation's, or a copy of
+        them), and the objects, once made."""
+        columns = (self._ids, self._kind, self._op, self._part, self._rset, self._nbytes)
+        total = sum(c.itemsize * len(c) for c in columns)
+        if isinstance(self._keys, array):
+            total += self._keys.itemsize * len(self._keys)
+        return total
+
     def compute_by_op(self) -> dict[str, float]:
         """Seconds of forward and backward compute per op name, summed over its tasks."""
         by_op: dict[str, float] = {}
@@ -156,10 +168,12 @@ class TaskTable(Sequence[TaskTiming]):
 
 
 def build_timeline(tg: TaskGraph, times: Times, memory: list[MemoryUsage],
-                   memory_penalty_s: float) -> Timeline:
+                   memory_penalty_s: float, copy_times: bool = True) -> Timeline:
+    """The Timeline of ``tg`` scheduled at ``times``; ``copy_times=False`` hands the
+    times over to it (the caller will not change them)."""
     cluster = tg.cluster
     times.grow(len(tg))   # an edit undone may have left ids the times never saw
-    tasks = TaskTable(tg, times)
+    tasks = TaskTable(tg, times, copy_times)
     busy, moved = tg.store.resource_usage(times.start, times.end, tg.num_devices)
     sent = [0] * tg.num_devices
     received = [0] * tg.num_devices

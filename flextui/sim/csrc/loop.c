@@ -121,6 +121,30 @@ journal_order(Journal *j, const int32_t *order, Py_ssize_t from, Py_ssize_t to)
     return 0;
 }
 
+/* -- checkpoints --------------------------------------------------------------------- */
+
+/* ready the checkpoints for a run over order (n tasks): at most 64 of them, kept only
+ * while the spacing, the order's buffer and the resources stay what they were */
+static int
+use_checkpoints(Store *s, const int32_t *order, Py_ssize_t n)
+{
+    Py_ssize_t K = 256, nr = s->num_resources ? s->num_resources : 1;
+    while (K * 64 < n)
+        K *= 2;
+    if (K != s->ckpt_every || order != s->ckpt_order) {
+        s->ckpt_every = K;
+        s->nckpt = 0;
+    }
+    Py_ssize_t need = (n / K + 2) * nr;
+    if (need > s->ckpt_cap) {
+        double *nc = realloc(s->ckpt, need * sizeof(double));
+        if (!nc) return PyErr_NoMemory(), -1;
+        s->ckpt = nc;
+        s->ckpt_cap = need;
+    }
+    return 0;
+}
+
 /* -- the loop ----------------------------------------------------------------------- */
 
 /* what a task is to this run of the loop (the low two bits), and whether it is fresh */
@@ -190,6 +214,10 @@ monotonic(void)
     return value;
 }
 
+/* how far ahead in the last order the loop fetches tasks and times into the cache: a
+ * run walks the order in time, not id, order, so each task is a cache miss otherwise */
+#define PREFETCH 12
+
 /* how many tasks the loop simulates between looks at the clock (taskstore.CLOCK_EVERY) */
 #define CLOCK_EVERY 4096
 
@@ -228,6 +256,7 @@ Store_reschedule(Store *s, PyObject *args, PyObject *kw)
     J->active = 0;
     J->nsaved = 0;
     J->from = J->to = 0;
+    J->ckpt_from = PY_SSIZE_T_MAX;
     Loop L = {tasks, s->keys, ready, start, end, state, waiting, heap, 0, J};
     if (!order)
         goto done;
@@ -247,22 +276,42 @@ Store_reschedule(Store *s, PyObject *args, PyObject *kw)
     }
     J->active = journal;
     /* the last run's tasks ready before t0 keep their times, and give the resources'
-     * state at t0 */
-    for (i = 0; i < m && ready[order[i]] < t0; i++) {
-        int32_t t = order[i];
-        const Task *task = &tasks[t];
-        if (!task->alive)
-            continue;
-        state[t] = DONE;
-        out[count++] = t;
-        int32_t nres;
-        const int32_t *res = rset_items(s, task->rset, &nres);
+     * state at t0: the order is by ready time, so they are the first i, found by
+     * bisection; the state comes from the last checkpoint before i and the few tasks
+     * after it, so a run costs the tasks it re-times, not the graph's size */
+    if (use_checkpoints(s, order, n) < 0)
+        goto done;
+    Py_ssize_t lo = 0, hi = m, K = s->ckpt_every;
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (ready[order[mid]] < t0) lo = mid + 1;
+        else hi = mid;
+    }
+    i = lo;
+    Py_ssize_t c = i / K < s->nckpt ? i / K : s->nckpt - 1, p = 0;
+    if (c >= 0) {
+        memcpy(free_at, s->ckpt + c * nr, nr * sizeof(double));
+        p = c * K;
+    }
+    for (; p < i; p++) {
+        if (p % K == 0 && p / K == s->nckpt)
+            memcpy(s->ckpt + s->nckpt++ * nr, free_at, nr * sizeof(double));
+        int32_t t = order[p], nres;
+        const int32_t *res = rset_items(s, tasks[t].rset, &nres);
         for (int32_t j = 0; j < nres; j++)
             if (end[t] > free_at[res[j]]) free_at[res[j]] = end[t];
     }
+    for (p = 0; p < i; p++)
+        state[order[p]] = DONE;
+    memcpy(out, order, i * sizeof(int32_t));
+    count = i;
     Py_ssize_t sweep = i, kept = count;
-    /* the run rewrites order from the first slot whose task it does not keep */
-    if (journal_order(J, order, kept == sweep ? kept : 0, m) < 0)
+    /* the checkpoints from the first one after kept on are this run's */
+    J->ckpt_from = (kept + K - 1) / K;
+    if (s->nckpt > J->ckpt_from)
+        s->nckpt = J->ckpt_from;
+    /* the run rewrites order from kept on */
+    if (journal_order(J, order, kept, m) < 0)
         goto done;
     const int32_t *old = order;   /* written only once the run is through */
     if (m == 0) {   /* no last run: every task is fresh */
@@ -293,6 +342,13 @@ Store_reschedule(Store *s, PyObject *args, PyObject *kw)
         }
         while (sweep < m && (state[old[sweep]] != UNTOUCHED || !tasks[old[sweep]].alive))
             sweep++;
+        if (sweep + PREFETCH < m) {   /* the tasks the sweep reaches next: fetch them early */
+            int32_t ahead = old[sweep + PREFETCH];
+            __builtin_prefetch(&tasks[ahead]);
+            __builtin_prefetch(&ready[ahead]);
+            __builtin_prefetch(&end[ahead], 1);
+            __builtin_prefetch(&start[ahead], 1);
+        }
         if (sweep < m) {
             int32_t c = old[sweep];
             Item here;
@@ -324,6 +380,8 @@ Store_reschedule(Store *s, PyObject *args, PyObject *kw)
             t = item.task;
             r = item.ready;
         }
+        if (count % K == 0 && count / K == s->nckpt)
+            memcpy(s->ckpt + s->nckpt++ * nr, free_at, nr * sizeof(double));
         const Task *task = &tasks[t];
         int32_t nres;
         const int32_t *res = rset_items(s, task->rset, &nres);
@@ -344,6 +402,8 @@ Store_reschedule(Store *s, PyObject *args, PyObject *kw)
         /* t is done only after this loop: a successor deferred here waits for t too,
          * once per edge (edges may repeat), and is released below like any other */
         const int32_t *succs = vec_citems(&task->succs);
+        for (int32_t j = 0; j < task->succs.n; j++)
+            __builtin_prefetch(&tasks[succs[j]]);
         for (int32_t j = 0; j < task->succs.n; j++) {
             int32_t u = succs[j];
             if (state[u] == UNTOUCHED) {
@@ -379,8 +439,13 @@ Store_reschedule(Store *s, PyObject *args, PyObject *kw)
     memcpy(order, out, count * sizeof(int32_t));
     if (count < n)
         order[count] = -1;
+    s->ckpt_order = order;
     result = PyFloat_FromDouble(makespan);
 done:
+    if (!result || PyFloat_AsDouble(result) > limit) {   /* stopped: not a schedule */
+        if (s->nckpt > J->ckpt_from)
+            s->nckpt = J->ckpt_from;
+    }
     ids_release(&changed);
     ids_release(&removed);
     if (vo.obj) PyBuffer_Release(&vo);
@@ -427,6 +492,8 @@ Store_undo(Store *s, PyObject *args)
         if (J->to < vo.len / (Py_ssize_t)sizeof(int32_t))
             order[J->to] = -1;
         J->active = 0;
+        if (s->nckpt > J->ckpt_from)
+            s->nckpt = J->ckpt_from;
         result = Py_None;
         Py_INCREF(result);
     }

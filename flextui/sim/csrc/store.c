@@ -345,6 +345,7 @@ Store_dealloc(Store *s)
     free(s->rset_start);
     free(s->rset_items);
     free(s->mark);
+    free(s->ckpt);
     journal_free(&s->journal);
     Py_TYPE(s)->tp_free((PyObject *)s);
 }
@@ -795,6 +796,24 @@ done:
     return result;
 }
 
+/* memory_bytes() -> the bytes the store holds: tasks, edges, keys, resource sets,
+ * scratch, checkpoints and journal */
+static PyObject *
+Store_memory_bytes(Store *s, PyObject *unused)
+{
+    size_t total = s->cap * (sizeof(Task) + sizeof(Info) + (s->keys ? sizeof(Key) : 0));
+    for (Py_ssize_t t = 0; t < s->n; t++) {
+        const Task *task = &s->tasks[t];
+        if (task->preds.cap > VEC_INLINE) total += task->preds.cap * sizeof(int32_t);
+        if (task->succs.cap > VEC_INLINE) total += task->succs.cap * sizeof(int32_t);
+    }
+    total += s->free_cap * sizeof(int32_t) + s->rsets_cap * sizeof(int32_t)
+             + s->items_cap * sizeof(int32_t) + s->mark_cap * sizeof(uint32_t)
+             + s->ckpt_cap * sizeof(double) + s->journal.cap * sizeof(Saved)
+             + s->journal.order_cap * sizeof(int32_t);
+    return PyLong_FromSize_t(total);
+}
+
 static Py_ssize_t
 Store_len(Store *s)
 {
@@ -819,6 +838,8 @@ static PyMethodDef Store_methods[] = {
     {"info", (PyCFunction)Store_info, METH_O,
      "info(t) -> (kind, op, part, resource set, nbytes, workspace, keeps)"},
     {"live_ids", (PyCFunction)Store_live_ids, METH_NOARGS, "live task ids, ascending"},
+    {"memory_bytes", (PyCFunction)Store_memory_bytes, METH_NOARGS,
+     "memory_bytes() -> bytes the store holds"},
     {"columns", (PyCFunction)Store_columns, METH_NOARGS,
      "columns() -> (ids, kind, op, part, rset, nbytes, keys) of the live tasks"},
     {"resource_sets", (PyCFunction)Store_resource_sets, METH_NOARGS,

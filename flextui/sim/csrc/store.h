@@ -86,6 +86,7 @@ typedef struct {
     Py_ssize_t nsaved, cap;
     int32_t *order;          /* order[from..to) before the run */
     Py_ssize_t from, to, order_cap;
+    Py_ssize_t ckpt_from;    /* the first checkpoint the run rewrote */
 } Journal;
 
 typedef struct {
@@ -104,6 +105,12 @@ typedef struct {
     uint32_t *mark;          /* scratch: a set of task ids is the ids marked stamp */
     Py_ssize_t mark_cap;
     uint32_t stamp;
+    /* checkpoints of the last run: ckpt[c * num_resources + r] is when resource r was
+     * free before the task at position c * ckpt_every of its order (ckpt_order); the
+     * first nckpt are valid */
+    double *ckpt;
+    Py_ssize_t ckpt_every, nckpt, ckpt_cap;
+    const void *ckpt_order;
     Journal journal;
 } Store;
 
