@@ -131,6 +131,8 @@ class Planner:
         self._ops: dict[tuple[int, ParallelConfig], OpPlan] = {}
         self._edges: dict[tuple, EdgePlan] = {}
         self._hop_memo: dict[tuple[int, int, int], tuple[list[int], list[float]]] = {}
+        self._route_memo: dict[tuple[int, int], tuple[list[int], tuple[Link, ...]]] = {}
+        self._transfer_memo: dict[tuple[int, int], float] = {}
         self._params: dict[tuple, ParamPlan] = {}
         self._rings: dict[tuple[int, ...], int] = {}
         self._param_regions: dict[tuple, tuple] = {}
@@ -198,12 +200,27 @@ class Planner:
 
     def _hops(self, src: int, dst: int, nbytes: int, why: Callable[[], str],
               ) -> tuple[list[int], list[float]]:
+        """The resource sets and transfer times of ``nbytes`` moved from ``src`` to
+        ``dst``, hop by hop (memoised: by the pair and size, and each link's time by the
+        link and size, as random configs move many sizes between many pairs)."""
         key = (src, dst, nbytes)
         hops = self._hop_memo.get(key)
         if hops is None:
-            route = self._route(src, dst, why)
-            hops = ([self.hop_rset[link.id] for link in route],
-                    [self.cost.transfer_s(nbytes, link) for link in route])
+            route = self._route_memo.get((src, dst))
+            if route is None:
+                links = self._route(src, dst, why)
+                route = self._route_memo[(src, dst)] = (
+                    [self.hop_rset[link.id] for link in links], links)
+            rsets, links = route
+            durations = []
+            for link in links:
+                dkey = (link.id, nbytes)
+                seconds = self._transfer_memo.get(dkey)
+                if seconds is None:
+                    seconds = self.cost.transfer_s(nbytes, link)
+                    _memo_put(self._transfer_memo, dkey, seconds)
+                durations.append(seconds)
+            hops = (rsets, durations)
             _memo_put(self._hop_memo, key, hops)
         return hops
 
