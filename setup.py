@@ -12,5 +12,6 @@ TOP_LEVEL = ["flextui.library", "flextui.library.models", "flextui.library.clust
 
 setup(packages=find_packages(include=["flextui", "flextui.*"]) + TOP_LEVEL,
       ext_modules=[Extension("flextui.sim._ctaskstore",
-                             [f"flextui/sim/csrc/{name}.c" for name in ("store", "build", "loop")],
+                             [f"flextui/sim/csrc/{name}.c"
+                              for name in ("store", "build", "loop", "plan")],
                              depends=["flextui/sim/csrc/store.h"], optional=True)])

@@ -302,3 +302,59 @@ def test_c_and_python_build_the_same_task_graph(name, host_driven, monkeypatch):
         got.append((seen, list(acts), spaces, [list(c) for c in usage],
                     list(delta.tg.store.columns()[0])))
     assert got[0] == got[1]
+
+
+@pytest.mark.parametrize("store_type", STORES)
+def test_a_bulk_build_with_bad_arrays_makes_nothing(store_type):
+    """add_op, add_edge and add_param check what they are given before they make a
+    task: a bad device, task index, hop range or resource set is an error that leaves
+    the store as it was."""
+    store = store_type(3)   # devices 0 and 1, link 2
+    i, d, q = (lambda *v: array("i", v)), (lambda *v: array("d", v)), (lambda *v: array("q", v))
+    fwd, bwd = store.add_op(0, i(0, 1), d(1.0, 1.0), d(2.0, 2.0), 8, 0)
+    cfwd, cbwd = store.add_op(1, i(0, 1), d(1.0, 1.0), d(2.0, 2.0), 8, 0)
+    before = (len(store), list(store.live_ids()), [store.succs(t) for t in store.live_ids()])
+    edge = dict(slot=i(0), k=i(1), m=i(0), nbytes=q(8), fhops=i(0, 1), frsets=i(2),
+                fdurations=d(0.5), bhops=i(0, 1), brsets=i(2), bdurations=d(0.5))
+
+    def add_edge(**changed):   # the C store takes its arrays by position
+        return store.add_edge(0, 1, fwd, cfwd, bwd, cbwd, *{**edge, **changed}.values())
+
+    bad_calls = [
+        lambda: store.add_op(2, i(0, 5), d(1.0, 1.0), None, 8, 0),
+        lambda: add_edge(k=i(2)),
+        lambda: add_edge(brsets=i(9)),
+        lambda: add_edge(bhops=i(0, 3)),
+        lambda: store.add_param(0, bwd, i(0, 2), i(0, 1), i(0, 2), i(0, 5), i(2), d(1.0),
+                                q(8), i(0, 1), d(0.1, 0.1), q(8, 8)),
+        lambda: store.add_param(0, bwd, i(0, 2), i(0, 1), i(0, 2), i(0, 1), i(7), d(1.0),
+                                q(8), i(0, 1), d(0.1, 0.1), q(8, 8)),
+    ]
+    for call in bad_calls:
+        with pytest.raises((IndexError, ValueError)):
+            call()
+        assert (len(store), list(store.live_ids()),
+                [store.succs(t) for t in store.live_ids()]) == before
+    made = add_edge()   # and the good one builds
+    assert len(made) == 2 and store.keys(made) == [(0, 1, 0, 1, 0, 0, 0), (1, 0, 0, 0, 1, 0, 1, 0)]
+
+
+@needs_c
+@pytest.mark.parametrize("name", ["inception_v3", "transformer", "nmt"])
+def test_edge_plans_made_in_c_equal_the_python_ones(name):
+    """The bulk planner (overlaps, routes and hop times in C) gives every edge the plan
+    the per-pair Python gives, array for array, under random configs of both ends."""
+    graph = model(name, **({"steps": 3} if name == "nmt" else {}))
+    box = cluster("p100-4x4")
+    planner = DeltaSimulator(graph, box, AnalyticCostModel()).simulator.task_graph(
+        builtin_strategy("data-parallel", graph, box)).plans
+    assert planner._bulk is not None
+    rng = random.Random(21)
+    edges = [(p, op) for op in graph.ops for p in graph.predecessors(op)]
+    for producer, consumer in rng.sample(edges, min(40, len(edges))):
+        for _ in range(3):
+            pconf = random_config(producer, box.num_devices, rng)
+            cconf = random_config(consumer, box.num_devices, rng)
+            bulk = planner._edge(producer, consumer, pconf, cconf)
+            by_pair = planner._edge_by_pair(producer, consumer, pconf, cconf)
+            assert vars(bulk) == vars(by_pair), (producer.name, consumer.name)

@@ -18,7 +18,7 @@ import weakref
 from dataclasses import dataclass, field
 
 from flextui.cost.mathmode import DEFAULT_FP32_MATH, uses_tf32
-from flextui.cost.model import CostModel, OpCost
+from flextui.cost.model import CostModel, LinkTerms, OpCost
 from flextui.errors import FlextuiError
 from flextui.graph import Op
 from flextui.machine import Device, Link
@@ -109,3 +109,6 @@ class AnalyticCostModel(CostModel):
 
     def transfer_s(self, nbytes: int, link: Link) -> float:
         return link.transfer_time(nbytes)
+
+    def transfer_terms(self, link: Link) -> LinkTerms:
+        return LinkTerms(link.latency, link.bandwidth)   # Link.transfer_time's terms

@@ -20,7 +20,7 @@ import json
 from collections.abc import Sequence
 
 from flextui.cost.calibration import CommCalibration
-from flextui.cost.model import CostModel, OpCost
+from flextui.cost.model import CostModel, LinkTerms, OpCost, transfer_terms
 from flextui.errors import FlextuiError
 from flextui.graph import Op
 from flextui.limits import read_json
@@ -64,6 +64,11 @@ class CalibratedCommModel(CostModel):
         if calibration is None:
             return self.base.transfer_s(nbytes, link)
         return calibration.p2p_s(nbytes) / calibration.hops
+
+    def transfer_terms(self, link: Link) -> LinkTerms | None:
+        """The base model's, on links of a kind not calibrated (a measured curve is
+        not taken to be affine)."""
+        return transfer_terms(self.base, link) if link.kind not in self._by_kind else None
 
     def allreduce_s(self, nbytes: float, devices: tuple[int, ...], cluster: Cluster) -> float:
         """All-reduce time of ``nbytes`` over ``devices`` (see the module docstring)."""

@@ -20,6 +20,14 @@ class OpCost:
     workspace_bytes: int = 0
 
 
+@dataclass(frozen=True)
+class LinkTerms:
+    """A transfer over a link takes ``latency + nbytes / bandwidth`` seconds."""
+
+    latency: float
+    bandwidth: float
+
+
 def sgd_update_s(nbytes: float, device: Device) -> float:
     """Optimizer step (SGD with momentum): read weight, gradient and momentum, write
     weight and momentum — five passes over the shard at memory bandwidth."""
@@ -51,6 +59,19 @@ class CostModel(Protocol):
     def allreduce_s(self, nbytes: float, devices: tuple[int, ...], cluster: Cluster) -> float:
         """The gradient all-reduce of ``nbytes`` over ``devices`` (a replica group)."""
         return ring_allreduce_s(nbytes, devices, cluster)
+
+    def transfer_terms(self, link: Link) -> LinkTerms | None:
+        """The link's latency and bandwidth when ``transfer_s(n, link)`` is exactly
+        ``latency + n / bandwidth`` for every ``n`` (the simulator then times transfers
+        in bulk); None when it is not. Optional: a model without it is asked
+        ``transfer_s`` transfer by transfer."""
+        return None
+
+
+def transfer_terms(model: object, link: Link) -> LinkTerms | None:
+    """``model.transfer_terms(link)``, or None for a model without it."""
+    terms = getattr(model, "transfer_terms", None)
+    return terms(link) if terms is not None else None
 
 
 #: what a cost model must have, for the entry check

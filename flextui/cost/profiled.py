@@ -25,7 +25,7 @@ import msgpack
 from flextui.cost.cache import ProfileCache
 from flextui.cost.cache_records import FIELDS, ProfileEntry, ProfileKey
 from flextui.cost.calibration import interpolate
-from flextui.cost.model import CostModel, OpCost
+from flextui.cost.model import CostModel, LinkTerms, OpCost, transfer_terms
 from flextui.cost.signatures import Measurement, task_signatures
 from flextui.cost.update import Table as UpdateTable, cached_updates, update_sizes
 from flextui.errors import FlextuiError
@@ -75,6 +75,9 @@ class ProfiledCostModel(CostModel):
 
     def transfer_s(self, nbytes: int, link: Link) -> float:
         return self.base.transfer_s(nbytes, link)
+
+    def transfer_terms(self, link: Link) -> LinkTerms | None:
+        return transfer_terms(self.base, link)
 
     def update_s(self, nbytes: float, device: Device) -> float:
         """The update of an ``nbytes`` shard: measured on a profiled device when the

@@ -16,6 +16,12 @@ updates are timed once per kind of device, not once per device.
 Edge and parameter plans are shared by ops alike (``geometry``): the layers of a deep
 model split, read and write alike, so a plan made for one layer's edge serves the
 others under the same configs.
+
+With the C store, and a cost model whose transfer time over a link is latency + bytes
+/ bandwidth (``CostModel.transfer_terms``), an edge's overlaps and hops are found in C
+(``csrc/plan.c``: every consumer region against every producer block, routes from a
+table filled once per device pair); otherwise, and as the reference they are tested
+against, in Python (``overlaps.block_overlaps``, a route and a ``transfer_s`` a hop).
 """
 
 from __future__ import annotations
@@ -24,11 +30,12 @@ from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from flextui.cost.model import CostModel
+from flextui.cost.model import CostModel, transfer_terms
 from flextui.errors import ClusterError
 from flextui.graph import Op, OpGraph, region_volume
 from flextui.graph.tensor import dtype_bytes
 from flextui.machine import Cluster, Device, Link
+from flextui.sim import taskstore
 from flextui.sim.overlaps import block_overlaps
 from flextui.sim.replicas import replica_plan
 from flextui.sim.taskstore import TaskStore
@@ -135,6 +142,7 @@ class Planner:
         self._transfer_memo: dict[tuple[int, int], float] = {}
         self._params: dict[tuple, ParamPlan] = {}
         self._rings: dict[tuple[int, ...], int] = {}
+        self._bulk = _BulkEdges.for_cluster(cluster, cost, self.hop_rset)
         self._param_regions: dict[tuple, tuple] = {}
         self._updates: dict[tuple, float] = {}
 
@@ -158,8 +166,8 @@ class Planner:
         """``cost(device)`` for each of ``devices``, asked once per kind of device."""
         spec_of = self._spec_of
         kinds = [spec_of[d] for d in devices]
-        first = {k: d for d, k in zip(devices, kinds)}
-        value = {k: cost(self.cluster.device(d)) for k, d in first.items()}
+        one_of_kind = {k: d for d, k in zip(devices, kinds)}
+        value = {k: cost(self.cluster.device(d)) for k, d in one_of_kind.items()}
         return [value[k] for k in kinds]
 
     def geometry_id(self, op: Op) -> int:
@@ -183,6 +191,8 @@ class Planner:
                        for r, t in zip(op.output_regions(config.task_region(op, 0)), op.outputs))
             backward = (array("d", [c.backward_s for c in costs])
                         if self.training and op.type != "input" else None)
+            # the workspace is a block's: the first task's stands for all (a cost model
+            # that gives one per kind of device would need a column of them)
             plan = OpPlan(array("i", config.devices), array("d", [c.forward_s for c in costs]),
                           backward, kept, costs[0].workspace_bytes if costs else 0)
             _memo_put(self._ops, key, plan)
@@ -237,6 +247,16 @@ class Planner:
 
     def _edge(self, producer: Op, consumer: Op, pconf: ParallelConfig, cconf: ParallelConfig,
               ) -> EdgePlan:
+        if self._bulk is not None and all(
+                t.shape for t in consumer.inputs if t.producer is producer):
+            return self._bulk.edge(producer, consumer, pconf, cconf,
+                                   self.training and producer.type != "input",
+                                   lambda: f"op {consumer.name!r} needs data from op "
+                                           f"{producer.name!r}")
+        return self._edge_by_pair(producer, consumer, pconf, cconf)
+
+    def _edge_by_pair(self, producer: Op, consumer: Op, pconf: ParallelConfig,
+                      cconf: ParallelConfig) -> EdgePlan:
         backward = self.training and producer.type != "input"
         columns: tuple[array, ...] = (array("i"), array("i"), array("i"), array("q"))
         slots, ks, ms, sizes = columns
@@ -342,3 +362,76 @@ class Planner:
                 links = sorted(devices) + links
             r = self._rings[devices] = self.resource_set(tuple(links))
         return r
+
+
+class _BulkEdges:
+    """Edge plans made in C (``csrc/plan.c``), for a cluster whose links the cost model
+    times as latency + bytes / bandwidth; owns the route table it fills as device pairs
+    are first needed (a slot per pair: -1, or where the pair's link count and link ids
+    start in ``links``)."""
+
+    def __init__(self, cluster: Cluster, terms: list, hop_rset: list[int]) -> None:
+        from flextui.sim import _ctaskstore
+
+        self.c = _ctaskstore
+        self.cluster = cluster
+        self.devices = cluster.num_devices
+        self.route_at = array("i", [-1]) * (self.devices * self.devices)
+        self.links = array("i")
+        self.hop_rset = array("i", hop_rset)
+        self.latency = array("d", [t.latency for t in terms])
+        self.bandwidth = array("d", [t.bandwidth for t in terms])
+
+    @classmethod
+    def for_cluster(cls, cluster: Cluster, cost: CostModel, hop_rset: list[int],
+                    ) -> _BulkEdges | None:
+        """The bulk planner, if the C store serves and every link's time is affine."""
+        if taskstore.backend() != "C":
+            return None
+        terms = [transfer_terms(cost, link) for link in cluster.links]
+        if any(t is None for t in terms):
+            return None
+        return cls(cluster, terms, hop_rset)
+
+    def _route(self, k: array, m: array, pdev: array, cdev: array, reverse: bool,
+               why: Callable[[], str]) -> None:
+        """Put the routes the pairs need, and the table lacks, into the table."""
+        for code in self.c.unrouted(k, m, pdev, cdev, self.route_at, self.devices, reverse):
+            src, dst = divmod(code, self.devices)
+            try:
+                ids = self.cluster.route_link_ids(src, dst)
+            except ClusterError as exc:
+                raise ClusterError(f"{why()}: {exc}") from None
+            self.route_at[code] = len(self.links)
+            self.links.append(len(ids))
+            self.links.extend(ids)
+
+    def edge(self, producer: Op, consumer: Op, pconf: ParallelConfig, cconf: ParallelConfig,
+             backward: bool, why: Callable[[], str]) -> EdgePlan:
+        out_regions = [producer.output_regions(r) for r in pconf.regions(producer)]
+        in_regions = [consumer.input_regions(r) for r in cconf.regions(consumer)]
+        slots, ks, ms, sizes = array("i"), array("i"), array("i"), array("q")
+        for slot, tensor in enumerate(consumer.inputs):
+            if tensor.producer is not producer:
+                continue
+            blocks = array("q", [x for outs in out_regions for rng in outs[tensor.index]
+                                 for x in rng])
+            needs = array("q", [x for ins in in_regions for rng in ins[slot] for x in rng])
+            k, m, nbytes = self.c.overlaps(blocks, needs, len(tensor.shape),
+                                           dtype_bytes(tensor.dtype))
+            slots.extend(array("i", [slot]) * len(k))
+            ks.extend(k)
+            ms.extend(m)
+            sizes.extend(nbytes)
+        pdev, cdev = array("i", pconf.devices), array("i", cconf.devices)
+        hops = []
+        for reverse in (False, True) if backward else (False,):
+            self._route(ks, ms, pdev, cdev, reverse, why)
+            hops.append(self.c.hops(ks, ms, sizes, pdev, cdev, self.route_at, self.links,
+                                    self.devices, reverse, self.hop_rset, self.latency,
+                                    self.bandwidth))
+        if not backward:
+            hops.append((array("i", [0]) * (len(ks) + 1), array("i"), array("d")))
+        (fhops, frsets, fdurations), (bhops, brsets, bdurations) = hops
+        return EdgePlan(slots, ks, ms, sizes, fhops, frsets, fdurations, bhops, brsets,
+                        bdurations)

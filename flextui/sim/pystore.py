@@ -87,8 +87,7 @@ class PyTaskStore:
 
     def _new(self, kind: int, op: int, part: int, rset: int, duration: float,
              key: tuple[int, ...], nbytes: int = 0, workspace: int = 0, keeps: int = -1) -> int:
-        if not 0 <= rset < len(self.rsets):
-            raise IndexError(f"resource set {rset} out of range")
+        self._rset(rset)
         row: tuple = (float(duration), key, rset, kind, op, part, nbytes, workspace, keeps, [], [],
                True)
         columns: tuple[list, ...] = (self.duration, self.key, self.rset, self.kind, self.op,
@@ -113,6 +112,16 @@ class PyTaskStore:
         if not 0 <= t < len(self._alive):
             raise IndexError(f"task id {t} out of range")
         return t
+
+    def _device(self, d: int) -> int:
+        if not 0 <= d < self.num_resources:
+            raise IndexError(f"device {d} out of range")
+        return d
+
+    def _rset(self, r: int) -> int:
+        if not 0 <= r < len(self.rsets):
+            raise IndexError(f"resource set {r} out of range")
+        return r
 
     def _ids(self, tasks: Sequence[int]) -> list[int]:
         return [self._id(t) for t in tasks]
@@ -242,9 +251,9 @@ class PyTaskStore:
                                             len(backward) != len(devices)):
             raise ValueError("add_op: devices, forward and backward differ in length")
         fwd, bwd = array("i"), array("i")
+        for d in devices:   # checked first: nothing is made unless all is well
+            self._device(d)
         for k, d in enumerate(devices):
-            if not 0 <= d < self.num_resources:
-                raise IndexError(f"device {d} out of range")
             f = self._new(FORWARD, op, k, d, forward[k], (0, op, 1, k), kept, workspace, d)
             fwd.append(f)
             if backward is not None:
@@ -281,15 +290,27 @@ class PyTaskStore:
         if len(k) != pairs or len(m) != pairs or len(nbytes) != pairs or \
                 len(fhops) != pairs + 1 or (backward and len(bhops) != pairs + 1):
             raise ValueError("add_edge: the plan's arrays differ in length")
+        for r in list(frsets) + list(brsets):   # checked first: nothing is made unless
+            self._rset(r)                       # all is well
+        for i in range(pairs):
+            for tasks, j in ((pfwd, m[i]), (cfwd, k[i])) + (((pbwd, m[i]), (cbwd, k[i]))
+                                                             if backward else ()):
+                if not 0 <= j < len(tasks):
+                    raise IndexError(f"add_edge: task {j} out of range")
+                self._id(tasks[j])
+            for hops, rsets, durations in ((fhops, frsets, fdurations),) + (
+                    ((bhops, brsets, bdurations),) if backward else ()):
+                if not 0 <= hops[i] <= hops[i + 1] <= min(len(rsets), len(durations)):
+                    raise ValueError("add_edge: hops out of range")
         made = array("i")
         for i in range(pairs):
             s, ki, mi, n = slot[i], k[i], m[i], nbytes[i]
-            pf, cf = self._id(pfwd[mi]), self._id(cfwd[ki])
+            pf, cf = pfwd[mi], cfwd[ki]
             keeps = self.keeps[cf] if self.kind[cf] == FORWARD else -1
             self._connect(pf, cf, range(fhops[i], fhops[i + 1]), frsets, fdurations,
                           (TRANSFER, consumer, ki), n, (0, consumer, 0, ki, s, mi), keeps, made)
             if backward:
-                self._connect(self._id(cbwd[ki]), self._id(pbwd[mi]),
+                self._connect(cbwd[ki], pbwd[mi],
                               range(bhops[i], bhops[i + 1]), brsets, bdurations,
                               (TRANSFER, producer, mi), n, (1, -producer, 0, mi, consumer, s, ki),
                               -1, made)
@@ -308,11 +329,21 @@ class PyTaskStore:
                 len(gdurations) != groups or len(gnbytes) != groups or \
                 len(udurations) != len(udevices) or len(unbytes) != len(udevices):
             raise ValueError("add_param: the plan's arrays differ in length")
+        for b in gblockids:   # checked first: nothing is made unless all is well
+            if not 0 <= b < len(producers):
+                raise IndexError(f"add_param: block {b} out of range")
+            self._id(producers[b])
+        for d in list(gdevices) + list(udevices):
+            self._device(d)
+        for g in range(groups):
+            if gdevs[g + 1] - gdevs[g] != 1:
+                self._rset(grsets[g])
+            if gdevs[g + 1] < gdevs[g] or gblocks[g + 1] < gblocks[g]:
+                raise ValueError("add_param: the plan's offsets go backwards")
         made = array("i")
         ready_on: dict[int, list[int]] = {}
         for g in range(groups):
-            tasks = sorted({self._id(producers[b])
-                            for b in gblockids[gblocks[g]:gblocks[g + 1]]})
+            tasks = sorted({producers[b] for b in gblockids[gblocks[g]:gblocks[g + 1]]})
             devices = gdevices[gdevs[g]:gdevs[g + 1]]
             if len(devices) == 1:
                 ready_on.setdefault(devices[0], []).extend(tasks)
@@ -359,6 +390,9 @@ class PyTaskStore:
 
     def forget(self) -> None:
         self._journal = None
+
+    def trim(self) -> None:
+        """Give back spare slots (Python's lists hold none worth giving back)."""
 
     def reschedule(self, ready: array, start: array, end: array, order: array, t0: float,
                    changed: Sequence[int], removed: Sequence[int], limit: float = math.inf,

@@ -94,6 +94,7 @@ class TaskGraph:
                 self._add_edge(producer, op)
         for name in self.param_users:
             self._add_param_tasks(name)
+        self.store.trim()
 
     def __len__(self) -> int:
         return len(self.store)

@@ -2,7 +2,8 @@
  * backward tasks; an edge's dependencies and transfer chains, forward and back; a
  * parameter's all-reduces and updates. Python computes what they are made of once per
  * op and config (block devices, costs, overlaps, routes) and hands it over as arrays;
- * here the tasks are made, keyed and linked. */
+ * here the tasks are made, keyed and linked. Each call checks its arrays before it
+ * makes anything, so an error leaves the store as it was (short of memory). */
 
 #include "store.h"
 
@@ -119,10 +120,11 @@ Store_add_op(Store *s, PyObject *args)
                         "length");
         goto done;
     }
+    for (Py_ssize_t k = 0; k < count; k++)   /* checked first: nothing is made unless all is well */
+        if (device_arg(s, I32(a[0])[k]) < 0)
+            goto done;
     for (Py_ssize_t k = 0; k < count; k++) {
         int32_t d = I32(a[0])[k], f, b;
-        if (device_arg(s, d) < 0)
-            goto done;
         Spec task = {.duration = F64(a[1])[k], .nbytes = kept, .workspace = workspace,
                      .rset = d, .op = op, .part = (int32_t)k, .keeps = d, .kind = K_FORWARD};
         Key key = {{0, op, 1, k}, 4};
@@ -159,8 +161,6 @@ connect(Store *s, int32_t a, int32_t b, Py_ssize_t h0, Py_ssize_t h1, const int3
         return link_tasks(s, a, b);
     int at = key->len++;
     for (Py_ssize_t h = h0; h < h1; h++) {
-        if (rset_check(s, rsets[h]) < 0)
-            return -1;
         init->rset = rsets[h];
         init->duration = durations[h];
         init->keeps = h == h1 - 1 ? keeps_last : -1;
@@ -218,17 +218,30 @@ Store_add_edge(Store *s, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "add_edge: the plan's arrays differ in length");
         goto done;
     }
+    /* checked first: nothing is made unless all is well */
+    for (int r = 9; r <= 12; r += 3)
+        for (Py_ssize_t h = 0; h < a[r].n; h++)
+            if (rset_check(s, I32(a[r])[h]) < 0) goto done;
+    for (Py_ssize_t i = 0; i < pairs; i++) {
+        int32_t k = I32(a[5])[i], m = I32(a[6])[i];
+        if (task_in(s, &a[0], m, "producer") < 0 || task_in(s, &a[1], k, "consumer") < 0
+                || (backward && (task_in(s, &a[2], m, "producer") < 0
+                                 || task_in(s, &a[3], k, "consumer") < 0)))
+            goto done;
+        for (int side = 0; side < 1 + backward; side++) {
+            const Arr *hops = &a[8 + 3 * side];
+            Py_ssize_t h0 = I32(*hops)[i], h1 = I32(*hops)[i + 1];
+            if (h0 < 0 || h1 < h0 || h1 > a[9 + 3 * side].n || h1 > a[10 + 3 * side].n) {
+                PyErr_SetString(PyExc_ValueError, "add_edge: hops out of range");
+                goto done;
+            }
+        }
+    }
     for (Py_ssize_t i = 0; i < pairs; i++) {
         int32_t slot = I32(a[4])[i], k = I32(a[5])[i], m = I32(a[6])[i];
         int64_t nbytes = I64(a[7])[i];
-        if (task_in(s, &a[0], m, "producer") < 0 || task_in(s, &a[1], k, "consumer") < 0)
-            goto done;
         int32_t pf = I32(a[0])[m], cf = I32(a[1])[k];
         Py_ssize_t h0 = I32(a[8])[i], h1 = I32(a[8])[i + 1];
-        if (h0 < 0 || h1 < h0 || h1 > a[9].n || h1 > a[10].n) {
-            PyErr_SetString(PyExc_ValueError, "add_edge: forward hops out of range");
-            goto done;
-        }
         Spec init = {.nbytes = nbytes, .op = consumer, .part = k, .kind = K_TRANSFER};
         Key key = {{0, consumer, 0, k, slot, m}, 6};
         int keeps = s->tasks[cf].kind == K_FORWARD ? s->info[cf].keeps : -1;
@@ -236,14 +249,8 @@ Store_add_edge(Store *s, PyObject *args)
             goto done;
         if (!backward)
             continue;
-        if (task_in(s, &a[2], m, "producer") < 0 || task_in(s, &a[3], k, "consumer") < 0)
-            goto done;
         h0 = I32(a[11])[i];
         h1 = I32(a[11])[i + 1];
-        if (h0 < 0 || h1 < h0 || h1 > a[12].n || h1 > a[13].n) {
-            PyErr_SetString(PyExc_ValueError, "add_edge: backward hops out of range");
-            goto done;
-        }
         Spec back = {.nbytes = nbytes, .op = producer, .part = m, .kind = K_TRANSFER};
         Key bkey = {{1, -producer, 0, m, consumer, slot, k}, 7};
         if (connect(s, I32(a[3])[k], I32(a[2])[m], h0, h1, I32(a[12]), F64(a[13]), &back,
@@ -309,34 +316,44 @@ Store_add_param(Store *s, PyObject *args)
     count = calloc(ndev + 1, sizeof(int32_t));
     fill = calloc(ndev + 1, sizeof(int32_t));
     if (!tasks || !tstart || !syncs || !count || !fill) { PyErr_NoMemory(); goto done; }
+    /* checked first: nothing is made unless all is well */
+    for (Py_ssize_t j = 0; j < a[4].n; j++) {
+        int32_t b = I32(a[4])[j];
+        if (b < 0 || b >= a[0].n || check_id(s, I32(a[0])[b]) < 0) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_IndexError, "add_param: block %d out of range", (int)b);
+            goto done;
+        }
+    }
+    for (Py_ssize_t j = 0; j < a[2].n; j++)
+        if (device_arg(s, I32(a[2])[j]) < 0) goto done;
+    for (Py_ssize_t j = 0; j < a[8].n; j++)
+        if (device_arg(s, I32(a[8])[j]) < 0) goto done;
+    for (Py_ssize_t g = 0; g < groups; g++) {
+        if (I32(a[1])[g + 1] - I32(a[1])[g] != 1 && rset_check(s, I32(a[5])[g]) < 0)
+            goto done;
+        if (I32(a[1])[g + 1] < I32(a[1])[g] || I32(a[3])[g + 1] < I32(a[3])[g]) {
+            PyErr_SetString(PyExc_ValueError, "add_param: the plan's offsets go backwards");
+            goto done;
+        }
+    }
     Py_ssize_t ntasks = 0;
     for (Py_ssize_t g = 0; g < groups; g++) {
         tstart[g] = (int32_t)ntasks;
         Py_ssize_t first = ntasks;
-        for (int32_t j = I32(a[3])[g]; j < I32(a[3])[g + 1]; j++) {
-            int32_t b = I32(a[4])[j];
-            if (b < 0 || b >= a[0].n || check_id(s, I32(a[0])[b]) < 0) {
-                if (!PyErr_Occurred())
-                    PyErr_Format(PyExc_IndexError, "add_param: block %d out of range", (int)b);
-                goto done;
-            }
-            tasks[ntasks++] = I32(a[0])[b];
-        }
+        for (int32_t j = I32(a[3])[g]; j < I32(a[3])[g + 1]; j++)
+            tasks[ntasks++] = I32(a[0])[I32(a[4])[j]];
         qsort(tasks + first, ntasks - first, sizeof(int32_t), cmp_id);
         Py_ssize_t kept = first;
         for (Py_ssize_t j = first; j < ntasks; j++)
             if (j == first || tasks[j] != tasks[kept - 1]) tasks[kept++] = tasks[j];
         ntasks = kept;
         int32_t d0 = I32(a[1])[g], d1 = I32(a[1])[g + 1];
-        for (int32_t j = d0; j < d1; j++)
-            if (device_arg(s, I32(a[2])[j]) < 0) goto done;
         syncs[g] = -1;
         if (d1 - d0 == 1) {
             count[I32(a[2])[d0]] += (int32_t)(ntasks - first);
             continue;
         }
-        if (rset_check(s, I32(a[5])[g]) < 0)
-            goto done;
         Spec init = {.duration = F64(a[6])[g], .nbytes = I64(a[7])[g], .rset = I32(a[5])[g],
                      .op = -1, .part = (int32_t)g, .keeps = -1, .kind = K_SYNC};
         Key key = {{2, order, g}, 3};
@@ -372,8 +389,6 @@ Store_add_param(Store *s, PyObject *args)
     }
     for (Py_ssize_t j = 0; j < a[8].n; j++) {
         int32_t d = I32(a[8])[j], u;
-        if (device_arg(s, d) < 0)
-            goto done;
         Spec init = {.duration = F64(a[9])[j], .nbytes = I64(a[10])[j], .rset = d, .op = -1,
                      .part = d, .keeps = -1, .kind = K_UPDATE};
         Key key = {{3, order, d}, 3};

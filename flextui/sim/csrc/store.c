@@ -192,6 +192,22 @@ grow(Store *s, Py_ssize_t cap)
     return 0;
 }
 
+/* trim(): give back the slots past the last task (a graph built at once has up to
+ * half its slots spare after the last doubling) */
+static PyObject *
+Store_trim(Store *s, PyObject *unused)
+{
+    Py_ssize_t cap = s->n > 1024 ? s->n : 1024;
+    if (cap < s->cap && grow(s, cap) < 0)
+        return NULL;
+    if (s->mark_cap > cap) {
+        free(s->mark);
+        s->mark = NULL;
+        s->mark_cap = 0;
+    }
+    Py_RETURN_NONE;
+}
+
 /* a task as spec says with key, its id reused or new, into *id */
 int
 new_task(Store *s, const Spec *spec, const Key *key, int32_t *id)
@@ -838,6 +854,7 @@ static PyMethodDef Store_methods[] = {
     {"info", (PyCFunction)Store_info, METH_O,
      "info(t) -> (kind, op, part, resource set, nbytes, workspace, keeps)"},
     {"live_ids", (PyCFunction)Store_live_ids, METH_NOARGS, "live task ids, ascending"},
+    {"trim", (PyCFunction)Store_trim, METH_NOARGS, "trim(): free the spare task slots"},
     {"memory_bytes", (PyCFunction)Store_memory_bytes, METH_NOARGS,
      "memory_bytes() -> bytes the store holds"},
     {"columns", (PyCFunction)Store_columns, METH_NOARGS,
@@ -882,8 +899,20 @@ static PyTypeObject StoreType = {
     .tp_as_sequence = &Store_as_sequence,
 };
 
+static PyMethodDef module_methods[] = {
+    {"overlaps", plan_overlaps, METH_VARARGS,
+     "overlaps(producer, consumer, rank, width) -> (k, m, nbytes)"},
+    {"unrouted", plan_unrouted, METH_VARARGS,
+     "unrouted(k, m, pdev, cdev, route_at, devices, reverse) -> pair codes"},
+    {"hops", plan_hops, METH_VARARGS,
+     "hops(k, m, nbytes, pdev, cdev, route_at, route_links, devices, reverse, hop_rset, "
+     "latency, bandwidth) -> (offsets, rsets, durations)"},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef module = {
-    PyModuleDef_HEAD_INIT, "_ctaskstore", "A task graph and its event loop in C.", -1, NULL,
+    PyModuleDef_HEAD_INIT, "_ctaskstore", "A task graph and its event loop in C.", -1,
+    module_methods,
 };
 
 PyMODINIT_FUNC

@@ -5,7 +5,8 @@
  * order); tests compare the two. See pystore.py for what each method means.
  *
  * store.c: the type, its data and the per-task methods; build.c: tasks made in bulk
- * for an op, an edge and a parameter; loop.c: the event loop and its undo journal.
+ * for an op, an edge and a parameter; loop.c: the event loop and its undo journal;
+ * plan.c: an edge's overlaps and hops in bulk (module functions, for plans.py).
  */
 #ifndef FLEXTUI_STORE_H
 #define FLEXTUI_STORE_H
@@ -148,6 +149,11 @@ PyObject *new_array(const char *code, const void *data, Py_ssize_t n, Py_ssize_t
 PyObject *Store_add_op(Store *s, PyObject *args);
 PyObject *Store_add_edge(Store *s, PyObject *args);
 PyObject *Store_add_param(Store *s, PyObject *args);
+
+/* plan.c */
+PyObject *plan_overlaps(PyObject *module, PyObject *args);
+PyObject *plan_unrouted(PyObject *module, PyObject *args);
+PyObject *plan_hops(PyObject *module, PyObject *args);
 
 /* loop.c */
 PyObject *Store_reschedule(Store *s, PyObject *args, PyObject *kw);
