@@ -10,31 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* the arrays an add_* call reads: each a buffer of a type code */
-typedef struct {
-    Py_buffer view;
-    const void *v;
-    Py_ssize_t n;
-} Arr;
-
-static int
-arr_get(PyObject *obj, Arr *a, const char *what, const char *code, Py_ssize_t size)
-{
-    memset(a, 0, sizeof(*a));
-    if (!column(obj, &a->view, 0, what, code, size, 0))
-        return -1;
-    a->v = a->view.buf;
-    a->n = a->view.len / size;
-    return 0;
-}
-
-static void
-arrs_release(Arr *arrs, int count)
-{
-    for (int i = 0; i < count; i++)
-        if (arrs[i].view.obj) PyBuffer_Release(&arrs[i].view);
-}
-
 #define I32(a) ((const int32_t *)(a).v)
 #define F64(a) ((const double *)(a).v)
 #define I64(a) ((const int64_t *)(a).v)

@@ -9,30 +9,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-    Py_buffer view;
-    const void *v;
-    Py_ssize_t n;
-} In;
-
-static int
-in_get(PyObject *obj, In *a, const char *what, const char *code, Py_ssize_t size)
-{
-    memset(a, 0, sizeof(*a));
-    if (!column(obj, &a->view, 0, what, code, size, 0))
-        return -1;
-    a->v = a->view.buf;
-    a->n = a->view.len / size;
-    return 0;
-}
-
-static void
-ins_release(In *a, int count)
-{
-    for (int i = 0; i < count; i++)
-        if (a[i].view.obj) PyBuffer_Release(&a[i].view);
-}
-
 /* a growing array of one item size */
 typedef struct {
     char *v;
@@ -65,12 +41,12 @@ plan_overlaps(PyObject *module, PyObject *args)
     long long width;
     if (!PyArg_ParseTuple(args, "OOnL", &p_o, &c_o, &rank, &width))
         return NULL;
-    In a[2];
+    Arr a[2];
     memset(a, 0, sizeof(a));
     Out ks = {NULL, 0, 0, 4}, ms = {NULL, 0, 0, 4}, sizes = {NULL, 0, 0, 8};
     PyObject *result = NULL;
-    if (in_get(p_o, &a[0], "producer blocks", "q", 8) < 0
-            || in_get(c_o, &a[1], "consumer regions", "q", 8) < 0)
+    if (arr_get(p_o, &a[0], "producer blocks", "q", 8) < 0
+            || arr_get(c_o, &a[1], "consumer regions", "q", 8) < 0)
         goto done;
     Py_ssize_t per = 2 * rank;
     if (rank < 0 || (per && (a[0].n % per || a[1].n % per))) {
@@ -116,7 +92,7 @@ done:
     free(ks.v);
     free(ms.v);
     free(sizes.v);
-    ins_release(a, 2);
+    arrs_release(a, 2);
     return result;
 }
 
@@ -139,12 +115,12 @@ plan_unrouted(PyObject *module, PyObject *args)
     if (!PyArg_ParseTuple(args, "OOOOOnp", &o[0], &o[1], &o[2], &o[3], &o[4], &devices, &reverse))
         return NULL;
     static const char *what[5] = {"k", "m", "pdev", "cdev", "route_at"};
-    In a[5];
+    Arr a[5];
     memset(a, 0, sizeof(a));
     Out codes = {NULL, 0, 0, 8};
     PyObject *result = NULL;
     for (int i = 0; i < 5; i++)
-        if (in_get(o[i], &a[i], what[i], "i", 4) < 0) goto done;
+        if (arr_get(o[i], &a[i], what[i], "i", 4) < 0) goto done;
     const int32_t *ks = a[0].v, *ms = a[1].v, *pdev = a[2].v, *cdev = a[3].v;
     const int32_t *route_at = a[4].v;
     for (Py_ssize_t i = 0; i < a[0].n && i < a[1].n; i++) {
@@ -173,7 +149,7 @@ plan_unrouted(PyObject *module, PyObject *args)
     result = new_array("q", codes.v, kept, 8);
 done:
     free(codes.v);
-    ins_release(a, 5);
+    arrs_release(a, 5);
     return result;
 }
 
@@ -193,12 +169,12 @@ plan_hops(PyObject *module, PyObject *args)
     static const char *what[10] = {"k", "m", "nbytes", "pdev", "cdev", "route_at",
                                    "route_links", "hop_rset", "latency", "bandwidth"};
     static const char *code[10] = {"i", "i", "q", "i", "i", "i", "i", "i", "d", "d"};
-    In a[10];
+    Arr a[10];
     memset(a, 0, sizeof(a));
     Out offsets = {NULL, 0, 0, 4}, rsets = {NULL, 0, 0, 4}, durations = {NULL, 0, 0, 8};
     PyObject *result = NULL;
     for (int i = 0; i < 10; i++)
-        if (in_get(o[i], &a[i], what[i], code[i], code[i][0] == 'i' ? 4 : 8) < 0) goto done;
+        if (arr_get(o[i], &a[i], what[i], code[i], code[i][0] == 'i' ? 4 : 8) < 0) goto done;
     const int32_t *ks = a[0].v, *ms = a[1].v, *pdev = a[3].v, *cdev = a[4].v;
     const int64_t *sizes = a[2].v;
     const int32_t *route_at = a[5].v, *links = a[6].v, *hop_rset = a[7].v;
@@ -248,6 +224,6 @@ done:
     free(offsets.v);
     free(rsets.v);
     free(durations.v);
-    ins_release(a, 10);
+    arrs_release(a, 10);
     return result;
 }

@@ -74,6 +74,25 @@ column(PyObject *obj, Py_buffer *view, Py_ssize_t n, const char *what, const cha
     return view->buf;
 }
 
+/* obj's buffer as an array of code items, into a */
+int
+arr_get(PyObject *obj, Arr *a, const char *what, const char *code, Py_ssize_t size)
+{
+    memset(a, 0, sizeof(*a));
+    if (!column(obj, &a->view, 0, what, code, size, 0))
+        return -1;
+    a->v = a->view.buf;
+    a->n = a->view.len / size;
+    return 0;
+}
+
+void
+arrs_release(Arr *arrs, int count)
+{
+    for (int i = 0; i < count; i++)
+        if (arrs[i].view.obj) PyBuffer_Release(&arrs[i].view);
+}
+
 /* a new array(code) holding n items of size bytes from data */
 PyObject *
 new_array(const char *code, const void *data, Py_ssize_t n, Py_ssize_t size)

@@ -123,6 +123,13 @@ typedef struct {
     int owned;
 } Ids;
 
+/* an array a method reads: a buffer of one type code */
+typedef struct {
+    Py_buffer view;
+    const void *v;
+    Py_ssize_t n;
+} Arr;
+
 /* store.c */
 int vec_push(Vec *v, int32_t x);
 void vec_remove(Vec *v, int32_t x);
@@ -141,6 +148,8 @@ rset_items(const Store *s, int32_t r, int32_t *count)
     *count = s->rset_start[r + 1] - s->rset_start[r];
     return s->rset_items + s->rset_start[r];
 }
+int arr_get(PyObject *obj, Arr *a, const char *what, const char *code, Py_ssize_t size);
+void arrs_release(Arr *arrs, int count);
 void *column(PyObject *obj, Py_buffer *view, Py_ssize_t n, const char *what, const char *code,
              Py_ssize_t size, int writable);
 PyObject *new_array(const char *code, const void *data, Py_ssize_t n, Py_ssize_t size);
