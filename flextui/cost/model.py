@@ -60,16 +60,13 @@ class CostModel(Protocol):
         """The gradient all-reduce of ``nbytes`` over ``devices`` (a replica group)."""
         return ring_allreduce_s(nbytes, devices, cluster)
 
-    def transfer_terms(self, link: Link) -> LinkTerms | None:
-        """The link's latency and bandwidth when ``transfer_s(n, link)`` is exactly
-        ``latency + n / bandwidth`` for every ``n`` (the simulator then times transfers
-        in bulk); None when it is not. Optional: a model without it is asked
-        ``transfer_s`` transfer by transfer."""
-        return None
-
 
 def transfer_terms(model: object, link: Link) -> LinkTerms | None:
-    """``model.transfer_terms(link)``, or None for a model without it."""
+    """``model.transfer_terms(link)``, or None for a model without it. A cost model may
+    have that optional member: the link's latency and bandwidth when its
+    ``transfer_s(n, link)`` is exactly ``latency + n / bandwidth`` for every ``n`` (the
+    simulator then times transfers in bulk), None when it is not; a model without it
+    is asked ``transfer_s`` transfer by transfer."""
     terms = getattr(model, "transfer_terms", None)
     return terms(link) if terms is not None else None
 
