@@ -358,3 +358,22 @@ def test_edge_plans_made_in_c_equal_the_python_ones(name):
             bulk = planner._edge(producer, consumer, pconf, cconf)
             by_pair = planner._edge_by_pair(producer, consumer, pconf, cconf)
             assert vars(bulk) == vars(by_pair), (producer.name, consumer.name)
+
+
+@needs_c
+def test_both_stores_stop_a_run_at_the_same_bound():
+    """A run with a limit stops once a resource's free time plus the work still queued
+    for it passes the limit: both stores stop at the same task with the same bound, a
+    lower bound on the makespan past the limit."""
+    rng = random.Random(17)
+    for _ in range(30):
+        graphs = [PyTaskStore(4), taskstore.CTaskStore(4)]
+        seed = rng.randrange(10**6)
+        for store in graphs:
+            random_graph(store, random.Random(seed), 60, itertools.count())
+        makespan = graphs[0].reschedule(*columns(len(graphs[0])), -1.0, [], [])
+        for limit in (makespan * f for f in (0.2, 0.5, 0.8, 0.95, 0.999)):
+            bounds = {store.reschedule(*columns(len(store)), -1.0, [], [], limit)
+                      for store in graphs}
+            assert len(bounds) == 1
+            assert limit < bounds.pop() <= makespan

@@ -42,6 +42,18 @@ from flextui.sim.deadline import CLOCK_EVERY, check_deadline
 #: what a task is to one run of the event loop (``reschedule``)
 UNTOUCHED, WAITING, QUEUED, DONE = range(4)
 
+#: early rejection's bound counts work in these seconds (csrc/store.h: WORK_UNIT); a
+#: run stops once a bound passes its limit by BOUND_MARGIN of it and returns the bound
+#: less BOUND_SHAVE of itself (csrc/loop.c)
+WORK_UNIT, BOUND_MARGIN, BOUND_SHAVE = 1e-12, 4e-15, 1e-15
+
+
+def work_of(seconds: float) -> int:
+    """A duration as whole work units, rounded down (never more than it is)."""
+    units = int(seconds * 1e12) - 1 if seconds > 0 else 0
+    return max(units, 0)
+
+
 #: taskgraph.TaskKind's values, which the bulk builders make
 FORWARD, BACKWARD, TRANSFER, SYNC, UPDATE = range(5)
 
@@ -66,6 +78,13 @@ class PyTaskStore:
         self._alive: list[bool] = []
         self._free: list[int] = []
         self._journal: tuple[list[tuple[int, float, float, float]], int, list[int]] | None = None
+        #: per resource, the work of its live tasks (work_of each duration)
+        self.work = [0] * num_resources
+
+    def _add_work(self, t: int, sign: int) -> None:
+        units = work_of(self.duration[t])
+        for r in self.rsets[self.rset[t]]:
+            self.work[r] += sign * units
 
     def __len__(self) -> int:
         return len(self._alive)
@@ -97,10 +116,12 @@ class PyTaskStore:
             t = self._free.pop()
             for column, value in zip(columns, row):
                 column[t] = value
-            return t
-        for column, value in zip(columns, row):
-            column.append(value)
-        return len(self._alive) - 1
+        else:
+            for column, value in zip(columns, row):
+                column.append(value)
+            t = len(self._alive) - 1
+        self._add_work(t, +1)
+        return t
 
     def add(self, resources: tuple[int, ...], duration: float, key: tuple[int, ...]) -> int:
         if len(key) > KEY_LEN:
@@ -135,6 +156,8 @@ class PyTaskStore:
     def remove(self, tasks: Sequence[int]) -> None:
         """Delete ``tasks`` and their edges, freeing their ids, in the order given."""
         for t in self._ids(tasks):
+            if self._alive[t]:
+                self._add_work(t, -1)
             for p in self._preds[t]:
                 self._succs[p].remove(t)
             for s in self._succs[t]:
@@ -152,6 +175,8 @@ class PyTaskStore:
             for s in self._succs[t]:
                 if s not in gone:
                     self._preds[s].remove(t)
+            if self._alive[t]:
+                self._add_work(t, -1)
             self._alive[t] = False
 
     def attach(self, tasks: Sequence[int]) -> None:
@@ -164,6 +189,8 @@ class PyTaskStore:
             for s in self._succs[t]:
                 if s not in back:
                     self._preds[s].append(t)
+            if not self._alive[t]:
+                self._add_work(t, +1)
             self._alive[t] = True
 
     def release(self, tasks: Sequence[int]) -> None:
@@ -408,6 +435,7 @@ class PyTaskStore:
                 break
             old.append(self._id(t))
         free = [0.0] * self.num_resources
+        done = [0] * self.num_resources   # work of the tasks run so far, per resource
         state = [UNTOUCHED] * len(alive)
         fresh = [False] * len(alive)
         waiting = [0] * len(alive)
@@ -420,9 +448,11 @@ class PyTaskStore:
             if alive[t]:
                 state[t] = DONE
                 out.append(t)
+                units = work_of(duration[t])
                 for res in resources[t]:
                     if end[t] > free[res]:
                         free[res] = end[t]
+                    done[res] += units
         kept = len(out)
         saved: list[tuple[int, float, float, float]] = []
         if journal:
@@ -487,8 +517,15 @@ class PyTaskStore:
             e = s + duration[t]
             if e > limit:
                 return e
+            units = work_of(duration[t])
             for res in resources[t]:
                 free[res] = e
+                done[res] += units
+                # free at e, with at least the work left on it still to run
+                if limit < math.inf:
+                    bound = e + (self.work[res] - done[res]) * WORK_UNIT
+                    if bound > limit + BOUND_MARGIN * abs(limit):
+                        return bound - BOUND_SHAVE * bound
             moved = fresh[t] or e != end[t]
             start[t], end[t] = s, e
             out.append(t)

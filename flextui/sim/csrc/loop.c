@@ -135,7 +135,7 @@ use_checkpoints(Store *s, const int32_t *order, Py_ssize_t n)
         s->ckpt_every = K;
         s->nckpt = 0;
     }
-    Py_ssize_t need = (n / K + 2) * nr;
+    Py_ssize_t need = (n / K + 2) * 2 * nr;
     if (need > s->ckpt_cap) {
         double *nc = realloc(s->ckpt, need * sizeof(double));
         if (!nc) return PyErr_NoMemory(), -1;
@@ -143,6 +143,23 @@ use_checkpoints(Store *s, const int32_t *order, Py_ssize_t n)
         s->ckpt_cap = need;
     }
     return 0;
+}
+
+/* checkpoint c: the free times and the work done per resource */
+static void
+save_checkpoint(Store *s, Py_ssize_t c, const double *free_at, const int64_t *done)
+{
+    Py_ssize_t nr = s->num_resources;
+    memcpy(s->ckpt + 2 * c * nr, free_at, nr * sizeof(double));
+    memcpy(s->ckpt + (2 * c + 1) * nr, done, nr * sizeof(int64_t));
+}
+
+static void
+load_checkpoint(const Store *s, Py_ssize_t c, double *free_at, int64_t *done)
+{
+    Py_ssize_t nr = s->num_resources;
+    memcpy(free_at, s->ckpt + 2 * c * nr, nr * sizeof(double));
+    memcpy(done, s->ckpt + (2 * c + 1) * nr, nr * sizeof(int64_t));
 }
 
 /* -- the loop ----------------------------------------------------------------------- */
@@ -218,6 +235,13 @@ monotonic(void)
  * run walks the order in time, not id, order, so each task is a cache miss otherwise */
 #define PREFETCH 12
 
+/* a run stops once a resource's free time plus the work still queued for it passes
+ * limit by BOUND_MARGIN of itself, and returns the bound less BOUND_SHAVE of itself:
+ * still past limit, and never more than the makespan (the bound's own rounding is
+ * under 1e-15 of it) */
+#define BOUND_MARGIN 4e-15
+#define BOUND_SHAVE 1e-15
+
 /* how many tasks the loop simulates between looks at the clock (taskstore.CLOCK_EVERY) */
 #define CLOCK_EVERY 4096
 
@@ -245,6 +269,7 @@ Store_reschedule(Store *s, PyObject *args, PyObject *kw)
     double *end = start ? column(end_o, &ve, n, "end", "d", sizeof(double), 1) : NULL;
     int32_t *order = end ? column(order_o, &vo, n, "order", "i", sizeof(int32_t), 1) : NULL;
     double *free_at = calloc(nr ? nr : 1, sizeof(double));
+    int64_t *done_work = calloc(nr ? nr : 1, sizeof(int64_t));
     uint8_t *state = calloc(n ? n : 1, 1);
     int32_t *out = malloc((n ? n : 1) * sizeof(int32_t));
     int32_t *waiting = malloc((n ? n : 1) * sizeof(int32_t));
@@ -260,7 +285,7 @@ Store_reschedule(Store *s, PyObject *args, PyObject *kw)
     Loop L = {tasks, s->keys, ready, start, end, state, waiting, heap, 0, J};
     if (!order)
         goto done;
-    if (!free_at || !state || !out || !waiting || !heap) {
+    if (!free_at || !done_work || !state || !out || !waiting || !heap) {
         PyErr_NoMemory();
         goto done;
     }
@@ -290,16 +315,19 @@ Store_reschedule(Store *s, PyObject *args, PyObject *kw)
     i = lo;
     Py_ssize_t c = i / K < s->nckpt ? i / K : s->nckpt - 1, p = 0;
     if (c >= 0) {
-        memcpy(free_at, s->ckpt + c * nr, nr * sizeof(double));
+        load_checkpoint(s, c, free_at, done_work);
         p = c * K;
     }
     for (; p < i; p++) {
         if (p % K == 0 && p / K == s->nckpt)
-            memcpy(s->ckpt + s->nckpt++ * nr, free_at, nr * sizeof(double));
+            save_checkpoint(s, s->nckpt++, free_at, done_work);
         int32_t t = order[p], nres;
         const int32_t *res = rset_items(s, tasks[t].rset, &nres);
-        for (int32_t j = 0; j < nres; j++)
+        int64_t units = work_of(tasks[t].duration);
+        for (int32_t j = 0; j < nres; j++) {
             if (end[t] > free_at[res[j]]) free_at[res[j]] = end[t];
+            done_work[res[j]] += units;
+        }
     }
     for (p = 0; p < i; p++)
         state[order[p]] = DONE;
@@ -381,7 +409,7 @@ Store_reschedule(Store *s, PyObject *args, PyObject *kw)
             r = item.ready;
         }
         if (count % K == 0 && count / K == s->nckpt)
-            memcpy(s->ckpt + s->nckpt++ * nr, free_at, nr * sizeof(double));
+            save_checkpoint(s, s->nckpt++, free_at, done_work);
         const Task *task = &tasks[t];
         int32_t nres;
         const int32_t *res = rset_items(s, task->rset, &nres);
@@ -393,8 +421,20 @@ Store_reschedule(Store *s, PyObject *args, PyObject *kw)
             result = PyFloat_FromDouble(e);
             goto done;
         }
-        for (int32_t j = 0; j < nres; j++)
+        int64_t units = work_of(task->duration);
+        for (int32_t j = 0; j < nres; j++) {
             free_at[res[j]] = e;
+            done_work[res[j]] += units;
+            /* the resource is free at e and its tasks still to run take at least the
+             * work left on it: past limit (with a margin for rounding), stop there */
+            if (limit < Py_HUGE_VAL) {
+                double bound = e + (double)(s->work[res[j]] - done_work[res[j]]) * WORK_UNIT;
+                if (bound > limit + BOUND_MARGIN * (limit > 0 ? limit : -limit)) {
+                    result = PyFloat_FromDouble(bound - BOUND_SHAVE * bound);
+                    goto done;
+                }
+            }
+        }
         int moved = (state[t] & FRESH) || e != end[t];
         start[t] = st;
         end[t] = e;
@@ -453,6 +493,7 @@ done:
     if (vs.obj) PyBuffer_Release(&vs);
     if (vr.obj) PyBuffer_Release(&vr);
     free(free_at);
+    free(done_work);
     free(state);
     free(out);
     free(waiting);

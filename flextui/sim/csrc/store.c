@@ -253,10 +253,22 @@ new_task(Store *s, const Spec *spec, const Key *key, int32_t *id)
     }
     s->tasks[t] = task;
     s->info[t] = info;
+    add_work(s, &task, +1);
     if (s->keys)
         s->keys[t] = *key;
     *id = (int32_t)t;
     return 0;
+}
+
+/* count (sign +1) or stop counting (-1) a task's work on its resources */
+void
+add_work(Store *s, const Task *task, int sign)
+{
+    int32_t count;
+    const int32_t *res = rset_items(s, task->rset, &count);
+    int64_t units = work_of(task->duration);
+    for (int32_t j = 0; j < count; j++)
+        s->work[res[j]] += sign * units;
 }
 
 int
@@ -381,6 +393,7 @@ Store_dealloc(Store *s)
     free(s->rset_items);
     free(s->mark);
     free(s->ckpt);
+    free(s->work);
     journal_free(&s->journal);
     Py_TYPE(s)->tp_free((PyObject *)s);
 }
@@ -410,6 +423,8 @@ Store_init(Store *s, PyObject *args, PyObject *kw)
         if (push_rset(s, &item, 1) < 0)
             return -1;
     }
+    s->work = calloc(s->num_resources ? s->num_resources : 1, sizeof(int64_t));
+    if (!s->work) { PyErr_NoMemory(); return -1; }
     return 0;
 }
 
@@ -478,6 +493,8 @@ Store_remove(Store *s, PyObject *arg)
     for (Py_ssize_t i = 0; i < ids.n; i++) {
         int32_t t = ids.v[i];
         Task *task = &s->tasks[t];
+        if (task->alive)
+            add_work(s, task, -1);
         for (int32_t j = 0; j < task->preds.n; j++)
             vec_remove(&s->tasks[vec_items(&task->preds)[j]].succs, t);
         for (int32_t j = 0; j < task->succs.n; j++)
@@ -519,6 +536,8 @@ hook(Store *s, PyObject *arg, int attach)
             if (attach) { if (vec_push(&s->tasks[u].preds, t) < 0) result = NULL; }
             else vec_remove(&s->tasks[u].preds, t);
         }
+        if (task->alive != (uint8_t)attach)
+            add_work(s, task, attach ? +1 : -1);
         task->alive = (uint8_t)attach;
     }
     ids_release(&ids);
@@ -845,6 +864,7 @@ Store_memory_bytes(Store *s, PyObject *unused)
     total += s->free_cap * sizeof(int32_t) + s->rsets_cap * sizeof(int32_t)
              + s->items_cap * sizeof(int32_t) + s->mark_cap * sizeof(uint32_t)
              + s->ckpt_cap * sizeof(double) + s->journal.cap * sizeof(Saved)
+             + s->num_resources * sizeof(int64_t)
              + s->journal.order_cap * sizeof(int32_t);
     return PyLong_FromSize_t(total);
 }

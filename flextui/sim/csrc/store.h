@@ -106,10 +106,13 @@ typedef struct {
     uint32_t *mark;          /* scratch: a set of task ids is the ids marked stamp */
     Py_ssize_t mark_cap;
     uint32_t stamp;
+    /* per resource, the work of its live tasks in WORK_UNITs (each duration rounded
+     * down), kept as tasks come and go: early rejection's bound (loop.c) */
+    int64_t *work;
     /* checkpoints of the last run: ckpt[c * num_resources + r] is when resource r was
      * free before the task at position c * ckpt_every of its order (ckpt_order); the
      * first nckpt are valid */
-    double *ckpt;
+    double *ckpt;            /* per checkpoint: free times, then the work done (int64) */
     Py_ssize_t ckpt_every, nckpt, ckpt_cap;
     const void *ckpt_order;
     Journal journal;
@@ -130,6 +133,15 @@ typedef struct {
     Py_ssize_t n;
 } Arr;
 
+/* a duration as whole WORK_UNITs, rounded down (never more than it is) */
+#define WORK_UNIT 1e-12
+static inline int64_t
+work_of(double seconds)
+{
+    int64_t units = seconds > 0 ? (int64_t)(seconds * 1e12) - 1 : 0;
+    return units > 0 ? units : 0;
+}
+
 /* store.c */
 int vec_push(Vec *v, int32_t x);
 void vec_remove(Vec *v, int32_t x);
@@ -141,6 +153,7 @@ int pack_key(Task *t, const Key *key);
 void unpack_key(const Task *t, Key *key);
 int new_task(Store *s, const Spec *spec, const Key *key, int32_t *id);
 int link_tasks(Store *s, int32_t a, int32_t b);
+void add_work(Store *s, const Task *task, int sign);
 int use_mark(Store *s);
 static inline const int32_t *
 rset_items(const Store *s, int32_t r, int32_t *count)
