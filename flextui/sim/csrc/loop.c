@@ -180,7 +180,7 @@ typedef struct {
 
 /* u's times may change: it waits for its predecessors not yet simulated, its ready time
  * so far from those that are; with none left, it is queued */
-static int
+static inline __attribute__((always_inline)) int
 defer(Loop *L, int32_t u)
 {
     const Task *task = &L->tasks[u];
