@@ -29,6 +29,25 @@ out_push(Out *o, const void *x)
     return 0;
 }
 
+/* a tuple of three arrays holding what a, b and c grew to, of the type codes given */
+static PyObject *
+three_arrays(const char codes[3], const Out *a, const Out *b, const Out *c)
+{
+    const Out *outs[3] = {a, b, c};
+    PyObject *arrays[3] = {NULL, NULL, NULL}, *result = NULL;
+    int made = 0;
+    for (; made < 3; made++) {
+        char code[2] = {codes[made], 0};
+        arrays[made] = new_array(code, outs[made]->v, outs[made]->n, outs[made]->size);
+        if (!arrays[made]) break;
+    }
+    if (made == 3)
+        result = PyTuple_Pack(3, arrays[0], arrays[1], arrays[2]);
+    for (int i = 0; i < 3; i++)
+        Py_XDECREF(arrays[i]);
+    return result;
+}
+
 /* overlaps(producer, consumer, rank, width) -> (k, m, nbytes): for each consumer region
  * k (consumer: an array('q') of K regions, rank (start, stop) pairs each), in order,
  * every producer block m (producer: M blocks alike) it meets in every dim, by m, and
@@ -80,14 +99,7 @@ plan_overlaps(PyObject *module, PyObject *args)
                 goto done;
         }
     }
-    PyObject *k = new_array("i", ks.v, ks.n, 4);
-    PyObject *m = k ? new_array("i", ms.v, ms.n, 4) : NULL;
-    PyObject *n = m ? new_array("q", sizes.v, sizes.n, 8) : NULL;
-    if (n)
-        result = PyTuple_Pack(3, k, m, n);
-    Py_XDECREF(k);
-    Py_XDECREF(m);
-    Py_XDECREF(n);
+    result = three_arrays("iiq", &ks, &ms, &sizes);
 done:
     free(ks.v);
     free(ms.v);
@@ -212,14 +224,7 @@ plan_hops(PyObject *module, PyObject *args)
         if (out_push(&offsets, &end) < 0)
             goto done;
     }
-    PyObject *x = new_array("i", offsets.v, offsets.n, 4);
-    PyObject *y = x ? new_array("i", rsets.v, rsets.n, 4) : NULL;
-    PyObject *z = y ? new_array("d", durations.v, durations.n, 8) : NULL;
-    if (z)
-        result = PyTuple_Pack(3, x, y, z);
-    Py_XDECREF(x);
-    Py_XDECREF(y);
-    Py_XDECREF(z);
+    result = three_arrays("iid", &offsets, &rsets, &durations);
 done:
     free(offsets.v);
     free(rsets.v);
