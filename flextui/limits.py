@@ -138,6 +138,12 @@ def path_problem(text: str) -> str | None:
     return None
 
 
+#: one wording whichever finds it: the walk below, or a parser's RecursionError (how deep
+#: a parser goes before one depends on the Python: 3.12's json parses 5,000 levels)
+NESTED_TOO_DEEP = (f"nested deeper than flextui's limit of {NESTING.value} levels; "
+                   f"{NESTING.fix}")
+
+
 def nesting_problem(data: Any) -> str | None:
     """None when lists and maps in ``data`` nest at most NESTING.value deep (walked
     without recursion), else what is wrong."""
@@ -152,7 +158,7 @@ def nesting_problem(data: Any) -> str | None:
         else:
             continue
         if depth > NESTING.value:
-            return NESTING.problem(depth)
+            return NESTED_TOO_DEEP
         stack.extend((child, depth + 1) for child in children)
     return None
 
@@ -166,8 +172,7 @@ def parsing(where: str) -> Iterator[None]:
     try:
         yield
     except RecursionError:
-        raise LimitError(f"{where}: nested deeper than flextui's limit of {NESTING.value} "
-                         f"levels; {NESTING.fix}") from None
+        raise LimitError(f"{where}: {NESTED_TOO_DEEP}") from None
     except ValueError as exc:
         if "integer string conversion" not in str(exc):
             raise

@@ -79,7 +79,7 @@ def test_names_nesting_and_huge_integers_in_a_cluster_file(tmp_path):
     refused(tmp_path, 'name = "' + "x" * 1_000_000 + '"\n' + regular(1, 1),
             "name:", "1,000,000 characters", "256")
     refused(tmp_path, "a = " + "[" * 5000 + "]" * 5000 + "\n" + KINDS, "nested deeper", "32")
-    refused(tmp_path, "a = " + "[" * 40 + "]" * 40 + "\n" + KINDS, "levels of nesting", "32")
+    refused(tmp_path, "a = " + "[" * 40 + "]" * 40 + "\n" + KINDS, "nested deeper", "32")
     refused(tmp_path, "a = " + "9" * 5000 + "\n" + KINDS, "integer", "9,223,372,036,854,775,807")
     refused(tmp_path, regular(1, 1).replace('"60 TFLOPS"', "9" * 400),
             "device_kinds.G.peak_flops", "400-digit integer")

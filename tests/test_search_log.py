@@ -780,7 +780,7 @@ def nested(depth: int) -> list:
     (lambda h: h["cluster"].update(name="c" * 10_000_000), "limit of 256"),
     (lambda h: h["graph"].update(name="g" * 10_000_000), "limit of 256"),
     (lambda h: h.update(flextui="9" * 10_000_000), "flextui version: 10,000,000 characters"),
-    (lambda h: h["options"].update(init=nested(40)), "levels of nesting"),
+    (lambda h: h["options"].update(init=nested(40)), "nested deeper than"),
 ], ids=["cluster-name", "graph-name", "version", "nested-option"])
 def test_names_and_nesting_in_a_header_are_limited(tmp_path, edit, fragment):
     with pytest.raises(SearchLogError) as info:

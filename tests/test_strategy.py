@@ -128,10 +128,11 @@ def test_bad_strategy_files_name_file_and_field(tmp_path, edit, message):
 
 @pytest.mark.parametrize("text, message", [
     ("[" * 5000 + "]" * 5000, "nested deeper than flextui's limit of 32"),
+    ("[" * 40 + "]" * 40, "nested deeper than flextui's limit of 32"),
     ('{"format": "flextui-strategy", "version": ' + "9" * 5000 + "}", "(5,000 digits)"),
     (json.dumps({"format": "flextui-strategy", "version": 1, "ops": {}, "name": "x" * 10**7}),
      "10,000,000 characters in a name is over flextui's limit of 256"),
-], ids=["nested", "huge-integer", "huge-name"])
+], ids=["nested", "nested-40", "huge-integer", "huge-name"])
 def test_strategy_files_past_the_limits_are_one_clear_error(tmp_path, text, message):
     path = _write(tmp_path, text)
     with pytest.raises(FlextuiError) as info:
