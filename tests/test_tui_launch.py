@@ -39,11 +39,15 @@ SIZE = (80, 24)
 
 def lenet_prepared(tmp_path: Path, name="expert", ranks=2):
     """LeNet prepared on ``ranks`` CPU processes, as on a machine with a core for each
-    (the screens under test show its records; nothing starts)."""
-    graph, cluster = small("lenet"), load_named_cluster(f"local-cpu-{ranks}")
-    strategy = builtin_strategy(name, graph, cluster)
+    and 24 GiB whatever machine runs the test (the cluster's memory and whether gloo runs
+    on the ranks' cores come from the host; the screens under test show its records;
+    nothing starts)."""
     with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("flextui.machine.detect.usable_cpus", lambda: max(ranks, 2))
+        patch.setattr("flextui.machine.detect._physical_memory", lambda: 24 * 2**30)
         patch.setattr("flextui.runtime.job.usable_cpus", lambda: max(ranks, 2))
+        graph, cluster = small("lenet"), load_named_cluster(f"local-cpu-{ranks}")
+        strategy = builtin_strategy(name, graph, cluster)
         return prepare(graph, strategy, cluster, Training(steps=10, warmup=1),
                        AnalyticCostModel(), run_log=tmp_path / "recorded.ffrun")
 
