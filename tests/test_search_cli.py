@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -514,3 +515,20 @@ def test_the_progress_line_rewritten_in_place_leaves_no_stale_characters():
     first, second = screen.getvalue().split("\r")[:2]
     assert "13 steps/ss" not in second and len(second) >= len(first)
     assert second.rstrip().endswith("1 steps/s")
+
+
+def test_a_log_from_before_replays_to_its_strategy_and_cost(capsys, tmp_path):
+    """tests/logs_from_before/: a search written by flextui 069f2d4 (before the task
+    graph was built in C) and the strategy that version exported: today's replay rebuilds
+    that strategy, and today's simulator gives it the cost that version logged."""
+    old = Path(__file__).parent / "logs_from_before"
+    best = tmp_path / "best.json"
+    code, out, _ = run(capsys, "replay", str(old / "lenet-p100-4x4.ffsearch"), "--headless",
+                       "--json", "--export-strategy", str(best))
+    assert code == 0
+    logged = json.loads(out)
+    assert json.loads(best.read_text()) == json.loads(
+        (old / "lenet-p100-4x4-best.json").read_text())
+    code, out, _ = run(capsys, "simulate", "-m", "lenet", "-c", "p100-4x4", "--strategy",
+                       str(best), "--json")
+    assert code == 0 and json.loads(out)["cost_s"] == logged["best_s"] < logged["data_parallel_s"]
