@@ -5,8 +5,10 @@ import random
 
 import pytest
 
+from flextui.cost import AnalyticCostModel
 from flextui.errors import FlextuiError, StrategyError
 from flextui.graph import region_volume
+from flextui.sim import Simulator
 from flextui.strategy import (
     BUILTIN_STRATEGIES,
     ParallelConfig,
@@ -52,19 +54,63 @@ def test_enumeration_yields_only_valid_configs_and_counts_them():
         random_config(op, 16, rng).check(op, 16)
 
 
-def test_data_parallel_and_expert_shapes():
-    graph, p100 = model("alexnet"), cluster("p100-4x4")
+def _simulated(graph, where, name):
+    return Simulator(graph, where, AnalyticCostModel()).simulate(
+        builtin_strategy(name, graph, where)).makespan
+
+
+def test_one_weird_trick_on_several_nodes():
+    """Krizhevsky's "one weird trick" (conv layers data parallel, dense layers model
+    parallel over his K workers, one machine's GPUs): on 4 nodes of 4 P100s the dense
+    layers split their channels over a node's GPUs, the same on every node, and at 64
+    images a GPU (where the gradients of AlexNet's 58 million dense weights are not hidden
+    behind backward) it beats data parallelism, as his paper says it does."""
+    graph, p100 = model("alexnet", batch_size=64 * 16), cluster("p100-4x4")
     dp = builtin_strategy("data-parallel", graph, p100)
     assert all(c.degrees[0] == 16 and c.num_tasks == 16 for c in dp.values())
     ex = builtin_strategy("expert", graph, p100)
-    fc = [op for op in graph.ops if op.type == "linear"]
-    # model-parallel dense layers: 4096 wide ones over all 16 GPUs, the 1000-class one over 10
-    assert [ex[op.name].degrees for op in fc] == [(1, 16), (1, 16), (1, 10)]
     conv = [op for op in graph.ops if op.type == "conv2d"]
     assert all(ex[op.name] == dp[op.name] for op in conv)    # data-parallel convolutions
+    for op in graph.ops:
+        if op.type == "linear":   # a node's 4 GPUs share each dense layer, 4 replicas
+            assert ex[op.name] == ParallelConfig((4, 4), tuple(range(16)))
+    assert _simulated(graph, p100, "expert") < _simulated(graph, p100, "data-parallel")
 
 
-def test_rnn_expert_puts_each_layer_on_its_own_device():
+def test_one_weird_trick_on_one_node_is_krizhevskys():
+    graph, node = model("alexnet"), cluster("dgx-a100")
+    ex = builtin_strategy("expert", graph, node)
+    fc = [op for op in graph.ops if op.type == "linear"]
+    # the 4096 wide dense layers over the node's 8 GPUs, the 1000-class one too
+    assert [ex[op.name] for op in fc] == [ParallelConfig((1, 8), tuple(range(8)))] * 3
+
+
+def test_gnmt_replicates_on_every_node_a_layer_per_gpu():
+    """Wu et al.'s placement, as FlexFlow's section 8.1 describes it: the graph
+    replicated on every node, recurrent layer i on GPU i of each node (its embedding
+    with it), the output layers data parallel. On 16 nodes of 4 K80s at the paper's
+    4,096 samples, NMT's expert strategy is slower than data parallelism by less than
+    half, as FlexFlow's Figure 7a has it (expert worse than data parallel); placing
+    each layer on one GPU for the whole cluster made it ten times slower."""
+    graph, k80 = model("nmt", batch_size=64 * 64), cluster("k80-16x4")
+    ex = builtin_strategy("expert", graph, k80)
+    layers = list(dict.fromkeys(op.layer for op in graph.ops if op.type == "lstm_cell"))
+    assert len(layers) == 4
+    for op in graph.ops:
+        if op.type == "lstm_cell":
+            local = layers.index(op.layer)
+            assert ex[op.name] == ParallelConfig(
+                (16,) + (1,) * (len(op.space) - 1), tuple(4 * node + local for node in range(16)))
+        elif op.type == "embedding":
+            assert ex[op.name].degrees[0] == 16 and len(set(ex[op.name].devices)) == 16
+            assert len({d % 4 for d in ex[op.name].devices}) == 1
+        elif op.type in ("linear", "softmax_ce", "attention"):
+            assert ex[op.name].degrees[0] == 64
+    dp_s, expert_s = _simulated(graph, k80, "data-parallel"), _simulated(graph, k80, "expert")
+    assert dp_s < expert_s < 1.5 * dp_s
+
+
+def test_gnmt_on_one_node_puts_each_layer_on_its_own_gpu():
     graph = model("rnnlm")
     strategy = builtin_strategy("expert", graph, cluster("dgx-a100"))
     by_layer = {}

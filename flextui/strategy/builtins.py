@@ -3,7 +3,8 @@ and random ones.
 
 Expert strategies follow the FlexFlow paper's baselines (section 8.1): for CNNs
 Krizhevsky's "one weird trick" (data parallel convolutions, model parallel dense
-layers); for RNNs Wu et al.'s layer-per-GPU placement. Beyond the paper: for
+layers); for RNNs Wu et al.'s GNMT placement (the graph replicated on every node, a
+layer per GPU inside a node). Beyond the paper: for
 transformers, Megatron-style tensor parallelism inside a node and data parallelism
 across nodes; for recommendation models, table-wise placement of embeddings with a
 data-parallel MLP.
@@ -65,37 +66,65 @@ def model_parallel(graph: OpGraph, cluster: Cluster) -> Strategy:
     return Strategy(configs, "model-parallel")
 
 
+def _node_devices(cluster: Cluster) -> list[list[int]]:
+    """The device ids of each node, nodes in id order, each node's in the cluster's order."""
+    by_node: dict[int, list[int]] = {}
+    for device in cluster.devices:
+        by_node.setdefault(device.node, []).append(device.id)
+    return [by_node[node] for node in sorted(by_node)]
+
+
+def _node_replicas(op: Op, nodes: list[list[int]], inner: dict[int, int],
+                   first_local: int = 0) -> ParallelConfig:
+    """``op`` split by samples over the nodes (as many as its batch allows; the sample
+    dim is dim 0) and along ``inner`` (dim -> degree) inside each node, on each node's
+    GPUs from ``first_local`` on: the same placement on every node."""
+    config = split_dims(op, {0: len(nodes), **inner})
+    replicas = config.degrees[0]
+    per_replica = config.num_tasks // replicas
+    return ParallelConfig(config.degrees, tuple(nodes[k][first_local + j] for k in range(replicas)
+                                                for j in range(per_replica)))
+
+
 def _expert_cnn(graph: OpGraph, cluster: Cluster) -> dict[str, ParallelConfig]:
-    """Data parallel up to the first dense layer; from there, dense layers and the
-    elementwise ops between them split their channel dim over all devices."""
-    n, configs, dense = cluster.num_devices, {}, False
+    """Krizhevsky's "one weird trick": data parallel up to the first dense layer; from
+    there, dense layers and the elementwise ops between them split their channel dim
+    over a node's GPUs (his K workers, which were one machine's) and are replicated
+    on every node, data parallel between nodes."""
+    nodes = _node_devices(cluster)
+    per_node = min(len(ids) for ids in nodes)
+    configs, dense = {}, False
     for op in graph.ops:
         dense = dense or op.type == "linear"
         if dense and op.type in ("linear", "unary") and len(op.space) == 2:
-            configs[op.name] = split_dims(op, {1: n})
+            configs[op.name] = _node_replicas(op, nodes, {1: per_node})
         else:
-            configs[op.name] = data_parallel_config(op, n)
+            configs[op.name] = data_parallel_config(op, cluster.num_devices)
     return configs
 
 
 def _expert_rnn(graph: OpGraph, cluster: Cluster) -> dict[str, ParallelConfig]:
-    """Each recurrent layer on its own device (round robin); the ops feeding a layer
-    (ids, embeddings) join it, the stacks of its outputs too; the output layers
-    (attention, dense, softmax) are data parallel."""
-    n = cluster.num_devices
+    """Wu et al.'s GNMT placement, as the paper's section 8.1 describes it: the graph is
+    replicated on every node (data parallel between nodes), and inside a node the ops of
+    one depth share a GPU: recurrent layer i on the node's GPU i mod its GPUs, the ops
+    feeding a layer (ids, embeddings) and the stacks of its outputs with it; the output
+    layers (attention, dense, softmax) data parallel over all devices."""
+    nodes = _node_devices(cluster)
+    per_node = min(len(ids) for ids in nodes)
     layers = list(dict.fromkeys(op.layer for op in graph.ops if op.type == "lstm_cell"))
-    device = {op.name: layers.index(op.layer) % n for op in graph.ops if op.type == "lstm_cell"}
+    slot = {op.name: layers.index(op.layer) % per_node
+            for op in graph.ops if op.type == "lstm_cell"}
     head = {"linear", "softmax_ce", "attention"}
-    for op in reversed(graph.ops):  # feeders take the device of a pinned consumer
-        pinned = [device[c.name] for c in graph.successors(op) if c.name in device]
-        if op.name not in device and op.type not in head and pinned:
-            device[op.name] = pinned[0]
+    for op in reversed(graph.ops):  # feeders take the slot of a pinned consumer
+        pinned = [slot[c.name] for c in graph.successors(op) if c.name in slot]
+        if op.name not in slot and op.type not in head and pinned:
+            slot[op.name] = pinned[0]
     for op in graph.ops:  # the rest follow a pinned producer
-        pinned = [device[p.name] for p in graph.predecessors(op) if p.name in device]
-        if op.name not in device and op.type not in head and pinned:
-            device[op.name] = pinned[-1]
-    return {op.name: replicated(op, device[op.name]) if op.name in device
-            else data_parallel_config(op, n) for op in graph.ops}
+        pinned = [slot[p.name] for p in graph.predecessors(op) if p.name in slot]
+        if op.name not in slot and op.type not in head and pinned:
+            slot[op.name] = pinned[-1]
+    return {op.name: _node_replicas(op, nodes, {}, slot[op.name]) if op.name in slot
+            else data_parallel_config(op, cluster.num_devices) for op in graph.ops}
 
 
 def _expert_transformer(graph: OpGraph, cluster: Cluster) -> dict[str, ParallelConfig]:
