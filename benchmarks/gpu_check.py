@@ -190,7 +190,7 @@ def print_report(report: dict[str, Any]) -> None:
         print(f"{kind:>8}: {row['tasks']} tasks, {row['in_run_s'] * 1e3:.3f} ms in the run, "
               f"{row['alone_s'] * 1e3:.3f} ms alone ({ratio:.2f}x)")
     step = report["step"]
-    util = "n/a" if step["gpu_util"] is None else f"{step['gpu_util']:.0%}"
+    util = "n/a" if step["gpu_util"] is None else f"{step['gpu_util']:.0f}%"  # NVML: 0-100
     print(f"    step: {step['iteration_s'] * 1e3:.2f} ms measured, "
           f"{step['simulated_iteration_s'] * 1e3:.2f} ms simulated "
           f"({step['iteration_error']:+.0%}); {step['samples_per_s']:,.0f} samples/s; "
