@@ -119,3 +119,14 @@ def test_a_resumed_search_checks_the_per_device_batch(capsys, tmp_path):
                        "--json")
     assert code == 0 and read_search_log(torn).header.graph.batch_size == 256
 
+
+def test_models_say_the_papers_batch_per_device(capsys, monkeypatch):
+    code, out, _ = run(capsys, "models", "--json")
+    paper = {m["name"]: m["paper_batch_per_device"] for m in json.loads(out)}
+    assert code == 0 and paper["alexnet"] == 256 and paper["lenet"] is None
+    assert all(paper[name] == 64 for name in
+               ("inception_v3", "resnet101", "rnntc", "rnnlm", "nmt"))
+    monkeypatch.setenv("COLUMNS", "200")  # each row on one line
+    code, out, _ = run(capsys, "models")
+    text = " ".join(out.split())
+    assert code == 0 and "paper: 256 per device" in text and "--batch-per-device" in text

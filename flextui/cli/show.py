@@ -59,18 +59,29 @@ def cmd_models(args: argparse.Namespace, console: Console) -> None:
     hf = [model_info(HF_PREFIX + name) for name in FAMILIES]
     if args.json:
         emit_json([{"name": i.name, "description": i.description, "options": i.defaults,
-                    "ranges": i.ranges} for i in infos + hf])
+                    "ranges": i.ranges, "paper_batch_per_device": i.paper_batch_per_device}
+                   for i in infos + hf])
         return
-    for title, group in (("Built-in models", infos),
-                         ("Hugging Face models (pip install transformers; random weights, "
-                          "or hf:CONFIG.json)", hf)):
-        table = Table(title=title)
+    for title, group, caption in (
+            ("Built-in models", infos, PAPER_BATCH_NOTE),
+            ("Hugging Face models (pip install transformers; random weights, "
+             "or hf:CONFIG.json)", hf, None)):
+        table = Table(title=title, caption=caption)
         for col in ("name", "description", "options"):
             table.add_column(col)
         for i in group:
-            table.add_row(i.name, i.description,
-                          " ".join(f"{k}={v}" for k, v in i.defaults.items()))
+            options = " ".join(f"{k}={v}" for k, v in i.defaults.items())
+            if i.paper_batch_per_device is not None:
+                options += f"; paper: {i.paper_batch_per_device} per device"
+            table.add_row(i.name, i.description, options)
         console.print(table)
+
+
+#: what a model's "paper: N per device" says
+PAPER_BATCH_NOTE = ("batch_size is the global batch, over all devices. \"paper: N per "
+                    "device\" is the FlexFlow paper's batch on each GPU; run its setting with "
+                    "--batch-per-device N (-m nmt -c k80-16x4 --batch-per-device 64: a "
+                    "batch of 64 x 64 GPUs, 4,096)")
 
 
 def cmd_clusters(args: argparse.Namespace, console: Console) -> None:
