@@ -61,6 +61,19 @@ def per_device_batch(batch_per_device: int | str, devices: int) -> int:
     return per_device * devices
 
 
+def form_batch(batch_size: str, batch_per_device: str, devices: int | None) -> str | int:
+    """The batch a form's two fields give: its batch size (blank: the model's), or its
+    batch per device times ``devices``, the chosen cluster's (None: none loaded)."""
+    if not batch_per_device.strip():
+        return batch_size
+    if batch_size.strip():
+        raise FieldError("batch_per_device", "or batch size: fill one of them, not both")
+    if devices is None:
+        raise FieldError("batch_per_device", "counts the cluster's devices: fix the cluster "
+                         "first")
+    return per_device_batch(batch_per_device, devices)
+
+
 def split_options(text: str) -> list[str]:
     """``"hidden=512, layers=2"`` (commas or spaces) -> ``["hidden=512", "layers=2"]``."""
     return [item for item in re.split(r"[\s,]+", text) if item]
