@@ -84,8 +84,12 @@ def test_example_inputs_with_the_wrong_batch_is_refused(capsys, tmp_path):
     ('RANGES = {"width": (1, 64)}', 'RANGES = {"depth": (1, 2)}', "RANGES must map"),
     ('RANGES = {"width": (1, 64)}', 'RANGES = {"width": ("a", "b")}', "RANGES must map"),
     ('DESCRIPTION = "a builder model"', "DESCRIPTION = None", "DESCRIPTION must be a string"),
+    ('RANGES = {"width": (1, 64)}', 'RANGES = {"width": (1, 64)}\nPAPER_BATCH_PER_DEVICE = 0',
+     "PAPER_BATCH_PER_DEVICE must be a whole number from 1"),
+    ('RANGES = {"width": (1, 64)}', 'RANGES = {"width": (1, 64)}\nPAPER_BATCH_PER_DEVICE = "64"',
+     "PAPER_BATCH_PER_DEVICE must be a whole number from 1"),
 ], ids=["defaults-5", "defaults-list", "ranges-5", "ranges-reversed", "ranges-unknown",
-        "ranges-text", "description"])
+        "ranges-text", "description", "paper-batch-0", "paper-batch-text"])
 def test_malformed_defaults_and_ranges_are_one_message(capsys, tmp_path, old, new, problem):
     code, out, err = show(capsys, tmp_path, BUILDER_MODEL.replace(old, new))
     assert code == 2 and out == "" and problem in err, err

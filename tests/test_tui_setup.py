@@ -12,10 +12,11 @@ from flextui.machine import load_named_cluster
 from flextui.tui.screens import setup
 from flextui.tui.screens.setup import SetupScreen
 from flextui.tui.widgets.summary import SetupSummary
-from helpers import wait_for
+from helpers import screen_text, wait_for
 
 CSS = Path(__file__).parent.parent / "flextui" / "tui" / "app.tcss"
-FIELDS = ["model-name", "model-path", "batch-size", "model-options", "cluster-name",
+FIELDS = ["model-name", "model-path", "batch-size", "batch-per-device", "model-options",
+          "cluster-name",
           "cluster-path", "nodes", "budget", "beta", "workers", "seed", "memory",
           "memory-budget", "cost", "launch-strategy", "start"]
 
@@ -119,6 +120,8 @@ async def test_changing_model_batch_size_and_cluster_updates_the_summary():
 
 @pytest.mark.parametrize("name, value, part_name, text, where, good", [
     ("batch-size", "0", "model", "batch size must be at least 1", "Model batch size", "8"),
+    ("batch-per-device", "0", "model", "batch per device must be at least 1",
+     "Model per device", "16"),
     ("budget", "soon", "options", "give a number of iterations", "Search budget", "30s"),
     ("workers", "0", "options", "workers must be at least 1", "Search workers", "1"),
     ("memory-budget", "0.5", "options", "less than 1 MiB", "Search mem budget", ""),
@@ -145,6 +148,35 @@ async def test_bad_values_show_inline_and_a_start_names_them(name, value, part_n
         await pilot.press("ctrl+s")
         await settle(pilot)
         assert len(app.started) == 1
+
+
+async def test_a_batch_per_device_counts_the_chosen_clusters_devices():
+    """The per-device field sets the global batch from the cluster's devices, shows it,
+    follows a change of cluster, and refuses a batch size given too."""
+    app = Host()
+    async with app.run_test(size=(120, 30)) as pilot:
+        field(pilot, "model-name").value = "lenet"
+        field(pilot, "nodes").value = ""  # p100-4x4 as defined: 16 GPUs, not one node's 4
+        field(pilot, "batch-per-device").focus()
+        for key in "64":
+            await pilot.press(key)
+        await settle(pilot)
+        assert part(pilot, "model")["batch_size"] == 1024
+        assert "1,024 (64 × 16 devices)" in screen_text(app)
+        field(pilot, "cluster-name").value = "k80-16x4"
+        await settle(pilot)
+        assert part(pilot, "model")["batch_size"] == 4096
+        field(pilot, "batch-size").value = "32"
+        await settle(pilot)
+        said = "batch per device or batch size: fill one of them, not both"
+        assert said in error(pilot, "model")
+        assert field(pilot, "batch-per-device").has_class("setup-invalid")
+        field(pilot, "batch-size").value = ""
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: app.started)
+        [message] = app.started
+        assert message.graph.batch_size == 4096 and message.cluster.num_devices == 64
+        assert message.model_label == "lenet (batch 4096)"
 
 
 async def test_start_posts_the_choice():

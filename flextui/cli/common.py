@@ -18,11 +18,18 @@ from flextui.defaults import DEFAULT_CLUSTER, DEFAULT_MODEL
 from flextui.errors import FlextuiError
 
 
-def model_options(args: argparse.Namespace) -> dict[str, str]:
+def model_options(args: argparse.Namespace, devices: int | None = None) -> dict[str, str]:
+    """The model's options as typed; its batch is --batch-size, or --batch-per-device
+    times ``devices``, the device count of the cluster the command targets (a command
+    that offers --batch-per-device gives it)."""
     from flextui.errors import FieldError
-    from flextui.session.choices import parse_model_options
+    from flextui.session.choices import parse_model_options, per_device_batch
     try:
-        options = parse_model_options(args.option or [], args.batch_size)
+        batch = args.batch_size
+        if getattr(args, "batch_per_device", None) is not None:
+            assert devices is not None, "--batch-per-device needs the cluster's device count"
+            batch = per_device_batch(args.batch_per_device, devices)
+        options = parse_model_options(args.option or [], batch)
     except FieldError as e:
         raise FlextuiError(e.flag_message) from None
     if getattr(args, "opaque", False):
@@ -30,12 +37,14 @@ def model_options(args: argparse.Namespace) -> dict[str, str]:
     return options
 
 
-def load_graph(args: argparse.Namespace):
+def load_graph(args: argparse.Namespace, cluster=None):
     """The graph of the model --model names: its source is made here, once, from what
     the user typed (a model file's path made absolute against this directory, its bytes
-    read), and the graph carries it (``OpGraph.source``)."""
+    read), and the graph carries it (``OpGraph.source``). ``cluster`` is the one the
+    command targets, whose devices --batch-per-device counts (load it first)."""
     from flextui.graph.library import load_model, model_source
-    return load_model(model_source(args.model), **model_options(args))
+    devices = cluster.num_devices if cluster is not None else None
+    return load_model(model_source(args.model), **model_options(args, devices))
 
 
 def interactive() -> bool:
@@ -91,18 +100,38 @@ def load_strategy(name: str, graph, cluster, same_graph: bool = False):
 
 
 def model_args(p: argparse.ArgumentParser, default: str | None = DEFAULT_MODEL,
-               option_flags: tuple[str, ...] = ("--option", "-o")) -> None:
+               option_flags: tuple[str, ...] = ("--option", "-o"),
+               per_device: str | None = None) -> None:
     """--model, --batch-size, --option; a None default lets a command tell whether the
     user named a model (it then falls back to DEFAULT_MODEL itself); ``option_flags``
-    leaves -o to a command whose -o is its output."""
+    leaves -o to a command whose -o is its output. ``per_device`` (what the devices
+    are, for its help) offers --batch-per-device instead of --batch-size."""
     p.add_argument("--model", "-m", default=default,
                    help=f"library model name or a model .py file (default {DEFAULT_MODEL})")
-    p.add_argument("--batch-size", "-b", type=int, help="batch size (default: the model's)")
+    batch = p.add_mutually_exclusive_group() if per_device else p
+    batch.add_argument("--batch-size", "-b", type=int,
+                       help="the global batch size (default: the model's)")
+    if per_device:
+        batch.add_argument("--batch-per-device", type=_batch_per_device, metavar="N",
+                           help=f"instead of --batch-size, the paper's convention: N samples "
+                           f"on each device, a global batch of N x {per_device} (the FlexFlow "
+                           "paper trains with 64, AlexNet with 256: see `flextui models`)")
     p.add_argument(*option_flags, dest="option", action="append", metavar="KEY=VALUE",
                    help="a model option, e.g. -o hidden=512 (repeatable; see `flextui models`)")
     p.add_argument("--opaque", action="store_true",
                    help="a PyTorch model: fold what cannot be partitioned op by op into "
                    "opaque ops that run whole (or split by samples) instead of refusing it")
+
+
+def _batch_per_device(text: str) -> int:
+    """--batch-per-device's value, checked as the app's field is; argparse names the
+    flag in its message."""
+    from flextui.errors import FieldError
+    from flextui.session.choices import parse_batch_per_device
+    try:
+        return parse_batch_per_device(text)
+    except FieldError as e:
+        raise argparse.ArgumentTypeError(e.problem) from None
 
 
 def cluster_arg(p: argparse.ArgumentParser, default: str | None = DEFAULT_CLUSTER) -> None:

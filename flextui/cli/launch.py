@@ -53,7 +53,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      "device the measured samples/s, step time, compute and communication share "
                      "and memory, against the simulated iteration and busy times. Every rank "
                      "reports on its stdout; everything is kept in a run log (.ffrun).")
-    model_args(p)
+    model_args(p, per_device="the launch's ranks (its cluster's devices)")
     strategy_arg(p, file_note=" (made for this model, batch and options)")
     p.add_argument("--cluster", "-c", default=None,
                    help="the devices the strategy is for: default this machine's GPUs, or "
@@ -138,12 +138,12 @@ def cmd_launch(args: argparse.Namespace, console: Console) -> int:
 
     training, target = _asked(args)
     record_profile.check(args)
-    graph = load_graph(args)
+    cluster = _cluster(args, training, target.hosts)
+    graph = load_graph(args, cluster)
     training = replace(training, data=data_feed(graph, args.shuffle, args.data_workers,
                                                 args.eval_every, args.data))
     if args.epochs is not None:
         training = replace(training, steps=epochs_steps(graph, training, args.epochs))
-    cluster = _cluster(args, training, target.hosts)
     strategy = launch_strategy(args.strategy, graph, cluster)
     training = replace(training, checkpoint=checkpoints_asked(
         args.save, args.save_every, args.resume, graph, strategy, cluster.num_devices,
@@ -172,7 +172,7 @@ def cmd_launch(args: argparse.Namespace, console: Console) -> int:
         if args.resume:
             raise FlextuiError("--check trains its referee from the start: launch --check "
                                "without --resume")
-        small = _check_graph(args, graph, strategy)
+        small = _check_graph(args, graph, strategy, cluster.num_devices)
         prepared = job.as_check(prepared, small)
     check_dataset(prepared.spec)
     if args.dry_run:
@@ -384,7 +384,7 @@ def _beside_strategy(strategy: str, graph, cluster) -> Path | None:
     return default_log_path(graph, cluster, path.parent, suffix=RUN_SUFFIX)
 
 
-def _check_graph(args: argparse.Namespace, graph, strategy):
+def _check_graph(args: argparse.Namespace, graph, strategy, devices: int):
     """The model at the smallest batch the strategy divides (the same strategy, op by
     op), so a check is quick."""
     from flextui.cli.common import model_options
@@ -394,7 +394,7 @@ def _check_graph(args: argparse.Namespace, graph, strategy):
     batch = check_batch(graph, strategy)
     if batch == graph.batch_size:
         return graph
-    options = {**model_options(args), "batch_size": batch}
+    options = {**model_options(args, devices), "batch_size": batch}
     return load_model(graph.source, **options)
 
 
@@ -407,6 +407,7 @@ def _dry_run(prepared, console: Console, as_json: bool) -> int:
     if as_json:
         emit_json({"commands": [list(command) for command in prepared.commands()],
                    "environment": env, "ranks": prepared.spec.num_ranks,
+                   "batch_size": prepared.spec.graph.batch_size,
                    "backend": str(prepared.spec.training.backend),
                    "run_log": str(prepared.run_log)})
         return 0

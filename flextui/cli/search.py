@@ -43,7 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      "the delta simulator (FlexFlow section 6). Logs every step to a "
                      ".ffsearch file (replay it with `flextui replay`), exports the best "
                      "strategy as JSON. Ctrl-C stops cleanly and keeps both.")
-    model_args(p, default=None)
+    model_args(p, default=None, per_device="the cluster's devices")
     cluster_arg(p, default=None)
     p.add_argument("--budget", default=None,
                    help="iterations per chain (5000) or a time (30s, 2m); default 30s")
@@ -138,7 +138,8 @@ def _inputs(args, resume):
         return header.graph, header.cluster, cost_model_from_identity(header.cost_model), \
             options, None
     args.model = args.model or DEFAULT_MODEL
-    graph, cluster = load_graph(args), load_named_cluster(args.cluster or DEFAULT_CLUSTER)
+    cluster = load_named_cluster(args.cluster or DEFAULT_CLUSTER)
+    graph = load_graph(args, cluster)
     initial = None
     if args.init not in INITS:
         initial = load_strategy(args.init, graph, cluster)
@@ -163,7 +164,7 @@ def _check_same(args, header) -> None:
     built-in one: a log is data, and never makes flextui import a model file it names."""
     from flextui.graph.library import model_names
     from flextui.machine import load_named_cluster
-    if args.model or args.option or args.batch_size:
+    if args.model or args.option or args.batch_size or args.batch_per_device:
         logged = header.graph.meta.get("model", header.graph.name)
         if not args.model and logged not in model_names():
             raise FlextuiError(f"this search's model {logged!r:.80} is not a built-in one; "
@@ -171,7 +172,7 @@ def _check_same(args, header) -> None:
                                "never makes flextui run a model file), or resume without "
                                "-b/-o to use the log's own copy")
         args.model = args.model or logged
-        graph = load_graph(args)
+        graph = load_graph(args, header.cluster)
         if graph.fingerprint != header.graph.fingerprint:
             raise FlextuiError(f"--model {args.model} is not the model this search ran on "
                                f"({header.graph.name}, fingerprint {header.graph.fingerprint}); "
@@ -321,6 +322,8 @@ def _simulate_hint(args, graph, cluster, export) -> str:
     else:
         model, where = args.model, args.cluster or DEFAULT_CLUSTER
         built += ["-b", str(args.batch_size)] if args.batch_size else []
+        built += ["--batch-per-device", str(args.batch_per_device)] \
+            if args.batch_per_device else []
         built += [part for option in args.option or [] for part in ("-o", option)]
     if any(op.type == "opaque" for op in graph.ops):
         built.append("--opaque")

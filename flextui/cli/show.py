@@ -42,7 +42,8 @@ def show_arguments(p: argparse.ArgumentParser) -> None:
     p.description = ("Without --strategy: the model's ops, output shapes, parallel dims (S/A/P) "
                      "and FLOPs. With --strategy: validate it against the model and cluster and "
                      "print each op's degrees and devices.")
-    model_args(p)
+    model_args(p, per_device="the devices of --cluster (the cluster the strategy is "
+               "checked against; without --strategy too)")
     strategy_arg(p, default=None)
     cluster_arg(p)
     p.add_argument("--export", metavar="FILE", help="write the strategy to FILE as JSON")
@@ -58,18 +59,29 @@ def cmd_models(args: argparse.Namespace, console: Console) -> None:
     hf = [model_info(HF_PREFIX + name) for name in FAMILIES]
     if args.json:
         emit_json([{"name": i.name, "description": i.description, "options": i.defaults,
-                    "ranges": i.ranges} for i in infos + hf])
+                    "ranges": i.ranges, "paper_batch_per_device": i.paper_batch_per_device}
+                   for i in infos + hf])
         return
-    for title, group in (("Built-in models", infos),
-                         ("Hugging Face models (pip install transformers; random weights, "
-                          "or hf:CONFIG.json)", hf)):
-        table = Table(title=title)
+    for title, group, caption in (
+            ("Built-in models", infos, PAPER_BATCH_NOTE),
+            ("Hugging Face models (pip install transformers; random weights, "
+             "or hf:CONFIG.json)", hf, None)):
+        table = Table(title=title, caption=caption)
         for col in ("name", "description", "options"):
             table.add_column(col)
         for i in group:
-            table.add_row(i.name, i.description,
-                          " ".join(f"{k}={v}" for k, v in i.defaults.items()))
+            options = " ".join(f"{k}={v}" for k, v in i.defaults.items())
+            if i.paper_batch_per_device is not None:
+                options += f"; paper: {i.paper_batch_per_device} per device"
+            table.add_row(i.name, i.description, options)
         console.print(table)
+
+
+#: what a model's "paper: N per device" says
+PAPER_BATCH_NOTE = ("batch_size is the global batch, over all devices. \"paper: N per "
+                    "device\" is the FlexFlow paper's batch on each GPU; run its setting with "
+                    "--batch-per-device N (-m nmt -c k80-16x4 --batch-per-device 64: a "
+                    "batch of 64 x 64 GPUs, 4,096)")
 
 
 def cmd_clusters(args: argparse.Namespace, console: Console) -> None:
@@ -145,25 +157,32 @@ def _print_cluster_table(console: Console, clusters, title: str) -> None:
 
 
 def cmd_show(args: argparse.Namespace, console: Console) -> None:
-    graph = load_graph(args)
-    if args.strategy is None:
-        if args.export:
-            raise FlextuiError("--export writes a strategy: give --strategy too")
-        _show_graph(graph, args, console)
+    from flextui.machine import load_named_cluster
+    if args.strategy is None and args.export:
+        raise FlextuiError("--export writes a strategy: give --strategy too")
+    cluster = load_named_cluster(args.cluster) \
+        if args.strategy is not None or args.batch_per_device is not None else None
+    graph = load_graph(args, cluster)
+    if cluster is None or args.strategy is None:
+        _show_graph(graph, args, console, cluster)
     else:
-        _show_strategy(graph, args, console)
+        _show_strategy(graph, cluster, args, console)
 
 
-def _show_graph(graph, args: argparse.Namespace, console: Console) -> None:
+def _show_graph(graph, args: argparse.Namespace, console: Console, cluster=None) -> None:
+    """The model's ops; ``cluster``, when given, is the one --batch-per-device counted."""
     from flextui.graph.summary import graph_summary, op_rows
     summary, rows = graph_summary(graph), op_rows(graph)
     if args.json:
         emit_json({"summary": summary, "ops": rows})
         return
     family = summary["family"] or "custom"
+    batch = f"{summary['batch_size']}" if cluster is None else \
+        (f"{summary['batch_size']} ({args.batch_per_device} per device × the "
+         f"{cluster.num_devices} devices of {escape(cluster.name)})")
     console.print(f"[bold]{escape(summary['model'])}[/] ({escape(family)}): "
                   f"{summary['ops']} ops, {summary['parameters']:,} parameters "
-                  f"({summary['parameter_bytes'] / 2**20:.1f} MiB), batch {summary['batch_size']}, "
+                  f"({summary['parameter_bytes'] / 2**20:.1f} MiB), batch {batch}, "
                   f"{si(summary['forward_flops'], 'FLOP')} forward / "
                   f"{si(summary['backward_flops'], 'FLOP')} backward per iteration")
     table = Table(caption="dims: S sample, A attribute, P parameter, - not parallel")
@@ -182,11 +201,9 @@ def _show_graph(graph, args: argparse.Namespace, console: Console) -> None:
 _KIND_MARK = {"sample": "S", "attribute": "A", "parameter": "P", None: "-"}
 
 
-def _show_strategy(graph, args: argparse.Namespace, console: Console) -> None:
-    from flextui.machine import load_named_cluster
+def _show_strategy(graph, cluster, args: argparse.Namespace, console: Console) -> None:
     from flextui.strategy import save_strategy
     from flextui.strategy.summary import device_list, strategy_rows, strategy_summary
-    cluster = load_named_cluster(args.cluster)
     strategy = load_strategy(args.strategy, graph, cluster, same_graph=True)
     if args.export:
         save_strategy(args.export, strategy, graph, cluster)

@@ -26,7 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                      "strategy on a cluster (analytic or profiled task times): iteration time, "
                      "throughput, per-device utilisation and memory, communication, and the ops "
                      "that take the longest.")
-    model_args(p)
+    model_args(p, per_device="the cluster's devices")
     strategy_arg(p)
     cluster_arg(p)
     p.add_argument("--inference", action="store_true", help="forward pass only")
@@ -43,7 +43,8 @@ def cmd_simulate(args: argparse.Namespace, console: Console) -> None:
     from flextui.sim import Simulator
     from flextui.sim.summary import timeline_summary
     from flextui.sim.trace import write_trace
-    graph, cluster = load_graph(args), load_named_cluster(args.cluster)
+    cluster = load_named_cluster(args.cluster)
+    graph = load_graph(args, cluster)
     strategy = load_strategy(args.strategy, graph, cluster)
     cost_model = load_cost_model(args, graph, cluster, training=not args.inference)
     simulator = Simulator(graph, cluster, cost_model, training=not args.inference,
@@ -53,6 +54,7 @@ def cmd_simulate(args: argparse.Namespace, console: Console) -> None:
         write_trace(args.trace, timeline)
     summary = {"model": graph.meta.get("model", graph.name), "cluster": cluster.name,
                "strategy": strategy.name, "training": not args.inference,
+               "batch_size": graph.batch_size,
                **timeline_summary(timeline, graph, top=args.top)}
     if args.json:
         emit_json(summary)

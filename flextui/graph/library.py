@@ -9,9 +9,11 @@ OpGraph``, a ``DEFAULTS`` dict of its options (``batch_size`` among them) and a 
 the type of the default. It may define ``RANGES``, ``{option: (least, most)}`` for
 whole-number options; a value outside its range is refused before ``build`` runs (every
 library model gives one for each whole-number option; ``batch_size`` takes 1 to
-``MAX_BATCH_SIZE`` unless narrowed). A PyTorch model (a file or factory with
-``model()`` and ``example_inputs``, ``graph.importer.source``) takes ``batch_size`` and
-``opaque``; a Hugging Face model its config's sizes too (``graph.hf_models``).
+``MAX_BATCH_SIZE`` unless narrowed), and ``PAPER_BATCH_PER_DEVICE``, the batch on each
+device its paper trains with (``--batch-per-device``; the paper's six models say it). A
+PyTorch model (a file or factory with ``model()`` and ``example_inputs``,
+``graph.importer.source``) takes ``batch_size`` and ``opaque``; a Hugging Face model its
+config's sizes too (``graph.hf_models``).
 
 A graph the library builds keeps the source it was built from (``OpGraph.source``):
 what a launch runs the user's module from.
@@ -56,6 +58,8 @@ class ModelInfo:
     description: str
     defaults: dict[str, Any]
     ranges: dict[str, tuple[int, int]]
+    #: the batch on each device the model's paper trains with, if it says
+    paper_batch_per_device: int | None = None
 
 
 @dataclass(frozen=True)
@@ -187,7 +191,8 @@ def _builder(module: ModuleType, source: ModelSource) -> _Model:
                          f"booleans, numbers or strings, found {defaults!r:.80}")
     if not isinstance(description, str) or not callable(module.build):
         raise ModelError(f"model {name!r}: DESCRIPTION must be a string and build a function")
-    info = ModelInfo(source.label, description, dict(defaults), _ranges(module, name))
+    info = ModelInfo(source.label, description, dict(defaults), _ranges(module, name),
+                     _paper_batch(module, name))
 
     def build(**options: Any) -> OpGraph:
         with user_code(f"model {name!r}: build()"):
@@ -197,6 +202,16 @@ def _builder(module: ModuleType, source: ModelSource) -> _Model:
                 raise ModelError(f"model {name!r} with {options!s:.300}: "
                                  f"{exc!s:.300}") from None
     return _Model(info, build)
+
+
+def _paper_batch(module: ModuleType, name: str) -> int | None:
+    """The model's ``PAPER_BATCH_PER_DEVICE``, if it gives one: a whole number, at least 1."""
+    batch = getattr(module, "PAPER_BATCH_PER_DEVICE", None)
+    if batch is not None and (not isinstance(batch, int) or isinstance(batch, bool)
+                              or not 1 <= batch <= MAX_BATCH_SIZE):
+        raise ModelError(f"model {name!r}: PAPER_BATCH_PER_DEVICE must be a whole number from "
+                         f"1 to {MAX_BATCH_SIZE:,}, found {batch!r:.40}")
+    return batch
 
 
 def _ranges(module: ModuleType, name: str) -> dict[str, tuple[int, int]]:

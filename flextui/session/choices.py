@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from flextui.defaults import DEFAULT_CLUSTER, DEFAULT_MODEL
 from flextui.errors import ClusterError, FieldError
 from flextui.graph import OpGraph
-from flextui.graph.library import load_model, model_source
+from flextui.graph.library import MAX_BATCH_SIZE, load_model, model_source
 from flextui.machine import Cluster, detect, load_named_cluster
 from flextui.machine.library import LOCAL, split_resized
 from flextui.search.options import parse_whole
@@ -40,6 +40,38 @@ def parse_model_options(items: Iterable[str] = (),
     if batch_size is not None and str(batch_size).strip():
         options["batch_size"] = str(parse_whole("batch_size", batch_size, 1))
     return options
+
+
+def parse_batch_per_device(value: int | str) -> int:
+    """A per-device batch as typed (the CLI's --batch-per-device, the app's field): a
+    whole number, at least 1."""
+    return parse_whole("batch_per_device", value, 1)
+
+
+def per_device_batch(batch_per_device: int | str, devices: int) -> int:
+    """The global batch of the FlexFlow paper's convention: ``batch_per_device`` samples
+    (a whole number, at least 1) on each of the cluster's ``devices``. Its checks are
+    the model's, on the global batch; only a product past any batch is refused here,
+    naming the per-device value."""
+    most = max(1, MAX_BATCH_SIZE // devices)
+    per_device = parse_batch_per_device(batch_per_device)
+    if per_device > most:
+        raise FieldError("batch_per_device", f"{per_device:,} on {devices:,} devices is a batch "
+                         f"of more than {MAX_BATCH_SIZE:,}: give at most {most:,}")
+    return per_device * devices
+
+
+def form_batch(batch_size: str, batch_per_device: str, devices: int | None) -> str | int:
+    """The batch a form's two fields give: its batch size (blank: the model's), or its
+    batch per device times ``devices``, the chosen cluster's (None: none loaded)."""
+    if not batch_per_device.strip():
+        return batch_size
+    if batch_size.strip():
+        raise FieldError("batch_per_device", "or batch size: fill one of them, not both")
+    if devices is None:
+        raise FieldError("batch_per_device", "counts the cluster's devices: fix the cluster "
+                         "first")
+    return per_device_batch(batch_per_device, devices)
 
 
 def split_options(text: str) -> list[str]:

@@ -7,6 +7,8 @@ from flextui.graph import GraphBuilder, OpGraph
 DESCRIPTION = "AlexNet (torchvision): 5 conv + 3 fc layers, 61.1M parameters"
 DEFAULTS = {"batch_size": 256, "num_classes": 1000, "image_size": 224}
 RANGES = {"num_classes": (1, 1_000_000), "image_size": (63, 4096)}
+#: the FlexFlow paper's batch on each GPU (section 8): --batch-per-device 256
+PAPER_BATCH_PER_DEVICE = 256
 
 #: (name, out channels, kernel, stride, padding, max-pool after)
 CONVS = [("conv1", 64, 11, 4, 2, True), ("conv2", 192, 5, 1, 2, True),

@@ -8,6 +8,8 @@ from flextui.graph import GraphBuilder, OpGraph, Tensor
 DESCRIPTION = "Inception-v3 (torchvision) with auxiliary classifier, 299x299, 27.2M parameters"
 DEFAULTS = {"batch_size": 64, "num_classes": 1000, "aux_logits": True}
 RANGES = {"num_classes": (1, 1_000_000)}
+#: the FlexFlow paper's batch on each GPU (section 8): --batch-per-device 64
+PAPER_BATCH_PER_DEVICE = 64
 
 
 def conv(g: GraphBuilder, x: Tensor, name: str, channels: int, kernel, stride=1,

@@ -10,6 +10,8 @@ DESCRIPTION = "GNMT-style NMT: 2+2 LSTM layers x 1024, 40 steps, attention, soft
 DEFAULTS = {"batch_size": 64, "steps": 40, "layers": 2, "hidden": 1024, "vocab": 32000}
 RANGES = {"steps": (1, 1000), "layers": (1, 64), "hidden": (1, 65_536),
           "vocab": (1, 10_000_000)}
+#: the FlexFlow paper's batch on each GPU (section 8): --batch-per-device 64
+PAPER_BATCH_PER_DEVICE = 64
 
 
 def build(batch_size: int, steps: int, layers: int, hidden: int, vocab: int) -> OpGraph:

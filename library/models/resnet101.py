@@ -9,6 +9,8 @@ from flextui.graph import GraphBuilder, OpGraph, Tensor
 DESCRIPTION = "ResNet-101 (torchvision v1.5): bottleneck residual CNN, 44.5M parameters"
 DEFAULTS = {"batch_size": 64, "num_classes": 1000, "image_size": 224, "depth": 101}
 RANGES = {"num_classes": (1, 1_000_000), "image_size": (1, 4096), "depth": (50, 152)}
+#: the FlexFlow paper's batch on each GPU (section 8): --batch-per-device 64
+PAPER_BATCH_PER_DEVICE = 64
 
 BLOCKS = {50: [3, 4, 6, 3], 101: [3, 4, 23, 3], 152: [3, 8, 36, 3]}
 

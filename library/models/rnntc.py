@@ -10,6 +10,8 @@ DEFAULTS = {"batch_size": 64, "steps": 40, "layers": 4, "hidden": 1024, "vocab":
             "embed_dim": 1024, "num_classes": 2}
 RANGES = {"steps": (1, 1000), "layers": (1, 64), "hidden": (1, 65_536),
           "vocab": (1, 10_000_000), "embed_dim": (1, 65_536), "num_classes": (1, 1_000_000)}
+#: the FlexFlow paper's batch on each GPU (section 8): --batch-per-device 64
+PAPER_BATCH_PER_DEVICE = 64
 
 
 def build(batch_size: int, steps: int, layers: int, hidden: int, vocab: int, embed_dim: int,

@@ -40,6 +40,7 @@ from flextui.session.choices import (
     FirstChoice,
     cpu_ranks_choice,
     first_choice,
+    form_batch,
     load_cluster_choice,
     load_model_choice,
 )
@@ -55,21 +56,29 @@ COST_LABELS = {CostKind.ANALYTIC: "analytic (roofline)",
 MEMORY_LABELS = {MemoryPolicy.PENALIZE: "penalize (+1 ms/MB over)",
                  MemoryPolicy.REJECT: "reject over memory", MemoryPolicy.IGNORE: "ignore memory"}
 #: the inputs of each part that loads in the background, in the order its loader takes them
-PARTS = {"model": ("model-name", "model-path", "batch-size", "model-options"),
+PARTS = {"model": ("model-name", "model-path", "batch-size", "batch-per-device", "model-options"),
          "cluster": ("cluster-name", "cluster-path", "nodes")}
 OPTION_FIELDS = ("budget", "beta", "workers", "seed", "memory", "memory-budget")
 #: FieldError.field -> the id of the input it is about
-FIELD_INPUTS = {"batch_size": "batch-size", "option": "model-options", "nodes": "nodes",
+FIELD_INPUTS = {"batch_size": "batch-size", "batch_per_device": "batch-per-device",
+                "option": "model-options", "nodes": "nodes",
                 "budget": "budget", "beta": "beta", "workers": "workers", "seed": "seed",
                 "memory": "memory", "memory_budget": "memory-budget"}
 
 
-def load_model_part(name: str, path: str, batch: str, options: str) -> tuple[OpGraph, dict]:
-    """The graph the model inputs name, and its summary (with the library's description)."""
+def load_model_part(name: str, path: str, batch: str, per_device: str, options: str,
+                    devices: str) -> tuple[OpGraph, dict]:
+    """The graph the model inputs name, and its summary (with the library's description
+    and, for a batch per device, how many devices make its batch). ``devices`` is the
+    loaded cluster's device count, blank when none is loaded."""
     source = path.strip() or name
-    graph = load_model_choice(source, batch, options)
+    graph = load_model_choice(
+        source, form_batch(batch, per_device, int(devices) if devices else None), options)
     description = model_info(source).description if source in model_names() else source
-    return graph, {**graph_summary(graph), "description": description}
+    summary = {**graph_summary(graph), "description": description}
+    if per_device.strip():
+        summary["batch_devices"] = int(devices)
+    return graph, summary
 
 
 def load_cluster_part(name: str, path: str, nodes: str) -> tuple[Cluster, dict]:
@@ -194,6 +203,8 @@ class SetupScreen(KeyScreen):
                                        id="model-path")),
             self._row("batch size", Input(placeholder="model's default", restrict=DIGITS,
                                           compact=True, id="batch-size")),
+            self._row("per device", Input(placeholder="or a batch on each device (paper: 64)",
+                                          restrict=DIGITS, compact=True, id="batch-per-device")),
             self._row("options", Input(placeholder="key=value, ...", compact=True,
                                        id="model-options"))]
 
@@ -304,7 +315,24 @@ class SetupScreen(KeyScreen):
     # -- loading ------------------------------------------------------------------------
 
     def _key(self, part: str) -> tuple[str, ...]:
-        return tuple(self._text(field) for field in PARTS[part])
+        """What ``part``'s loader takes: its fields, and for the model the device count
+        a batch per device counts."""
+        key = tuple(self._text(field) for field in PARTS[part])
+        return key + (self._devices(),) if part == "model" else key
+
+    def _devices(self) -> str:
+        """The device count of the cluster the form names, when a batch per device needs
+        it and that cluster is loaded without error; else blank."""
+        loaded = self.loaded.get("cluster")
+        if not self._text("batch-per-device").strip() or self._cluster_pending() \
+                or loaded is None or loaded.error:
+            return ""
+        return str(cast(Cluster, loaded.value).num_devices)
+
+    def _cluster_pending(self) -> bool:
+        """The cluster the form names is being detected or loaded."""
+        loaded = self.loaded.get("cluster")
+        return self.detecting or loaded is None or loaded.key != self._key("cluster")
 
     def _text(self, field: str) -> str:
         widget = self.query_one(f"#{field}")
@@ -313,6 +341,11 @@ class SetupScreen(KeyScreen):
     def _request(self, part: str, force: bool = False) -> None:
         """Load ``part`` from the form in a thread, unless it is loaded or loading."""
         if part == "cluster" and self.detecting:
+            return
+        if part == "model" and self._text("batch-per-device").strip() \
+                and self._cluster_pending():
+            self.pending.pop(part, None)  # loaded when the cluster is
+            self._summary().show(part, "Model", "waiting for the cluster's devices…")
             return
         key = self._key(part)
         if not force and part in self.pending and self.pending[part][1] == key:
@@ -333,6 +366,8 @@ class SetupScreen(KeyScreen):
         self._show_error(part, loaded.error, loaded.field)
         self._summary().show(part, f"{part.title()} {self._label(part, loaded.value)}",
                              summary if summary is not None else "see the error")
+        if part == "cluster":
+            self._request("model")  # a batch per device counts its devices
         if self.start_wanted:
             self._try_start()
 
@@ -394,7 +429,7 @@ class SetupScreen(KeyScreen):
         for part in PARTS:
             self._request(part)
         parts = [self.loaded.get(part) for part in PARTS]
-        if self.detecting or any(p is None or p.key != self.pending[name][1]
+        if self.detecting or any(p is None or p.key != self._key(name)
                                  for p, name in zip(parts, PARTS)):
             return  # a load that finishes tries again
         loaded = cast(list[Loaded], parts)  # none is None now

@@ -39,7 +39,10 @@ def _grid(rows: list[tuple[str, str]]) -> Table:
 
 
 def model_rows(s: dict[str, Any]) -> list[tuple[str, str]]:
-    return [("batch", str(s["batch_size"])), ("ops", str(s["ops"])),
+    batch = f"{s['batch_size']:,}"
+    if "batch_devices" in s:
+        batch += f" ({s['batch_size'] // s['batch_devices']:,} × {s['batch_devices']:,} devices)"
+    return [("batch", batch), ("ops", str(s["ops"])),
             ("parameters", f"{scaled(s['parameters'])} ({format_bytes(s['parameter_bytes'])})"),
             ("FLOPs fwd", scaled(s["forward_flops"], "FLOP")),
             ("FLOPs bwd", scaled(s["backward_flops"], "FLOP"))]
