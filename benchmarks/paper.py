@@ -40,7 +40,7 @@ from search_throughput import PAPER_MODELS, TABLE5, TABLE5_MODELS, BestTime
 
 from flextui.cost import AnalyticCostModel
 from flextui.graph import OpGraph
-from flextui.graph.library import load_model
+from flextui.graph.library import load_model, model_info
 from flextui.machine import Cluster, load_named_cluster
 from flextui.search import SearchOptions, run_search
 from flextui.search.baselines import search_simulator
@@ -48,10 +48,6 @@ from flextui.sim import MemoryPolicy, Timeline
 from flextui.strategy import Strategy, builtin_strategy
 
 CLUSTERS = {"p100-4x4": 16, "k80-16x4": 64}
-#: section 8: "a per-GPU batch size of 64 for all DNN benchmarks, except for AlexNet,
-#: which has a much smaller model and uses a per-GPU batch size of 256"
-PER_GPU_BATCH = {"alexnet": 256}
-DEFAULT_PER_GPU_BATCH = 64
 #: the searched strategy's speedup over the better baseline the paper reports
 PAPER_SPEEDUP = {"resnet101": "~1x"}
 FIGURE6 = "1.3-3.3x"
@@ -85,7 +81,9 @@ def paper_speedup(model: str, devices: int) -> str:
 
 def row(model: str, cluster: Cluster, cap: float, seed: int) -> str:
     devices = cluster.num_devices
-    batch = PER_GPU_BATCH.get(model, DEFAULT_PER_GPU_BATCH) * devices
+    per_device = model_info(model).paper_batch_per_device
+    assert per_device is not None, model
+    batch = per_device * devices
     graph = load_model(model, batch_size=batch)
     delta_s = TABLE5[devices][TABLE5_MODELS.index(model)][1]
     options = SearchOptions(time_limit=min(delta_s, cap), seed=seed, converge=True,
