@@ -25,6 +25,14 @@ def cpu_only_unless_marked_gpu(request, monkeypatch):
 
 
 @pytest.fixture(autouse=True)
+def a_profile_directory_of_its_own(tmp_path_factory, monkeypatch):
+    """Every test reads and writes profiles in an empty directory of its own, never the
+    user's cache: a launch uses the profiles it finds there by default (``--cost
+    auto``), so the developer's own profiles would change what tests simulate."""
+    monkeypatch.setenv("FLEXTUI_PROFILES", str(tmp_path_factory.mktemp("profiles")))
+
+
+@pytest.fixture(autouse=True)
 def the_same_cpu_everywhere(monkeypatch):
     """Simulated times on CPU devices (a snapshot's, a hand-computed timeline's) are the
     same on any machine: this process reads the flags of ``CPUINFO``, not the host's."""

@@ -125,7 +125,9 @@ def test_recording_a_launchs_task_times_keeps_the_measured_updates(tmp_path):
     assert written.tasks == 1
     again = ProfileCache(cpu_name(1), [tmp_path])
     assert cached_updates(again, measurement(), [4096]) == ((4096, 2e-6),)
-    assert again.get(measurement().key(conv, tuple(conv.space_shape))).forward_s == \
+    recorded = ProfileCache(cpu_name(1), [tmp_path / "in-run", tmp_path])
+    assert cached_updates(recorded, measurement(), [4096]) == ((4096, 2e-6),)
+    assert recorded.get(measurement().key(conv, tuple(conv.space_shape))).forward_s == \
         pytest.approx(0.007)
 
 

@@ -35,7 +35,8 @@ def test_recorded_task_times_are_used_by_the_next_search(tmp_path, monkeypatch):
         end([proc.pid, *starts(log).values()])
     summary = json.loads(out)
     [written] = summary["recorded_profile"]
-    assert written["device"] == cpu_name(1) and written["file"].startswith(str(profiles))
+    assert written["device"] == cpu_name(1) and \
+        written["file"].startswith(str(profiles / "in-run"))
     graph = load_model("lenet", batch_size=16)
     records = read_run_log(log).records
     assert {r.rank for r in records if isinstance(r, Tasks)} == {0, 1}
@@ -46,7 +47,7 @@ def test_recorded_task_times_are_used_by_the_next_search(tmp_path, monkeypatch):
     assert {graph.ops[op].name for op, _ in measured} == \
         {op.name for op in graph.ops if op.type != "input"}
     cluster = load_named_cluster("local-cpu-2")
-    model = choose_cost_model(graph, cluster, "profiled", profiles=str(profiles)).model
+    model = choose_cost_model(graph, cluster, "recorded", profiles=str(profiles)).model
     measurement = Measurement("float32", True, cpu_name(1), torch.__version__)
     for (op, shape), (forward, backward, _) in measured.items():
         cost = model.op_cost(graph.ops[op], shape, cluster.devices[0])

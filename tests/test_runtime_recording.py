@@ -84,7 +84,10 @@ def test_a_row_that_is_not_a_task_of_the_graph_is_left_out(row):
     assert merged_times(graph, _records("cpu: x, 1 thread", [[row]])) == {}
 
 
-def test_recorded_times_are_what_the_cost_model_of_the_cluster_then_uses(tmp_path):
+def test_recorded_times_are_kept_apart_and_used_when_asked_for(tmp_path):
+    """A launch's times go to the in-run cache, not the profiler's: --cost recorded
+    takes them (the profiler's where no launch ran a task), --cost profiled keeps what
+    the profiler measured alone."""
     graph, cluster = lenet(), load_named_cluster("local-cpu-2")
     device = cpu_name(1)
     measurement = Measurement("float32", True, device, torch.__version__)
@@ -97,17 +100,29 @@ def test_recorded_times_are_what_the_cost_model_of_the_cluster_then_uses(tmp_pat
     half = (2, *conv.space_shape[1:])
     written = record_profile(graph, _records(device, [[[conv.index, list(half), 0.007, 0.009,
                                                          20]]]), str(tmp_path))
+    in_run = tmp_path / "in-run"
     assert [(r.device, r.path, r.tasks, r.runs) for r in written] == \
-        [(device, cache.path, 1, 20)]
-    entry = ProfileCache(device, [tmp_path]).get(measurement.key(conv, half))
+        [(device, in_run / cache.path.name, 1, 20)]
+    entry = ProfileCache(device, [in_run]).get(measurement.key(conv, half))
     assert (entry.forward_s, entry.backward_s, entry.repeats) == \
         (pytest.approx(0.007), pytest.approx(0.009), 20)
     assert entry.peak_memory_bytes == 4096   # what the profiler measured is kept
-    choice = choose_cost_model(graph, cluster, "profiled", profiles=str(tmp_path))
-    cost = choice.model.op_cost(conv, half, cluster.devices[0])
-    assert (cost.forward_s, cost.backward_s) == (entry.forward_s, entry.backward_s)
+    assert ProfileCache(device, [tmp_path]).get(measurement.key(conv, half)).forward_s == 1e-3
+    recorded = choose_cost_model(graph, cluster, "recorded", profiles=str(tmp_path)).model
+    assert (recorded.op_cost(conv, half, cluster.devices[0]).forward_s,
+            recorded.op_cost(conv, half, cluster.devices[0]).backward_s) == \
+        (entry.forward_s, entry.backward_s)
     whole = (4, *conv.space_shape[1:])   # not recorded: the profiler's time
-    assert choice.model.op_cost(conv, whole, cluster.devices[0]).forward_s == 1e-3
+    assert recorded.op_cost(conv, whole, cluster.devices[0]).forward_s == 1e-3
+    profiled = choose_cost_model(graph, cluster, "profiled", profiles=str(tmp_path)).model
+    assert profiled.op_cost(conv, half, cluster.devices[0]).forward_s == 1e-3
+
+
+def test_recorded_without_a_launchs_times_is_one_clear_error(tmp_path):
+    with pytest.raises(FlextuiError, match="no profiles of cpu-rank .* in .*in-run.*record "
+                       "them with `flextui launch --record-profile`"):
+        choose_cost_model(lenet(), load_named_cluster("local-cpu-2"), "recorded",
+                          profiles=str(tmp_path))
 
 
 def test_a_profile_directory_that_cannot_be_written_is_refused_before_the_launch(tmp_path,

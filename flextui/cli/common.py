@@ -194,15 +194,20 @@ def memory_arg(p: argparse.ArgumentParser) -> None:
                    help="over a device's memory: +1 ms per MB over (default), reject, or ignore")
 
 
-def cost_args(p: argparse.ArgumentParser) -> None:
-    """--cost, --profiles, --dtype: which task times a simulation uses."""
+def cost_args(p: argparse.ArgumentParser, default: str = "analytic") -> None:
+    """--cost, --profiles, --dtype: which task times a simulation uses (``default``: a
+    CostKind's value)."""
     from flextui.cost.choose import CostKind
-    p.add_argument("--cost", choices=tuple(CostKind), default=CostKind.ANALYTIC,
-                   help="task times: the analytic (roofline) model (default), or times measured "
-                   "by `flextui profile` for the cluster's device kind, analytic where missing")
-    p.add_argument("--profiles", metavar="DIR", help="with --cost profiled: the profile cache "
-                   "directory (default $FLEXTUI_PROFILES, else the user's cache directory)")
-    dtype_arg(p, "with --cost profiled: the dtype the profiles were measured in")
+    p.add_argument("--cost", choices=tuple(CostKind), default=CostKind(default),
+                   help="task times: the analytic (roofline) model; profiled, measured alone "
+                   "by `flextui profile` for the cluster's device kind; recorded, measured in "
+                   "a launch with --record-profile; (either analytic where missing); or auto, "
+                   "profiled where such profiles exist, else analytic, saying which "
+                   f"(default {default})")
+    p.add_argument("--profiles", metavar="DIR", help="with --cost profiled, recorded or auto: "
+                   "the profile cache directory (default $FLEXTUI_PROFILES, else the user's "
+                   "cache directory; recorded ones in its in-run/)")
+    dtype_arg(p, "with measured task times: the dtype the profiles were measured in")
 
 
 def dtype_arg(p: argparse.ArgumentParser, help: str) -> None:

@@ -117,7 +117,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "compare every rank's parameters and the loss with one process")
     p.add_argument("--dry-run", action="store_true",
                    help="print the torchrun command and environment; start nothing")
-    cost_args(p)
+    cost_args(p, default="auto")
     record_profile.add_argument(p)
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--headless", action="store_true",

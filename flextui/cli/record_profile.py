@@ -1,5 +1,5 @@
 """``flextui launch --record-profile``: the launch's measured task times into the
-profile cache (``runtime.recording``), so the next ``--cost profiled`` search uses them."""
+in-run profile cache (``runtime.recording``), so a ``--cost recorded`` search uses them."""
 
 from __future__ import annotations
 
@@ -17,9 +17,10 @@ if TYPE_CHECKING:
 
 def add_argument(p: argparse.ArgumentParser) -> None:
     p.add_argument("--record-profile", action="store_true",
-                   help="time every task on the ranks and write the times into the profile "
-                   "cache (--profiles DIR), so the next --cost profiled search uses them "
-                   "(on a GPU each task's time costs a pair of CUDA events)")
+                   help="time every task on the ranks and write the times into the in-run "
+                   "profile cache (in-run/ in --profiles DIR), kept apart from the "
+                   "profiler's: a --cost recorded search uses them (on a GPU each task's "
+                   "time costs a pair of CUDA events)")
 
 
 def check(args: argparse.Namespace) -> None:

@@ -46,3 +46,15 @@ def reference_profile_dir() -> Path:
         return Path(str(files(REFERENCE_PACKAGE)))
     except ModuleNotFoundError:
         return Path(__file__).resolve().parents[2] / "profiles"
+
+
+#: the subdirectory of a profile directory that holds the task times launches recorded
+#: (``flextui launch --record-profile``): kept apart from the profiler's, chosen with
+#: ``--cost recorded``
+IN_RUN_DIR = "in-run"
+
+
+def in_run_profile_dir(explicit: str | os.PathLike | None = None) -> Path:
+    """Where launches record their task times: ``IN_RUN_DIR`` in the user's profile
+    directory (``user_profile_dir``)."""
+    return user_profile_dir(explicit) / IN_RUN_DIR

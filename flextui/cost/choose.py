@@ -18,7 +18,7 @@ from pathlib import Path
 
 from flextui.cost.analytic import AnalyticCostModel
 from flextui.cost.cache import BadDocument, ProfileCache, decode_cache, device_kind_slug
-from flextui.cost.cache_dirs import reference_profile_dir, user_profile_dir
+from flextui.cost.cache_dirs import in_run_profile_dir, reference_profile_dir, user_profile_dir
 from flextui.cost.calibrated import CalibratedCommModel
 from flextui.cost.calibration import (
     SUFFIX as CALIBRATION_SUFFIX,
@@ -42,7 +42,9 @@ class CostKind(StrEnum):
     """Where a simulation's task times come from."""
 
     ANALYTIC = "analytic"   # the roofline model
-    PROFILED = "profiled"   # measured by flextui profile, analytic where missing
+    PROFILED = "profiled"   # measured alone by flextui profile, analytic where missing
+    RECORDED = "recorded"   # measured in a launch (--record-profile), analytic where missing
+    AUTO = "auto"           # profiled where the profiler measured the devices, else analytic
 
 
 @dataclass
@@ -83,19 +85,43 @@ def choose_cost_model(graph: OpGraph, cluster: Cluster, cost: CostKind | str = C
                       profiles: str | None = None, dtype: str = "fp32",
                       training: bool = True) -> CostChoice:
     """The cost model ``cost`` names for simulating ``graph`` on ``cluster``. "profiled"
-    needs profiles of one of the cluster's device kinds (``flextui profile`` makes them)
-    measured with this torch, and says how many of the search's tasks they cover; every
-    profile file that cannot be used is named, in the notices or in the error."""
+    needs what ``flextui profile`` measured of one of the cluster's device kinds with
+    this torch, "recorded" what launches recorded (``--record-profile``: the in-run
+    subdirectory, kept apart), the profiler's times where no launch ran a task; each
+    says how many of the search's tasks they cover;
+    "auto" is "profiled" where such profiles exist and the analytic model otherwise,
+    saying which. Every profile file that cannot be used is named, in the notices or in
+    the error."""
     if cost not in tuple(CostKind):
         raise FlextuiError(f"--cost {cost!r:.40}: choose {' or '.join(CostKind)}")
     if cost == CostKind.ANALYTIC:
         return CostChoice(AnalyticCostModel())
     if dtype not in DTYPE_NAMES:
         raise FlextuiError(f"--dtype {dtype!r}: choose one of {', '.join(DTYPE_NAMES)}")
+    recorded = cost == CostKind.RECORDED
+    dirs = [user_profile_dir(profiles), reference_profile_dir()]
+    if recorded:   # what launches recorded first, then what the profiler measured alone
+        in_run = in_run_profile_dir(profiles)
+        _, problem = _measured(graph, cluster, [in_run], dtype, training)
+        dirs = [in_run, *dirs] if not problem else []
+    choice, problem = (_measured(graph, cluster, dirs, dtype, training) if dirs
+                       else (None, problem))
+    if choice is not None:
+        return choice
+    if cost == CostKind.AUTO:
+        return CostChoice(AnalyticCostModel(), [f"analytic cost model: {problem}"])
+    how = ("record them with `flextui launch --record-profile` on such devices" if recorded
+           else "measure them with `flextui profile --model ...` on such a device")
+    raise FlextuiError(f"{problem}; {how}, or use --cost analytic")
+
+
+def _measured(graph: OpGraph, cluster: Cluster, dirs: list[Path], dtype: str,
+              training: bool) -> tuple[CostChoice | None, str]:
+    """The profiled cost model from the first profiles in ``dirs`` of one of the
+    cluster's device kinds, or None and what was not found."""
     import torch  # imported here, as only profiles need it: their keys carry its version
 
     from flextui.cost.profiled import ProfiledCostModel
-    dirs = [user_profile_dir(profiles), reference_profile_dir()]
     kinds = sorted({d.spec.kind for d in cluster.devices})
     files, problems = profile_files(dirs)
     for kind in kinds:
@@ -109,16 +135,15 @@ def choose_cost_model(graph: OpGraph, cluster: Cluster, cost: CostKind | str = C
                     continue
                 notices = list(dict.fromkeys(problems + cache.notices))
                 notices.append(f"profiled cost model: {model.describe()}")
-                return with_calibrations(CostChoice(model, notices), kind, dirs)
+                return with_calibrations(CostChoice(model, notices), kind, dirs), ""
     where = " or ".join(str(d) for d in dirs)
     found = [f"{path} holds {name}" for name, path in files.items()] + problems
     if any(map(is_cpu, kinds)):
         kinds = [f"{k} ({_threads_phrase()})" if is_cpu(k) else k for k in kinds]
-    raise FlextuiError(f"no profiles of {', '.join(kinds)} devices for {graph.name} "
-                       f"({dtype}, {'training' if training else 'inference'}, torch "
-                       f"{torch.__version__}) in {where}"
-                       f"{' (' + '; '.join(found) + ')' if found else ''}; measure them with "
-                       "`flextui profile --model ...` on such a device, or use --cost analytic")
+    return None, (f"no profiles of {', '.join(kinds)} devices for {graph.name} "
+                  f"({dtype}, {'training' if training else 'inference'}, torch "
+                  f"{torch.__version__}) in {where}"
+                  f"{' (' + '; '.join(found) + ')' if found else ''}")
 
 
 def _right_threads(kind: str, device_name: str) -> bool:

@@ -1,14 +1,14 @@
-"""Task times measured by a launch's ranks, into the profile cache
-(``flextui launch --record-profile``), so the next search uses them.
+"""Task times measured by a launch's ranks, into a profile cache of their own
+(``flextui launch --record-profile``), so a search can use them (``--cost recorded``).
 
 Each rank reports the mean time of each of its tasks over the timed steps (``tasks``
 records: ``runtime.tasktimes``) with the name its device's profiles have (a GPU's, or
 the CPU's with the rank's threads: ``cost.cpu_threads``). Here the ranks' figures for
 one op and block shape are averaged, weighted by how many task runs each is over, and
 written with the cache's own writer under the key the profiler would use, as training
-times in the run's dtype with this torch: the profiled cost model of the launch's
-cluster finds them (``cost.choose``) and, being newer, they take the place of the
-profiler's times of the same tasks.
+times in the run's dtype with this torch, into the ``in-run`` subdirectory of the
+profile directory: kept apart from what the profiler measured alone, so a cost model
+uses one or the other as asked (``cost.choose``: ``--cost recorded`` or ``profiled``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from flextui.cost.cache import ProfileCache, ProfileEntry, ProfileKey
-from flextui.cost.cache_dirs import user_profile_dir
+from flextui.cost.cache_dirs import in_run_profile_dir, user_profile_dir
 from flextui.cost.mathmode import measurement_now
 from flextui.errors import FlextuiError
 from flextui.graph import OpGraph
@@ -44,7 +44,7 @@ class Recorded:
 def check_recording(profiles: str | None) -> Path:
     """The profile directory a launch's task times will go into; FlextuiError now, before
     any rank starts, if it cannot be written."""
-    directory = user_profile_dir(profiles)
+    directory = in_run_profile_dir(profiles)
     try:
         directory.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=directory, prefix=".flextui-check-"):
@@ -89,13 +89,14 @@ def _is_task(graph: OpGraph, row: TaskRow) -> bool:
 
 def record_profile(graph: OpGraph, records: Iterable[RankRecord],
                    profiles: str | None = None, dtype: str = "float32") -> list[Recorded]:
-    """Write the task times in a run's ``records`` into the profile caches of the
-    devices they were measured on (in ``profiles``, else the user's directory); one
-    ``Recorded`` per cache written. FlextuiError if a cache cannot be saved."""
-    directory = user_profile_dir(profiles)
+    """Write the task times in a run's ``records`` into the in-run profile caches of the
+    devices they were measured on (``in_run_profile_dir(profiles)``); one ``Recorded``
+    per cache written. FlextuiError if a cache cannot be saved."""
+    directory = in_run_profile_dir(profiles)
     written = []
     for device, times in merged_times(graph, records).items():
-        cache = ProfileCache(device, [directory])
+        # read through to the profiler's cache: the peak memory it measured is kept
+        cache = ProfileCache(device, [directory, user_profile_dir(profiles)])
         measurement = measurement_now(dtype, True, device)
         for (op_index, shape), (forward, backward, runs) in times.items():
             key: ProfileKey = measurement.key(graph.ops[op_index], shape)

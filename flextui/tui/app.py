@@ -109,7 +109,7 @@ class FlextuiApp(App):
         if message.cost == CostKind.ANALYTIC:
             self.start_search(message, AnalyticCostModel())
             return
-        self.notify("loading the profiled task times…", timeout=2)
+        self.notify("loading the measured task times…", timeout=2)
         self.run_worker(lambda: self._choose_cost_model(message), thread=True)
 
     def _choose_cost_model(self, message: SetupScreen.StartSearch) -> None:

@@ -52,7 +52,9 @@ DEBOUNCE_S = 0.3
 DIGITS = r"[0-9]*"
 LOCAL_LABEL = "local: detected machine"
 COST_LABELS = {CostKind.ANALYTIC: "analytic (roofline)",
-               CostKind.PROFILED: "profiled (flextui profile; analytic where missing)"}
+               CostKind.PROFILED: "profiled (flextui profile; analytic where missing)",
+               CostKind.RECORDED: "recorded (in launches; else profiled, analytic)",
+               CostKind.AUTO: "auto (profiled where measured, else analytic)"}
 MEMORY_LABELS = {MemoryPolicy.PENALIZE: "penalize (+1 ms/MB over)",
                  MemoryPolicy.REJECT: "reject over memory", MemoryPolicy.IGNORE: "ignore memory"}
 #: the inputs of each part that loads in the background, in the order its loader takes them
