@@ -24,7 +24,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from flextui.cli import record_profile
+from flextui.cli import against_dp, record_profile
 from flextui.cli.common import (
     cost_args,
     emit_json,
@@ -119,6 +119,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="print the torchrun command and environment; start nothing")
     cost_args(p, default="auto")
     record_profile.add_argument(p)
+    against_dp.add_argument(p)
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.add_argument("--headless", action="store_true",
                    help="in a terminal too, print progress and the table instead of opening "
@@ -138,6 +139,7 @@ def cmd_launch(args: argparse.Namespace, console: Console) -> int:
 
     training, target = _asked(args)
     record_profile.check(args)
+    against_dp.check(args)
     cluster = _cluster(args, training, target.hosts)
     graph = load_graph(args, cluster)
     training = replace(training, data=data_feed(graph, args.shuffle, args.data_workers,
@@ -198,14 +200,7 @@ def cmd_launch(args: argparse.Namespace, console: Console) -> int:
             caught.exit_status
     recorded = record_profile.record(args, graph, outcome, records, console)
     evaluated = _evaluations(records) if args.eval_every else {}
-    if args.json:
-        emit_json({"status": str(outcome.status), "message": outcome.message,
-                   "failed_rank": outcome.failed_rank, "run_log": str(prepared.run_log),
-                   **summary.to_dict(), **figures.to_dict(), **recorded,
-                   **({"evaluations": [{"step": step, "loss": loss}
-                                       for step, loss in evaluated.items()]}
-                      if args.eval_every else {})})
-    else:
+    if not args.json:
         print_summary(summary, console, figures)
         for step, loss in evaluated.items():
             console.print(f"after step {step}: loss {loss:.6g} on dataset('val')",
@@ -213,6 +208,16 @@ def cmd_launch(args: argparse.Namespace, console: Console) -> int:
         # the message quotes a rank's output (gloo's errors hold [path:line]): not
         # markup, and its control characters escaped
         console.print(printable(outcome.message), markup=False, highlight=False)
+    compared = (against_dp.compare(args, request, summary, stop, console,
+                                   lambda run: _Progress(run, console, quiet=args.json))
+                if outcome.status == RunStatus.FINISHED and not caught.exit_status else {})
+    if args.json:
+        emit_json({"status": str(outcome.status), "message": outcome.message,
+                   "failed_rank": outcome.failed_rank, "run_log": str(prepared.run_log),
+                   **summary.to_dict(), **figures.to_dict(), **recorded, **compared,
+                   **({"evaluations": [{"step": step, "loss": loss}
+                                       for step, loss in evaluated.items()]}
+                      if args.eval_every else {})})
     if caught.exit_status:
         return caught.exit_status
     return EXIT_FAILED if outcome.status == RunStatus.FAILED else 0

@@ -24,6 +24,7 @@ from textual.widgets import Footer, Header, RichLog, Static
 
 from flextui.fields import printable
 from flextui.runtime.nodes import PreflightStopped
+from flextui.session.against_dp import AgainstDataParallel
 from flextui.session.jobs import JobState
 from flextui.session.launch_watch import LOG_LINES, LaunchView
 from flextui.session.live_launch import LiveLaunch
@@ -68,13 +69,27 @@ def launch_figures(view: LaunchView, label: str, baseline: LaunchView | None) ->
          "bold red" if error is not None and abs(error) > 0.25 else "dim")))
     grid.add_row("throughput", f"{view.samples_per_s:,.0f} samples/s ({label})")
     if baseline is not None:   # a row of its own: the loss chart takes half the width
-        ratio = (view.samples_per_s / baseline.samples_per_s
-                 if baseline.samples_per_s else None)
-        line = Text(f"{baseline.samples_per_s:,.0f} (data parallel, {baseline.state})")
-        if ratio is not None:
-            line.append(f" · {ratio:.2f}×", style="bold green" if ratio > 1 else "bold")
-        grid.add_row("baseline", line)
+        grid.add_row("baseline", baseline_line(view, baseline))
     return grid
+
+
+def baseline_line(view: LaunchView, baseline: LaunchView) -> Text:
+    """Data parallelism's throughput, and the strategy's speedup over it measured and
+    predicted; a predicted gain measured as a loss in red, with both figures."""
+    line = Text(f"{baseline.samples_per_s:,.0f} (data parallel, {baseline.state})")
+    against = AgainstDataParallel.of(view.simulated_iteration_s, view.iteration_s or None,
+                                     baseline.simulated_iteration_s,
+                                     baseline.iteration_s or None)
+    if against.measured is not None:
+        style = "bold red" if against.contradicted else \
+            "bold green" if against.measured > 1 else "bold"
+        line.append(f" · {against.measured:.2f}× measured", style=style)
+    if against.predicted is not None:
+        line.append(f" · {against.predicted:.2f}× predicted",
+                    style="bold red" if against.contradicted else "")
+    if against.contradicted:
+        line.append(" · predicted faster, measured slower", style="bold red")
+    return line
 
 
 def loss_chart(view: LaunchView) -> ChartData:
