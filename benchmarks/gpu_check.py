@@ -10,8 +10,8 @@ owes the README, and needs nothing but flextui and its torch.
    in GB/s (bytes moved over the median time).
 4. The model launched on the GPU (``flextui launch``, one rank, NCCL), twice: once
    against the profile (``--cost profiled``: the step measured against simulated, NVML
-   utilisation) and once recording every task's time in the run (``--record-profile``
-   into a directory of its own), so the forward and backward tasks measured in the run
+   utilisation) and once recording every task's time in the run (``--record-profile``,
+   which keeps them apart in ``in-run/``), so the forward and backward tasks measured in the run
    are set beside the same tasks measured alone, summed per kind.
 
 The last lines are a short table of it all; ``--out DIR`` also writes it as JSON.
@@ -40,6 +40,7 @@ from typing import Any
 import torch
 
 from flextui.cost.cache import decode_cache
+from flextui.cost.cache_dirs import IN_RUN_DIR
 from flextui.machine.detect import describe_local, rank_threads
 
 #: the dry run's model: small enough that profiling and two launches take seconds
@@ -154,7 +155,8 @@ def main() -> None:
                         for d in report["device"]["devices"])
     print(f"torch {torch.__version__}, CUDA {torch.version.cuda}; {devices}")
     with tempfile.TemporaryDirectory() as tmp:
-        work, alone, in_run = Path(tmp), Path(tmp) / "alone", Path(tmp) / "in-run"
+        work, alone = Path(tmp), Path(tmp) / "profiles"
+        in_run = alone / IN_RUN_DIR   # where --record-profile writes, apart from the profile
         began = time.perf_counter()
         flextui_json(["profile", *model, *where, "--max-devices", "1", "--profiles", str(alone)],
                      work)
@@ -169,7 +171,7 @@ def main() -> None:
                                                        "iteration_error", "samples_per_s")}
         report["step"]["gpu_util"] = launch["devices"][0]["gpu_util"]
         flextui_json(["launch", *model, *ranks, *steps, "--record-profile", "--profiles",
-                      str(in_run), "--run-log", str(work / "b.ffrun")], work)
+                      str(alone), "--run-log", str(work / "b.ffrun")], work)
         report["per_kind"] = per_kind(profile, cache_entries(in_run))
     print_report(report)
     if args.out:

@@ -216,11 +216,20 @@ def dtype_arg(p: argparse.ArgumentParser, help: str) -> None:
     p.add_argument("--dtype", choices=tuple(DTYPE_NAMES), default="fp32", help=help)
 
 
+def choose_cost(args: argparse.Namespace, graph, cluster, training: bool):
+    """The cost model --cost names and what it says about itself (a CostChoice)."""
+    from flextui.cost.choose import choose_cost_model
+    return choose_cost_model(graph, cluster, args.cost, profiles=args.profiles,
+                             dtype=args.dtype, training=training)
+
+
+def say_notices(notices: list[str]) -> None:
+    for notice in notices:
+        print(notice, file=sys.stderr)
+
+
 def load_cost_model(args: argparse.Namespace, graph, cluster, training: bool):
     """The cost model --cost names; what it says about itself goes to stderr."""
-    from flextui.cost.choose import choose_cost_model
-    choice = choose_cost_model(graph, cluster, args.cost, profiles=args.profiles,
-                               dtype=args.dtype, training=training)
-    for notice in choice.notices:
-        print(notice, file=sys.stderr)
+    choice = choose_cost(args, graph, cluster, training)
+    say_notices(choice.notices)
     return choice.model

@@ -26,12 +26,13 @@ from rich.text import Text
 
 from flextui.cli import against_dp, record_profile
 from flextui.cli.common import (
+    choose_cost,
     cost_args,
     emit_json,
     interactive,
-    load_cost_model,
     load_graph,
     model_args,
+    say_notices,
     stop_on_signals,
     strategy_arg,
 )
@@ -152,7 +153,8 @@ def cmd_launch(args: argparse.Namespace, console: Console) -> int:
         training.seed, str(training.dtype)))
     backend = job.choose_backend(cluster, args.backend, on_hosts=not target.local)
     training = replace(training, backend=backend)
-    cost_model = load_cost_model(args, graph, cluster, training=True)
+    cost = choose_cost(args, graph, cluster, training=True)   # said once the checks pass
+    cost_model = cost.model
     run_log = Path(args.run_log) if args.run_log else _beside_strategy(args.strategy, graph,
                                                                         cluster)
     where = "" if target.local else f" over {', '.join(target.host_names())}"
@@ -177,6 +179,7 @@ def cmd_launch(args: argparse.Namespace, console: Console) -> int:
         small = _check_graph(args, graph, strategy, cluster.num_devices)
         prepared = job.as_check(prepared, small)
     check_dataset(prepared.spec)
+    say_notices(cost.notices)
     if args.dry_run:
         return _dry_run(prepared, console, args.json)
     if not (args.headless or args.json or args.check or args.record_profile) \
