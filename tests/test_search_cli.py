@@ -398,6 +398,9 @@ def test_a_log_never_makes_flextui_run_a_model_file(capsys, tmp_path, monkeypatc
 
     code, _, err = run(capsys, "search", "--resume", str(log), "-b", "64")
     assert code == 2 and "is not a built-in one" in err and "--model" in err
+    assert "to check -b against it" in err and "resume without -b to use" in err
+    code, _, err = run(capsys, "search", "--resume", str(log), "--batch-per-device", "4")
+    assert code == 2 and "to check --batch-per-device against it" in err
     assert not marker.exists()
     code, out, _ = run(capsys, "search", "--resume", str(log))
     assert code == 0 and not marker.exists()

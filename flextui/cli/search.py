@@ -160,17 +160,22 @@ def _defaults_notice(args) -> str | None:
 
 def _check_same(args, header) -> None:
     """A resumed log must be resumed against the model and cluster it was started on.
-    With -b/-o and no --model, the log's model is rebuilt to compare only when it is a
-    built-in one: a log is data, and never makes flextui import a model file it names."""
+    With -b, --batch-per-device or -o and no --model, the log's model is rebuilt to
+    compare only when it is a built-in one: a log is data, and never makes flextui import
+    a model file it names; the message names the flags given."""
     from flextui.graph.library import model_names
     from flextui.machine import load_named_cluster
     if args.model or args.option or args.batch_size or args.batch_per_device:
         logged = header.graph.meta.get("model", header.graph.name)
         if not args.model and logged not in model_names():
+            given = "/".join(flag for flag, value in (("-b", args.batch_size),
+                                                      ("--batch-per-device",
+                                                       args.batch_per_device),
+                                                      ("-o", args.option)) if value)
             raise FlextuiError(f"this search's model {logged!r:.80} is not a built-in one; "
-                               "to check -b/-o against it, name its file with --model (a log "
-                               "never makes flextui run a model file), or resume without "
-                               "-b/-o to use the log's own copy")
+                               f"to check {given} against it, name its file with --model (a "
+                               "log never makes flextui run a model file), or resume without "
+                               f"{given} to use the log's own copy")
         args.model = args.model or logged
         graph = load_graph(args, header.cluster)
         if graph.fingerprint != header.graph.fingerprint:
