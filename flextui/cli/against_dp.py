@@ -8,11 +8,12 @@ import argparse
 import sys
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rich.console import Console
 
 from flextui.errors import FlextuiError
+from flextui.runtime.metrics import RankRecord
 from flextui.session.against_dp import AgainstDataParallel
 
 if TYPE_CHECKING:
@@ -20,8 +21,12 @@ if TYPE_CHECKING:
     from flextui.runtime.summary import RunSummary
     from flextui.session.launching import LaunchRequest
 
-#: what the ranks' records and lines go to while the data-parallel run goes on
-Sink = Any
+class Sink(Protocol):
+    """What the ranks' records and lines go to while the data-parallel run goes on."""
+
+    def record(self, record: RankRecord) -> None: ...
+
+    def output(self, rank: int, line: str) -> None: ...
 
 
 def add_argument(p: argparse.ArgumentParser) -> None:

@@ -100,12 +100,10 @@ def choose_cost_model(graph: OpGraph, cluster: Cluster, cost: CostKind | str = C
         raise FlextuiError(f"--dtype {dtype!r}: choose one of {', '.join(DTYPE_NAMES)}")
     recorded = cost == CostKind.RECORDED
     dirs = [user_profile_dir(profiles), reference_profile_dir()]
-    if recorded:   # what launches recorded first, then what the profiler measured alone
-        in_run = in_run_profile_dir(profiles)
-        _, problem = _measured(graph, cluster, [in_run], dtype, training)
-        dirs = [in_run, *dirs] if not problem else []
-    choice, problem = (_measured(graph, cluster, dirs, dtype, training) if dirs
-                       else (None, problem))
+    in_run = in_run_profile_dir(profiles) if recorded else None
+    # recorded: what launches recorded first, then what the profiler measured alone
+    choice, problem = _measured(graph, cluster, [in_run, *dirs] if in_run else dirs, dtype,
+                                training, needs=in_run)
     if choice is not None:
         return choice
     if cost == CostKind.AUTO:
@@ -116,17 +114,19 @@ def choose_cost_model(graph: OpGraph, cluster: Cluster, cost: CostKind | str = C
 
 
 def _measured(graph: OpGraph, cluster: Cluster, dirs: list[Path], dtype: str,
-              training: bool) -> tuple[CostChoice | None, str]:
+              training: bool, needs: Path | None = None) -> tuple[CostChoice | None, str]:
     """The profiled cost model from the first profiles in ``dirs`` of one of the
-    cluster's device kinds, or None and what was not found."""
+    cluster's device kinds whose file lies in ``needs`` (the first of ``dirs``) when it
+    is given, or None and what was not found."""
     import torch  # imported here, as only profiles need it: their keys carry its version
 
     from flextui.cost.profiled import ProfiledCostModel
     kinds = sorted({d.spec.kind for d in cluster.devices})
     files, problems = profile_files(dirs)
     for kind in kinds:
-        for name in files:
-            if same_device_kind(kind, name) and _right_threads(kind, name):
+        for name, path in files.items():
+            if same_device_kind(kind, name) and _right_threads(kind, name) \
+                    and (needs is None or path.parent == needs):
                 cache = ProfileCache(name, dirs)
                 measurement = measurement_now(DTYPE_NAMES[dtype], training, name)
                 model = ProfiledCostModel.from_cache(graph, cluster.num_devices, cache,
@@ -136,8 +136,9 @@ def _measured(graph: OpGraph, cluster: Cluster, dirs: list[Path], dtype: str,
                 notices = list(dict.fromkeys(problems + cache.notices))
                 notices.append(f"profiled cost model: {model.describe()}")
                 return with_calibrations(CostChoice(model, notices), kind, dirs), ""
-    where = " or ".join(str(d) for d in dirs)
-    found = [f"{path} holds {name}" for name, path in files.items()] + problems
+    where = str(needs) if needs is not None else " or ".join(str(d) for d in dirs)
+    found = [f"{path} holds {name}" for name, path in files.items()
+             if needs is None or path.parent == needs] + problems
     if any(map(is_cpu, kinds)):
         kinds = [f"{k} ({_threads_phrase()})" if is_cpu(k) else k for k in kinds]
     return None, (f"no profiles of {', '.join(kinds)} devices for {graph.name} "

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+#: what a predicted gain measured as a loss is called, wherever it is shown
+CONTRADICTED = "predicted faster, measured slower"
+
 
 def _ratio(data_parallel_s: float | None, strategy_s: float | None) -> float | None:
     return data_parallel_s / strategy_s if data_parallel_s and strategy_s else None
@@ -39,7 +42,7 @@ class AgainstDataParallel:
         measured = "n/a" if self.measured is None else f"{self.measured:.2f}x"
         line = f"against data parallelism: predicted {predicted}, measured {measured}"
         if self.contradicted:
-            line += " (predicted faster, measured slower)"
+            line += f" ({CONTRADICTED})"
         return line
 
     def to_dict(self) -> dict[str, float | bool | None]:

@@ -24,7 +24,7 @@ from textual.widgets import Footer, Header, RichLog, Static
 
 from flextui.fields import printable
 from flextui.runtime.nodes import PreflightStopped
-from flextui.session.against_dp import AgainstDataParallel
+from flextui.session.against_dp import CONTRADICTED, AgainstDataParallel
 from flextui.session.jobs import JobState
 from flextui.session.launch_watch import LOG_LINES, LaunchView
 from flextui.session.live_launch import LiveLaunch
@@ -77,9 +77,8 @@ def baseline_line(view: LaunchView, baseline: LaunchView) -> Text:
     """Data parallelism's throughput, and the strategy's speedup over it measured and
     predicted; a predicted gain measured as a loss in red, with both figures."""
     line = Text(f"{baseline.samples_per_s:,.0f} (data parallel, {baseline.state})")
-    against = AgainstDataParallel.of(view.simulated_iteration_s, view.iteration_s or None,
-                                     baseline.simulated_iteration_s,
-                                     baseline.iteration_s or None)
+    against = AgainstDataParallel.of(view.simulated_iteration_s, view.iteration_s,
+                                     baseline.simulated_iteration_s, baseline.iteration_s)
     if against.measured is not None:
         style = "bold red" if against.contradicted else \
             "bold green" if against.measured > 1 else "bold"
@@ -88,7 +87,7 @@ def baseline_line(view: LaunchView, baseline: LaunchView) -> Text:
         line.append(f" · {against.predicted:.2f}× predicted",
                     style="bold red" if against.contradicted else "")
     if against.contradicted:
-        line.append(" · predicted faster, measured slower", style="bold red")
+        line.append(f" · {CONTRADICTED}", style="bold red")
     return line
 
 
