@@ -2,8 +2,9 @@
 strategy on this launch's ranks (gloo, float64), 3 SGD steps each, in one set of
 processes (a launch costs seconds). Each rank prints one JSON line per case: how far
 its parameter shards and each step's loss are from one process, and the bytes it moved
-in one step of the graph's own dtype (float32, as simulated) against what the simulated
-Timeline puts on its device's links."""
+and the gradient all-reduces it started in one step of the graph's own dtype (float32,
+as simulated) against what the simulated Timeline puts on its device's links and the
+simulated task graph's buckets it is in."""
 
 import json
 import sys
@@ -46,12 +47,14 @@ def main() -> None:
                 within(box, full_region(reference.params[p].shape))])
                 for p, box in program.boxes.items()), default=0.0)
             device = simulator.simulate(s).devices[rank]
+            buckets = [b for b in simulator.task_graph(s).buckets() if rank in b.devices]
             in_float32 = RankProgram(plan, rank, Comm(rank, plan.sync_groups(), cpu)).step(0)
             line = json.dumps({"model": model, "strategy": name, "rank": rank,
                                "loss_error": loss_error, "param_error": param_error,
                                "sent": in_float32.sent, "received": in_float32.received,
                                "simulated_sent": device.bytes_sent,
-                               "simulated_received": device.bytes_received})
+                               "simulated_received": device.bytes_received,
+                               "sums": in_float32.sums, "simulated_sums": len(buckets)})
             sys.stdout.write(line + "\n")  # one write: ranks share the pipe
             sys.stdout.flush()
     dist.destroy_process_group()

@@ -35,7 +35,8 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 def test_every_strategy_trains_as_one_process_and_moves_the_simulated_bytes(ranks):
     """Loss at each of 3 steps and every parameter after them equal one process to
     1e-9 relative (float64); each rank's bytes in one step equal its device's in the
-    simulated Timeline."""
+    simulated Timeline, and the gradient all-reduces it starts the simulated buckets
+    it is in."""
     command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
                "--nproc-per-node", str(ranks), "--rdzv-backend", "c10d", "--rdzv-endpoint",
                f"localhost:{free_port()}", "--max-restarts", "0", str(RUNNER)]
@@ -51,9 +52,10 @@ def test_every_strategy_trains_as_one_process_and_moves_the_simulated_bytes(rank
     assert len(rows) == ranks * len(SMALL_MODELS) * len(STRATEGIES)
     for row in rows:
         assert row["loss_error"] < 1e-9 and row["param_error"] < 1e-9, row
-        assert (row["sent"], row["received"]) == \
-            (row["simulated_sent"], row["simulated_received"]), row
+        assert (row["sent"], row["received"], row["sums"]) == \
+            (row["simulated_sent"], row["simulated_received"], row["simulated_sums"]), row
     assert any(row["sent"] for row in rows)
+    assert any(row["sums"] for row in rows)
 
 
 def launch(tmp_path, *args, env=None, **popen):

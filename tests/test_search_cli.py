@@ -15,7 +15,7 @@ from flextui.cli import main
 from flextui.cost import AnalyticCostModel
 from flextui.errors import SearchLogError
 from flextui.search import read_search_log
-from flextui.sim import taskstore
+from flextui.sim import plans, taskstore
 from flextui.strategy import builtin_strategy
 from helpers import HANG_S, cluster, edit_log_header, model
 
@@ -520,10 +520,12 @@ def test_the_progress_line_rewritten_in_place_leaves_no_stale_characters():
     assert second.rstrip().endswith("1 steps/s")
 
 
-def test_a_log_from_before_replays_to_its_strategy_and_cost(capsys, tmp_path):
+def test_a_log_from_before_replays_to_its_strategy_and_cost(capsys, tmp_path, monkeypatch):
     """tests/logs_from_before/: a search written by flextui 069f2d4 (before the task
     graph was built in C) and the strategy that version exported: today's replay rebuilds
-    that strategy, and today's simulator gives it the cost that version logged."""
+    that strategy, and today's simulator, with each replica group summed alone as that
+    version did (no gradient buckets), gives it the cost that version logged; with
+    buckets, less."""
     old = Path(__file__).parent / "logs_from_before"
     best = tmp_path / "best.json"
     code, out, _ = run(capsys, "replay", str(old / "lenet-p100-4x4.ffsearch"), "--headless",
@@ -532,6 +534,9 @@ def test_a_log_from_before_replays_to_its_strategy_and_cost(capsys, tmp_path):
     logged = json.loads(out)
     assert json.loads(best.read_text()) == json.loads(
         (old / "lenet-p100-4x4-best.json").read_text())
-    code, out, _ = run(capsys, "simulate", "-m", "lenet", "-c", "p100-4x4", "--strategy",
-                       str(best), "--json")
+    simulate = ("simulate", "-m", "lenet", "-c", "p100-4x4", "--strategy", str(best), "--json")
+    code, out, _ = run(capsys, *simulate)
+    assert code == 0 and json.loads(out)["cost_s"] < logged["best_s"]
+    monkeypatch.setattr(plans, "cluster_bucket_limit", lambda cluster: 0)
+    code, out, _ = run(capsys, *simulate)
     assert code == 0 and json.loads(out)["cost_s"] == logged["best_s"] < logged["data_parallel_s"]

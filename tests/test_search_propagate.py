@@ -13,11 +13,18 @@ from flextui.strategy import ParallelConfig, Strategy, data_parallel, random_str
 from helpers import assert_multi_op_steps_replay, four_gpus, model
 
 
-def two_way_data_parallel(graph):
-    """LeNet's optimum on 4 P100s: the exhaustive search proves it (benchmarks/
-    search_quality.py and the slow exhaustive test)."""
-    return Strategy({op.name: ParallelConfig((2,) + (1,) * (len(op.space) - 1), (0, 1))
-                     for op in graph.ops})
+def lenets_optimum(graph):
+    """LeNet's optimum on 4 P100s, its gradients summed in buckets: the convolutions data
+    parallel over the four GPUs, the fully connected layers over two of them; the
+    exhaustive search proves it (``exhaustive_search``, 193 s on this project's 2-core
+    machine)."""
+    def config(op):
+        if op.name == "labels":
+            return ParallelConfig((1,), (0,))
+        if op.name in ("fc1", "unary_3", "fc2", "unary_4", "fc3", "loss"):
+            return ParallelConfig((2,) + (1,) * (len(op.space) - 1), (1, 2))
+        return ParallelConfig((4,) + (1,) * (len(op.space) - 1), (0, 1, 2, 3))
+    return Strategy({op.name: config(op) for op in graph.ops})
 
 
 def test_same_rank_keeps_degrees_and_devices():
@@ -68,11 +75,13 @@ def test_no_walk_from_an_op_whose_neighbours_already_agree():
 
 
 def test_mcmc_with_propagation_reaches_lenets_optimum():
+    """From data parallelism, each of 3 chains (seed 2 is the slowest: 16,000 steps do
+    not reach it, 32,000 do)."""
     g, where = model("lenet"), four_gpus()
-    optimum = Simulator(g, where, AnalyticCostModel()).simulate(two_way_data_parallel(g)).cost
+    optimum = Simulator(g, where, AnalyticCostModel()).simulate(lenets_optimum(g)).cost
     for seed in range(3):
         result = run_search(g, where, AnalyticCostModel(),
-                            SearchOptions(iterations=4000, seed=seed, converge=False))
+                            SearchOptions(iterations=32_000, seed=seed, converge=False))
         assert result.best_cost == pytest.approx(optimum, rel=1e-12)
 
 

@@ -21,14 +21,16 @@ import torch.distributed as dist
 
 @dataclass
 class Traffic:
-    """What a rank moved and how long it waited, since the last ``reset``."""
+    """What a rank moved, how many gradient all-reduces (buckets) it started and how
+    long it waited, since the last ``reset``."""
 
     sent: int = 0
     received: int = 0
     wait_s: float = 0.0
+    sums: int = 0
 
     def reset(self) -> None:
-        self.sent = self.received = 0
+        self.sent = self.received = self.sums = 0
         self.wait_s = 0.0
 
 
@@ -86,6 +88,7 @@ class Comm:
         nbytes = flat.numel() * flat.element_size()
         self.traffic.sent += nbytes
         self.traffic.received += nbytes
+        self.traffic.sums += 1
         pending.works.append(dist.all_reduce(flat, group=self._groups[ranks], async_op=True))
 
     def sum_all(self, value: torch.Tensor) -> None:

@@ -54,7 +54,8 @@ TaskKind = tuple[int, tuple[int, ...], bool]
 class StepResult:
     """What one step did on this rank: its share of the loss (the shares of all ranks
     add up to the loss), seconds of compute and of waiting on communication, the bytes
-    it sent and received, and with ``record_tasks`` the seconds of its tasks by kind."""
+    it sent and received, the gradient all-reduces it started, and with
+    ``record_tasks`` the seconds of its tasks by kind."""
 
     loss_share: float
     step_s: float
@@ -62,6 +63,7 @@ class StepResult:
     wait_s: float
     sent: int
     received: int
+    sums: int = 0
     task_s: dict[TaskKind, float] = field(default_factory=dict)
 
 
@@ -147,7 +149,8 @@ class RankProgram:
         compute_s = state.clock.seconds()  # on a GPU, once the step's kernels are done
         traffic = self.comm.traffic
         return StepResult(state.loss_share, time.perf_counter() - started, compute_s,
-                          traffic.wait_s, traffic.sent, traffic.received, clock.task_s)
+                          traffic.wait_s, traffic.sent, traffic.received, traffic.sums,
+                          clock.task_s)
 
     def evaluate(self, data: DatasetFeed | None, batches: int) -> float:
         """This rank's share of the mean loss over ``batches`` batches of ``data`` (the

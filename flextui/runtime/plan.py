@@ -24,12 +24,10 @@ from flextui.errors import StrategyError
 from flextui.graph import Op, OpGraph, Region, region_volume
 from flextui.graph.kernels import kernel_for
 from flextui.graph.tensor import FLOAT_DTYPES, dtype_bytes
+from flextui.sim.buckets import CPU_BUCKET_BYTES, bucket_starts, sync_order
 from flextui.sim.overlaps import overlap_regions
 from flextui.sim.replicas import replica_cells
 from flextui.strategy import ParallelConfig, Strategy
-
-#: the most bytes of small replica groups one all-reduce sums together
-BUCKET_BYTES = 1 << 20
 
 
 @dataclass(frozen=True, eq=False)
@@ -78,8 +76,8 @@ class Plan:
     pieces_into: list[list[Piece]]        # per op: the pieces its forward tasks read
     pieces_from: list[list[Piece]]        # per op: the pieces its outputs feed
     syncs: list[ReplicaSync]              # in the order every rank issues them
-    #: the syncs in the all-reduces ranks issue: consecutive small groups of one rank set
-    #: go together (up to BUCKET_BYTES), others alone
+    #: the syncs in the all-reduces ranks issue (``sim.buckets``: consecutive small
+    #: groups of one rank set together, up to the bucket limit)
     buckets: list[tuple[ReplicaSync, ...]]
     #: per parameter and rank: the box of the parameter holding every shard it uses
     param_boxes: dict[str, dict[int, Region]] = field(default_factory=dict)
@@ -125,9 +123,11 @@ class Plan:
         return sent, received
 
 
-def compile_plan(graph: OpGraph, strategy: Strategy, num_ranks: int) -> Plan:
-    """The plan of one step; StrategyError when the strategy does not fit the graph or
-    needs more ranks than ``num_ranks``."""
+def compile_plan(graph: OpGraph, strategy: Strategy, num_ranks: int,
+                 bucket_bytes: int = CPU_BUCKET_BYTES) -> Plan:
+    """The plan of one step, its gradients summed in buckets of up to ``bucket_bytes``
+    (``sim.buckets.bucket_limit`` of the ranks' devices); StrategyError when the strategy
+    does not fit the graph or needs more ranks than ``num_ranks``."""
     strategy.check(graph, num_ranks)
     configs = [strategy[op.name] for op in graph.ops]
     pieces_into: list[list[Piece]] = [[] for _ in graph.ops]
@@ -149,9 +149,9 @@ def compile_plan(graph: OpGraph, strategy: Strategy, num_ranks: int) -> Plan:
         pieces.sort(key=order)
     for pieces in pieces_from:
         pieces.sort(key=order)
-    keyed, boxes, norm_cells = _parameters(graph, configs)
-    return Plan(graph, strategy, num_ranks, configs, pieces_into, pieces_from,
-                [s for _, s in keyed], _buckets(keyed), boxes, index_bounds(graph), norm_cells)
+    syncs, boxes, norm_cells = _parameters(graph, configs)
+    return Plan(graph, strategy, num_ranks, configs, pieces_into, pieces_from, syncs,
+                _buckets(syncs, bucket_bytes), boxes, index_bounds(graph), norm_cells)
 
 
 def _forward_key(p: Piece) -> tuple[int, int, int, int, int]:
@@ -175,21 +175,19 @@ def _check_tiled(op: Op, config: ParallelConfig, pieces: list[Piece]) -> None:
 
 
 def _parameters(graph: OpGraph, configs: list[ParallelConfig],
-                ) -> tuple[list[tuple[tuple[int, int], ReplicaSync]],
-                           dict[str, dict[int, Region]],
+                ) -> tuple[list[ReplicaSync], dict[str, dict[int, Region]],
                            dict[str, dict[int, tuple[Region, ...]]]]:
-    """Each parameter's replica groups (in the order ranks issue their all-reduces: the
-    parameters whose last user in the backward pass comes first, then by group) and, per
-    rank, the box of the parameter its shards lie in and the cells it counts in the
-    gradient norm."""
+    """Each parameter's replica groups (in the order ranks issue their all-reduces,
+    ``sim.buckets.sync_order``, then by group) and, per rank, the box of the parameter
+    its shards lie in and the cells it counts in the gradient norm."""
     users: dict[str, list[tuple[Op, int]]] = {}
     for op in graph.ops:
         for i, p in enumerate(op.params):
             users.setdefault(p.name, []).append((op, i))
-    syncs: list[tuple[tuple[int, int], ReplicaSync]] = []
+    syncs: dict[str, list[ReplicaSync]] = {}
     boxes: dict[str, dict[int, Region]] = {}
     norm_cells: dict[str, dict[int, tuple[Region, ...]]] = {}
-    for order, (name, used_by) in enumerate(users.items()):
+    for name, used_by in users.items():
         param = graph.parameters[name]
         blocks = tuple((op.param_region(i, region), configs[op.index].devices[k])
                        for op, i in used_by
@@ -199,34 +197,24 @@ def _parameters(graph: OpGraph, configs: list[ParallelConfig],
             old = boxes[name].get(rank)
             boxes[name][rank] = region if old is None else tuple(
                 (min(a0, b0), max(a1, b1)) for (a0, a1), (b0, b1) in zip(old, region))
-        first_user = min(op.index for op, _ in used_by)
         norm_cells[name] = {}
+        syncs[name] = []
         for ranks, cells, _ in replica_cells(blocks):
             norm_cells[name][ranks[0]] = (*norm_cells[name].get(ranks[0], ()), *cells)
             if len(ranks) > 1:
                 numel = sum(math.prod(hi - lo for lo, hi in cell) for cell in cells)
-                syncs.append(((-first_user, order), ReplicaSync(
-                    name, ranks, tuple(cells), numel, numel * dtype_bytes(param.dtype))))
-    syncs.sort(key=lambda item: item[0])
-    return syncs, boxes, norm_cells
+                syncs[name].append(ReplicaSync(name, ranks, tuple(cells), numel,
+                                               numel * dtype_bytes(param.dtype)))
+    return [s for name in sync_order(users) for s in syncs[name]], boxes, norm_cells
 
 
-def _buckets(keyed: list[tuple[tuple[int, int], ReplicaSync]]
-             ) -> list[tuple[ReplicaSync, ...]]:
-    """Consecutive small syncs of one rank set, together up to BUCKET_BYTES: an
-    all-reduce costs a call and a latency whatever its size, so a small model's
-    gradients are summed in one (as DDP's buckets do); a bucket starts when the last of
-    its gradients is ready."""
+def _buckets(syncs: list[ReplicaSync], limit: int) -> list[tuple[ReplicaSync, ...]]:
+    """The syncs, in order, grouped into the buckets ``sim.buckets`` decides."""
     buckets: list[list[ReplicaSync]] = []
-    open_ranks: tuple[int, ...] | None = None   # the rank set of a bucket still filling
-    for _, sync in keyed:
-        small = sync.nbytes < BUCKET_BYTES
-        if small and sync.ranks == open_ranks \
-                and sum(s.nbytes for s in buckets[-1]) + sync.nbytes <= BUCKET_BYTES:
-            buckets[-1].append(sync)
-        else:
-            buckets.append([sync])
-        open_ranks = sync.ranks if small else None
+    for sync, starts in zip(syncs, bucket_starts(((s.ranks, s.nbytes) for s in syncs), limit)):
+        if starts:
+            buckets.append([])
+        buckets[-1].append(sync)
     return [tuple(b) for b in buckets]
 
 

@@ -58,6 +58,7 @@ from flextui.runtime.referee import train_referee
 from flextui.runtime.regions import bind_regions
 from flextui.runtime.spec import LAUNCHER_PID, Backend, LaunchSpec
 from flextui.runtime.tasktimes import TaskTimes
+from flextui.sim.buckets import bucket_limit
 
 RANK_FAULT = "FLEXTUI_RANK_FAULT"
 WATCH_S = 0.5
@@ -107,7 +108,8 @@ def _run(spec: LaunchSpec, rank: int, device: torch.device) -> int:
     if world != spec.num_ranks:
         raise RuntimeError(f"the plan is for {spec.num_ranks} ranks, torchrun started {world}")
     bind_regions(spec.graph)  # what its opaque ops run: the module the plan carries
-    plan = compile_plan(spec.graph, spec.strategy, spec.num_ranks)
+    plan = compile_plan(spec.graph, spec.strategy, spec.num_ranks,
+                        bucket_limit(on_cpu=device.type == "cpu"))
     dtype = getattr(torch, str(training.dtype))
     comm = Comm(rank, plan.sync_groups(), device)
     program = RankProgram(plan, rank, comm, seed=training.seed, dtype=dtype,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from flextui.graph import OpGraph, Region, intersect
@@ -247,10 +248,13 @@ class TaskDetails:
 
 
 def task_details(task: TaskTiming, graph: OpGraph | None = None,
-                 strategy: Strategy | None = None) -> TaskDetails:
+                 strategy: Strategy | None = None,
+                 bucket_params: Mapping[tuple[int, ...], tuple[str, ...]] | None = None,
+                 ) -> TaskDetails:
     """What a task is and when it ran. With the graph, syncs and updates name their
-    parameter; with the strategy too, tasks give their block's shape (the op's block
-    for forward/backward, the overlap carried for transfers)."""
+    parameter (a sync of a bucket its first, and with the timeline's ``bucket_params``
+    every parameter it sums); with the strategy too, tasks give their block's shape (the
+    op's block for forward/backward, the overlap carried for transfers)."""
     shape, of, dims = (_block(task, graph, strategy) if graph and strategy else None) or ("",) * 3
     groups = [[("block", shape), ("of", of)]] if shape else []
     groups += [[("start", format_ms(task.start)), ("end", format_ms(task.end)),
@@ -259,21 +263,27 @@ def task_details(task: TaskTiming, graph: OpGraph | None = None,
                + [("on", ", ".join(task.resources))]]
     if dims:
         groups.append([("dims", dims)])
-    return TaskDetails(_title(task, graph), groups)
+    bucket = (bucket_params or {}).get(task.key, ()) if task.kind == TaskKind.SYNC else ()
+    if bucket:
+        groups.append([("sums", ", ".join(bucket))])
+    return TaskDetails(_title(task, graph, len(bucket)), groups)
 
 
-def _title(task: TaskTiming, graph: OpGraph | None) -> str:
+def _title(task: TaskTiming, graph: OpGraph | None, bucket: int = 0) -> str:
     if task.kind == TaskKind.TRANSFER:
         return f"transfer to {task.op} · part {task.part}"
     if task.kind in (TaskKind.FORWARD, TaskKind.BACKWARD):
         return f"{task.kind.name.lower()} {task.op} · part {task.part}"
     what = (_parameter(task, graph) if graph else "") or "parameter"
+    if bucket > 1:
+        what += f" and {bucket - 1} more"
     where = "group" if task.kind == TaskKind.SYNC else "device"
     return f"{task.kind.name.lower()} {what} · {where} {task.part}"
 
 
 def _parameter(task: TaskTiming, graph: OpGraph) -> str:
-    """A sync's or an update's parameter: their keys are (2 or 3, parameter order, _)."""
+    """A sync's or an update's parameter (of a unit of several, the first): their keys
+    are (2 or 3, parameter order, _)."""
     names = list(graph.parameters)
     if task.kind in (TaskKind.SYNC, TaskKind.UPDATE) and 0 <= task.key[1] < len(names):
         return names[task.key[1]]

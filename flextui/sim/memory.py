@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from flextui.sim.plans import Shards
 from flextui.sim.taskgraph import TaskGraph
+from flextui.sim.unit_plan import Shards
 
 PENALTY_S_PER_MB = 1e-3
 

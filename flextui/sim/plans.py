@@ -7,8 +7,10 @@ loop over them (see ``taskgraph`` for the rules the tasks follow).
 - ``EdgePlan``: the block overlaps of a producer/consumer pair of configs (by division,
   ``overlaps``) with, per overlap, the route's hops there and back: resource sets and
   transfer times.
-- ``ParamPlan``: a parameter's replica groups under its users' configs (``replicas``)
-  with each group's all-reduce, and the shard each device updates.
+- ``ParamPlan`` (``unit_plan``): a parameter's replica groups under its users' configs
+  (``replicas``) with each group's all-reduce, and the shard each device updates;
+  ``Planner.unit`` merges the plans of parameters whose gradients share buckets
+  (``buckets``) into one.
 
 Costs come from the cost model, which times a block by its device's spec: ops and
 updates are timed once per kind of device, not once per device.
@@ -36,9 +38,11 @@ from flextui.graph import Op, OpGraph, region_volume
 from flextui.graph.tensor import dtype_bytes
 from flextui.machine import Cluster, Device, Link
 from flextui.sim import taskstore
+from flextui.sim.buckets import cluster_bucket_limit
 from flextui.sim.overlaps import block_overlaps
 from flextui.sim.replicas import replica_plan
 from flextui.sim.taskstore import TaskStore
+from flextui.sim.unit_plan import ParamPlan, Shards, merge_unit
 from flextui.strategy import ParallelConfig
 
 #: entries a plan memo keeps before it starts over (bounds memory on long searches)
@@ -70,32 +74,6 @@ class EdgePlan:
     bhops: array
     brsets: array
     bdurations: array
-
-
-@dataclass(frozen=True)
-class Shards:
-    """The bytes of a parameter each device holds (``devices`` ascending)."""
-
-    devices: array   # 'i'
-    nbytes: array    # 'q'
-
-
-@dataclass(frozen=True)
-class ParamPlan:
-    """Replica group ``g``: devices ``gdevices[gdevs[g]..gdevs[g+1]]``, gradients from
-    the blocks ``gblockids[gblocks[g]..gblocks[g+1]]`` of the users' tasks; held by more
-    than one device, an all-reduce of ``gnbytes[g]`` over ``grsets[g]`` taking
-    ``gdurations[g]``. Then an update per device of ``shards``, taking ``udurations``."""
-
-    gdevs: array
-    gdevices: array
-    gblocks: array
-    gblockids: array
-    grsets: array
-    gdurations: array
-    gnbytes: array
-    shards: Shards
-    udurations: array
 
 
 def geometry(op: Op) -> tuple:
@@ -142,6 +120,9 @@ class Planner:
         self._transfer_memo: dict[tuple[int, int], float] = {}
         self._params: dict[tuple, ParamPlan] = {}
         self._rings: dict[tuple[int, ...], int] = {}
+        self._device_sets: dict[tuple[int, ...], int] = {}
+        #: the most bytes one all-reduce sums (``buckets``), as the runtime's ranks do
+        self.bucket_bytes = cluster_bucket_limit(cluster)
         self._bulk = _BulkEdges.for_cluster(cluster, cost, self.hop_rset)
         self._param_regions: dict[tuple, tuple] = {}
         self._updates: dict[tuple, float] = {}
@@ -306,6 +287,7 @@ class Planner:
         gdevs, gdevices, gblocks, gblockids = array("i", [0]), array("i"), array("i", [0]), \
             array("i")
         grsets, gdurations, gnbytes = array("i"), array("d"), array("q")
+        syncs = []
         shard_bytes: dict[int, int] = {}
         for devices, numel, block_ids in replica_plan(blocks):
             nbytes = numel * width
@@ -319,6 +301,8 @@ class Planner:
             if len(devices) > 1 and self.training:
                 grsets.append(self._ring(name, devices))
                 gdurations.append(self.cost.allreduce_s(nbytes, devices, self.cluster))
+                syncs.append((self._device_sets.setdefault(devices, len(self._device_sets)),
+                              nbytes))
             else:
                 grsets.append(-1)
                 gdurations.append(0.0)
@@ -329,7 +313,14 @@ class Planner:
             for d in updated:   # timed once per kind of device and shard size
                 udurations.append(self._update_s(shard_bytes[d], d))
         return ParamPlan(gdevs, gdevices, gblocks, gblockids, grsets, gdurations, gnbytes,
-                         shards, udurations)
+                         shards, udurations, tuple(syncs))
+
+    def unit(self, plans: list[ParamPlan], blocks: list[int],
+             ) -> tuple[ParamPlan, list[list[int]]]:
+        """``unit_plan.merge_unit`` of ``plans``, its buckets timed by the cost model."""
+        return merge_unit(plans, blocks, self.bucket_bytes,
+                          lambda nbytes, devices: self.cost.allreduce_s(nbytes, devices,
+                                                                        self.cluster))
 
     def _update_s(self, nbytes: int, d: int) -> float:
         device = self.cluster.device(d)

@@ -22,16 +22,16 @@ within backward, by reverse topological index likewise. The keys:
 - a transfer into consumer task ``k``'s input ``slot`` from producer task ``m``, hop
   ``h``: ``(0, consumer, 0, k, slot, m, h)``; its gradient back ``(1, -producer, 0, m,
   consumer, slot, k, h)``;
-- parameter number ``p``'s all-reduce of replica group ``g`` ``(2, p, g)``, its update
-  on device ``d`` ``(3, p, d)``.
+- the all-reduce of bucket ``g`` of the unit whose first parameter is number ``p``
+  ``(2, p, g)``, the unit's update on device ``d`` ``(3, p, d)``.
 
 The tasks live in a task store (``taskstore``: C arrays, or the pure-Python twin), made
 in bulk from plans (``plans``) Python computes once per op and config. The graph keeps
 which tasks each op, edge and parameter owns, as ``array('i')`` of ids.
 
 ``replace_ops`` swaps some ops' configs, rebuilding only those ops' tasks, the transfers
-on their edges and the gradient syncs and updates of their parameters; delta simulation
-uses it.
+on their edges and the gradient syncs and updates of the units their parameters are in,
+or whose buckets the change moved; delta simulation uses it.
 """
 
 from __future__ import annotations
@@ -45,9 +45,11 @@ from dataclasses import dataclass, field
 from flextui.cost.model import CostModel
 from flextui.graph import Op, OpGraph
 from flextui.machine import Cluster
+from flextui.sim.buckets import bucket_units, sync_order
 from flextui.sim.deadline import check_deadline
-from flextui.sim.plans import Planner, Shards
+from flextui.sim.plans import Planner
 from flextui.sim.taskstore import new_store
+from flextui.sim.unit_plan import ParamPlan, Shards
 from flextui.strategy import ParallelConfig, Strategy
 
 
@@ -80,20 +82,25 @@ class TaskGraph:
         self.forward: dict[int, array] = {}
         self.backward: dict[int, array] = {}
         self.edge_tasks: dict[tuple[int, int], array] = {}
-        self.param_tasks: dict[str, array] = {}
+        self.param_plans: dict[str, ParamPlan] = {}
         self.param_shards: dict[str, Shards] = {}
         self.param_users: dict[str, list[tuple[Op, int]]] = {}
         self.param_order = {name: i for i, name in enumerate(graph.parameters)}
         for op in graph.ops:
             for i, p in enumerate(op.params):
                 self.param_users.setdefault(p.name, []).append((op, i))
+        self.sync_order = sync_order(self.param_users)
+        #: in training, the units (``buckets``) and their syncs' and updates' tasks
+        self.units: dict[tuple[str, ...], Unit] = {}
         for op in graph.ops:
             self._add_op_tasks(op, strategy[op.name])
         for op in graph.ops:
             for producer in graph.predecessors(op):
                 self._add_edge(producer, op)
         for name in self.param_users:
-            self._add_param_tasks(name)
+            self._plan_param(name)
+        for unit in self._cut_units():
+            self._add_unit(unit)
         self.store.trim()
 
     def __len__(self) -> int:
@@ -128,22 +135,51 @@ class TaskGraph:
         self.edge_tasks[(producer.index, consumer.index)] = tasks
         return tasks
 
-    def _add_param_tasks(self, name: str) -> array:
-        """Record where parameter ``name``'s shards live; in training, all-reduce every
-        replica group's gradients, then update each device's shard."""
+    def _plan_param(self, name: str) -> None:
+        """Plan parameter ``name`` under its users' configs: where its shards live and,
+        in training, its replica groups' all-reduces and its updates."""
         users = self.param_users[name]
         plan = self.plans.param(name, users, tuple(self.configs[op.index] for op, _ in users))
+        self.param_plans[name] = plan
         self.param_shards[name] = plan.shards
-        tasks = array("i")
-        if self.training:
-            producers = _ids(*(self.backward[op.index] for op, _ in users))
-            tasks = self.store.add_param(self.param_order[name], producers, plan.gdevs,
-                                         plan.gdevices, plan.gblocks, plan.gblockids,
-                                         plan.grsets, plan.gdurations, plan.gnbytes,
-                                         plan.shards.devices, plan.udurations,
-                                         plan.shards.nbytes)
-        self.param_tasks[name] = tasks
+
+    def _cut_units(self) -> list[tuple[str, ...]]:
+        """The units the current plans' buckets make (none in inference)."""
+        if not self.training:
+            return []
+        return bucket_units(((name, self.param_plans[name].syncs) for name in self.sync_order),
+                            self.plans.bucket_bytes)
+
+    def _add_unit(self, names: tuple[str, ...]) -> array:
+        """All-reduce every bucket of the unit ``names`` (a group on one device needs
+        none), then update each device's shards of its parameters."""
+        producers = [_ids(*(self.backward[op.index] for op, _ in self.param_users[name]))
+                     for name in names]
+        if len(names) == 1:   # a parameter's groups are of distinct device sets: one each
+            plan, buckets = self.param_plans[names[0]], None
+        else:
+            plan, members = self.plans.unit([self.param_plans[n] for n in names],
+                                            [len(p) for p in producers])
+            buckets = tuple(tuple(names[i] for i in m) for m in members)
+        tasks = self.store.add_param(self.param_order[names[0]], _ids(*producers), plan.gdevs,
+                                     plan.gdevices, plan.gblocks, plan.gblockids, plan.grsets,
+                                     plan.gdurations, plan.gnbytes, plan.shards.devices,
+                                     plan.udurations, plan.shards.nbytes)
+        self.units[names] = Unit(tasks, plan, buckets)
         return tasks
+
+    def buckets(self) -> list[SyncBucket]:
+        """Every all-reduce of the iteration (in training), with its sync task's key."""
+        out = []
+        for names, unit in self.units.items():
+            plan, order = unit.plan, self.param_order[names[0]]
+            for g in range(len(plan.gnbytes)):
+                if plan.grsets[g] >= 0:
+                    out.append(SyncBucket((2, order, g),
+                                          tuple(plan.gdevices[plan.gdevs[g]:plan.gdevs[g + 1]]),
+                                          unit.buckets[g] if unit.buckets else names,
+                                          plan.gnbytes[g]))
+        return out
 
     # -- changing ops ----------------------------------------------------------------
 
@@ -151,8 +187,9 @@ class TaskGraph:
                     deadline: float = math.inf) -> Change:
         """Give each listed op its new config (a later entry for the same op wins):
         detach the tasks the change invalidates (the ops' own, the transfers on their
-        edges, the syncs and updates of their parameters) and build new ones, each
-        edge and parameter once however many of its ops change. ``commit`` frees the
+        edges, the syncs and updates of the units their parameters are in, and of the
+        units whose buckets their new replica groups move) and build new ones, each edge
+        and unit once however many of its ops change. ``commit`` frees the
         detached tasks; ``rollback`` restores them exactly. Once ``time.monotonic()``
         passes ``deadline`` (looked at between edges and parameters) it undoes what it
         did and raises TimeoutError."""
@@ -164,11 +201,23 @@ class TaskGraph:
         params = list(dict.fromkeys(p.name for op in ops for p in op.params))
         change = Change({i: (self.configs[i], self.forward[i], self.backward[i]) for i in new},
                         {e: self.edge_tasks[e] for e in edges},
-                        {name: self.param_tasks[name] for name in params},
+                        {name: self.param_plans[name] for name in params},
                         {name: self.param_shards[name] for name in params})
+        for op, config in new.values():
+            self.configs[op.index] = config
+        for name in params:
+            self._plan_param(name)
+        touched = set(params)
+        cut = self._cut_units()
+        units = [u for u in cut if u not in self.units or touched.intersection(u)]
+        now = set(cut)
+        change.units = {u: unit for u, unit in self.units.items()
+                        if touched.intersection(u) or u not in now}
+        for u in change.units:
+            del self.units[u]
         change.removed = _ids(*(part for _, fwd, bwd in change.ops.values()
                                 for part in (fwd, bwd)),
-                              *change.edges.values(), *change.param_tasks.values())
+                              *change.edges.values(), *(u.tasks for u in change.units.values()))
         self.store.detach(change.removed)
         try:
             for op, config in new.values():
@@ -176,9 +225,10 @@ class TaskGraph:
             for a, b in edges:
                 check_deadline(deadline, "the task graph's edit")
                 change.added.extend(self._add_edge(self.graph.ops[a], self.graph.ops[b]))
-            for name in params:
+            for u in units:
                 check_deadline(deadline, "the task graph's edit")
-                change.added.extend(self._add_param_tasks(name))
+                change.added.extend(self._add_unit(u))
+                change.new_units.append(u)
         except TimeoutError:
             self.rollback(change)
             raise
@@ -193,7 +243,10 @@ class TaskGraph:
         for i, (config, forward, backward) in change.ops.items():
             self.configs[i], self.forward[i], self.backward[i] = config, forward, backward
         self.edge_tasks.update(change.edges)
-        self.param_tasks.update(change.param_tasks)
+        for u in change.new_units:
+            del self.units[u]
+        self.units.update(change.units)
+        self.param_plans.update(change.param_plans)
         self.param_shards.update(change.param_shards)
 
 
@@ -204,7 +257,30 @@ class Change:
     ops: dict[int, tuple[ParallelConfig, array, array]]  # op index -> its old config,
                                                          # forward, backward
     edges: dict[tuple[int, int], array]
-    param_tasks: dict[str, array]
+    param_plans: dict[str, ParamPlan]
     param_shards: dict[str, Shards]
+    units: dict[tuple[str, ...], Unit] = field(default_factory=dict)   # the ones removed
+    new_units: list[tuple[str, ...]] = field(default_factory=list)     # the ones built
     removed: array = field(default_factory=lambda: array("i"))
     added: array = field(default_factory=lambda: array("i"))
+
+
+@dataclass(frozen=True)
+class Unit:
+    """The tasks of a unit's syncs and updates, the plan they were made from and, for a
+    unit of several parameters, the parameters with gradients in each of its buckets."""
+
+    tasks: array
+    plan: ParamPlan
+    buckets: tuple[tuple[str, ...], ...] | None
+
+
+@dataclass(frozen=True)
+class SyncBucket:
+    """One all-reduce: its sync task's key, the devices summing, the parameters whose
+    gradients it sums, its bytes."""
+
+    key: tuple[int, ...]
+    devices: tuple[int, ...]
+    params: tuple[str, ...]
+    nbytes: int

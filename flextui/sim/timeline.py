@@ -53,6 +53,8 @@ class Timeline:
     devices: list[DeviceStats]
     links: list[LinkStats]
     memory_penalty_s: float = 0.0
+    #: per sync task's key whose bucket sums several parameters' gradients, those
+    bucket_params: dict[tuple[int, ...], tuple[str, ...]] = field(default_factory=dict)
     _by_key: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -189,4 +191,5 @@ def build_timeline(tg: TaskGraph, times: Times, memory: list[MemoryUsage],
                            memory[d.id]) for d in cluster.devices]
     links = [LinkStats(link.name, link.kind, busy[tg.link_resource[link.id]],
                        moved[tg.link_resource[link.id]]) for link in cluster.links]
-    return Timeline(makespan, tasks, devices, links, memory_penalty_s)
+    buckets = {b.key: b.params for b in tg.buckets() if len(b.params) > 1}
+    return Timeline(makespan, tasks, devices, links, memory_penalty_s, buckets)

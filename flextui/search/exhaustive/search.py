@@ -53,6 +53,13 @@ assignment, not only a prefix of the search order.
    each device and link, for any subset of its tasks, the least head + their durations
    + the least tail; and (the compute of the certain tasks + for each unassigned op
    the least total compute of any of its configs) divided by the device count.
+   Gradient buckets (``sim.buckets``): a replica group under the bucket limit may share
+   an all-reduce with groups of parameters not yet assigned, so its task here takes its
+   own all-reduce's time (a bucket sums at least its bytes, and starts after its
+   gradients) but holds no link (the bucket's one task is on the links, not one per
+   group); one group per bucket of the completion would else be counted in full. A
+   unit's update on a device takes the sum of its parameters' there, so each
+   parameter's update here is a part of it.
 
 3. Memory. Every term of a device's memory (parameter shards, which only grow as users
    are added; activations kept; inputs received; the largest workspace) is monotone in

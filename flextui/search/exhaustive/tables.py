@@ -18,6 +18,7 @@ from flextui.graph import OpGraph, intersect, region_volume
 from flextui.graph.tensor import dtype_bytes
 from flextui.machine import Cluster
 from flextui.search.exhaustive.task_bound import TaskBound
+from flextui.sim.buckets import cluster_bucket_limit
 from flextui.sim.memory import PENALTY_S_PER_MB, MemoryPolicy
 from flextui.sim.replicas import ParamBlock, replica_groups
 from flextui.strategy import (
@@ -223,6 +224,7 @@ class BoundTables:
                 shard[d] += g.numel * width
         out = _ParamOutcome(shard, np.zeros(D), np.zeros(L))
         if self.training:
+            bucket_bytes = cluster_bucket_limit(self.cluster)
             for d in range(D):
                 if shard[d]:
                     out.updates[d] = self.cost_model.update_s(int(shard[d]), self.cluster.device(d))
@@ -240,6 +242,8 @@ class BoundTables:
                     except ClusterError:  # no ring: the simulator cannot simulate this
                         sync = math.inf
                         out.syncs[:] = math.inf
+                    if g.numel * width < bucket_bytes:
+                        links = ()   # may share a bucket: its time, not its links' load
                     out.syncs[list(links)] += sync
                 after = sync + max(out.updates[d] for d in g.devices)
                 tasks = [divmod(t, D) for t in g.tasks]

@@ -92,7 +92,7 @@ class TaskBound:
         for items in per_resource:
             if items:
                 best = max(best, one_resource(items))
-        work = sum(d for d, rs in zip(g.dur, g.res) if rs[0] < D)
+        work = sum(d for d, rs in zip(g.dur, g.res) if rs and rs[0] < D)
         spare = sum(t.min_work[i] for i, c in enumerate(a) if c < 0)
         best = max(best, (work + spare) / D)
         if best < target < INF and cannot_finish_before(target, g.dur, g.res, g.preds, head, tail,

@@ -134,7 +134,8 @@ class TimelineScreen(KeyScreen):
             panel.border_title = Text(message.lane.name)   # a name, never markup
             task.update("no tasks on this lane")
             return
-        shown = task_details(message.task, self.graph, self.showing.strategy)
+        shown = task_details(message.task, self.graph, self.showing.strategy,
+                             self.showing.timeline.bucket_params)
         panel.border_title = Text(shown.title)
         task.update(Flow(shown.groups))
 
