@@ -12,9 +12,12 @@ from flextui.cost.localdevice import cpu_name
 from flextui.cost.signatures import Measurement
 from flextui.graph.library import load_model
 from flextui.machine import load_named_cluster
+from flextui.runtime.engine import shape_of
 from flextui.runtime.metrics import Tasks
 from flextui.runtime.recording import merged_times
 from flextui.runtime.runlog import read_run_log
+from flextui.sim import Simulator, TaskKind
+from flextui.strategy import builtin_strategy
 from helpers import HANG_S
 from test_runtime_ranks import end, launch, starts, wait_gone
 
@@ -43,14 +46,22 @@ def test_recorded_task_times_are_used_by_the_next_search(tmp_path, monkeypatch):
     [measured] = merged_times(graph, records).values()
     assert written["tasks"] == len(measured) and written["runs"] == sum(
         runs for _, _, runs in measured.values())
-    # every computed op ran, each step, on some rank: 3 timed steps of each task
-    assert {graph.ops[op].name for op, _ in measured} == \
-        {op.name for op in graph.ops if op.type != "input"}
+    # every op ran, each step, on some rank (a graph input's task makes its block of the
+    # batch): 3 timed steps of each task
+    assert {graph.ops[op].name for op, _ in measured} == {op.name for op in graph.ops}
     cluster = load_named_cluster("local-cpu-2")
     model = choose_cost_model(graph, cluster, "recorded", profiles=str(profiles)).model
     measurement = Measurement("float32", True, cpu_name(1), torch.__version__)
     for (op, shape), (forward, backward, _) in measured.items():
         cost = model.op_cost(graph.ops[op], shape, cluster.devices[0])
         assert (cost.forward_s, cost.backward_s) == (forward, backward)
-        assert forward > 0 and backward > 0
+        assert forward > 0 and (backward > 0) == (graph.ops[op].type != "input")
         assert measurement.key(graph.ops[op], shape).encoded in model.times
+    # the simulator times making the batch as the ranks did
+    expert = builtin_strategy("expert", graph, cluster)
+    making = [t for t in Simulator(graph, cluster, model).simulate(expert).tasks
+              if t.kind == TaskKind.FORWARD and t.op == "images"]
+    images = graph.op("images")
+    assert making and all(
+        t.end - t.start == measured[(images.index, shape_of(
+            expert["images"].task_region(images, t.part)))][0] for t in making)

@@ -71,9 +71,16 @@ def test_the_ranks_times_of_a_task_are_averaged_by_runs():
         (conv, (4, 6, 28, 28)): (0.1, 0.2, 5)}}
 
 
+def test_making_the_batch_is_a_task_with_no_backward_pass():
+    graph = lenet()
+    assert graph.ops[0].type == "input"
+    records = _records("cpu: x, 1 thread", [[[0, [2, 1, 28, 28], 0.01, None, 5]]])
+    assert merged_times(graph, records) == {"cpu: x, 1 thread": {
+        (0, (2, 1, 28, 28)): (0.01, 0.0, 5)}}
+
+
 @pytest.mark.parametrize("row", [
     [99, [2, 6, 28, 28], 0.01, 0.02, 5],          # no such op
-    [0, [2, 1, 28, 28], 0.01, 0.02, 5],           # a graph input: fed, not computed
     [1, [3, 6, 28, 28], 0.01, 0.02, 5],           # 3 does not divide the batch of 4
     [1, [2, 6, 28], 0.01, 0.02, 5],               # a dim short
     [1, [2, 6, 28, 28], 0.01, None, 5],           # no backward time

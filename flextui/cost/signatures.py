@@ -56,7 +56,8 @@ def origin_block(shape: tuple[int, ...]) -> Region:
 
 
 def timed(op: Op) -> bool:
-    """Graph inputs are fed, not computed: the simulator gives them no time."""
+    """Whether the profiler times ``op``: not a graph input, whose task makes (or reads)
+    its block of the batch in a run, as ``launch --record-profile`` measures it."""
     return op.type != "input"
 
 

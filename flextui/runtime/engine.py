@@ -170,12 +170,10 @@ class RankProgram:
         return total / batches
 
     def task_counts(self) -> dict[tuple[int, tuple[int, ...]], int]:
-        """How many tasks of each op and block shape this rank runs in a step (graph
-        inputs, fed rather than computed, left out)."""
+        """How many tasks of each op and block shape this rank runs in a step (a graph
+        input's task makes its block of the batch)."""
         counts: dict[tuple[int, tuple[int, ...]], int] = {}
         for op in self.ops:
-            if op.type == "input":
-                continue
             for k in self.tasks[op.index]:
                 kind = (op.index, shape_of(self.plan.region(op, k)))
                 counts[kind] = counts.get(kind, 0) + 1
@@ -208,9 +206,9 @@ class RankProgram:
                 state.loss_share += float(loss.detach())
 
     def _kind(self, op: Op, region: Region, backward: bool) -> TaskKind | None:
-        """The kind of a task, when task times are recorded (a graph input's are not:
-        it is fed, not computed)."""
-        if not self.record_tasks or op.type == "input":
+        """The kind of a task, when task times are recorded (a graph input's too: the
+        time the rank takes to make, or read, its block of the batch)."""
+        if not self.record_tasks:
             return None
         return op.index, shape_of(region), backward
 

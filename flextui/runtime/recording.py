@@ -59,31 +59,35 @@ def check_recording(profiles: str | None) -> Path:
 def merged_times(graph: OpGraph, records: Iterable[RankRecord]
                  ) -> dict[str, dict[tuple[int, tuple[int, ...]], tuple[float, float, int]]]:
     """Per device name, per (op index, block shape): (forward s, backward s, runs), the
-    ranks' means averaged by runs. Rows without a backward time, or not a task of
-    ``graph`` (a record from another run), are left out."""
+    ranks' means averaged by runs (a graph input's backward 0: making the batch has
+    none). Other rows without a backward time, or not a task of ``graph`` (a record
+    from another run), are left out."""
     sums: dict[str, dict[tuple[int, tuple[int, ...]], list[float]]] = {}
     for record in records:
         if not isinstance(record, Tasks):
             continue
         per_device = sums.setdefault(record.device, {})
         for row in record.tasks:
-            if row.backward_s is None or not _is_task(graph, row):
+            if not _is_task(graph, row):
+                continue
+            backward = 0.0 if graph.ops[row.op].type == "input" else row.backward_s
+            if backward is None:
                 continue
             total = per_device.setdefault((row.op, row.shape), [0.0, 0.0, 0])
             total[0] += row.forward_s * row.runs
-            total[1] += row.backward_s * row.runs
+            total[1] += backward * row.runs
             total[2] += row.runs
     return {device: {kind: (f / n, b / n, int(n)) for kind, (f, b, n) in per_device.items()}
             for device, per_device in sums.items() if per_device}
 
 
 def _is_task(graph: OpGraph, row: TaskRow) -> bool:
-    """Whether ``row`` is a task of ``graph``: an op that computes, and a block shape
-    that divides its space."""
+    """Whether ``row`` is a task of ``graph``: one of its ops (a graph input's task makes
+    its block of the batch), and a block shape that divides its space."""
     if row.op >= len(graph.ops):
         return False
     op = graph.ops[row.op]
-    return op.type != "input" and len(row.shape) == len(op.space) and all(
+    return len(row.shape) == len(op.space) and all(
         d.size % n == 0 for n, d in zip(row.shape, op.space))
 
 
