@@ -525,7 +525,8 @@ def test_a_log_from_before_replays_to_its_strategy_and_cost(capsys, tmp_path, mo
     graph was built in C) and the strategy that version exported: today's replay rebuilds
     that strategy, and today's simulator, with each replica group summed alone as that
     version did (no gradient buckets), gives it the cost that version logged; with
-    buckets, less."""
+    buckets (LeNet's gradients, 0.25 MB, one all-reduce after the backward pass, not
+    ten overlapping it on the P100s), more."""
     old = Path(__file__).parent / "logs_from_before"
     best = tmp_path / "best.json"
     code, out, _ = run(capsys, "replay", str(old / "lenet-p100-4x4.ffsearch"), "--headless",
@@ -536,7 +537,7 @@ def test_a_log_from_before_replays_to_its_strategy_and_cost(capsys, tmp_path, mo
         (old / "lenet-p100-4x4-best.json").read_text())
     simulate = ("simulate", "-m", "lenet", "-c", "p100-4x4", "--strategy", str(best), "--json")
     code, out, _ = run(capsys, *simulate)
-    assert code == 0 and json.loads(out)["cost_s"] < logged["best_s"]
+    assert code == 0 and json.loads(out)["cost_s"] > logged["best_s"]
     monkeypatch.setattr(plans, "cluster_bucket_limit", lambda cluster: 0)
     code, out, _ = run(capsys, *simulate)
     assert code == 0 and json.loads(out)["cost_s"] == logged["best_s"] < logged["data_parallel_s"]
