@@ -318,16 +318,18 @@ def _evaluations(records: list[RankRecord]) -> dict[int, float]:
 
 def print_summary(summary, console: Console, figures: RunFigures) -> None:
     table = Table(title=f"measured over {summary.steps} steps of batch {summary.batch_size} "
-                  "(ms; busy: compute per step, against simulated)", box=box.SIMPLE_HEAD,
+                  "(ms; busy: compute per step, against simulated; none: the step's share "
+                  "in neither compute nor a wait, which nothing simulates)", box=box.SIMPLE_HEAD,
                   padding=(0, 1), pad_edge=False, collapse_padding=True)
-    for col in ("device", "samples/s", "step", "cmp/wait", "memory", "GPU", "busy", "sim",
-                "error"):
+    for col in ("device", "samples/s", "step", "cmp/wait", "none", "memory", "GPU", "busy",
+                "sim", "error"):
         table.add_column(col, justify="left" if col == "device" else "right", no_wrap=True)
     for row in summary.devices:
         error = row.busy_error
         used = row.peak_memory / row.memory_capacity if row.memory_capacity else 0.0
         table.add_row(Text(row.name), f"{row.samples_per_s:,.0f}", f"{row.step_s * 1e3:.2f}",
                       f"{row.compute_share:.0%}/{row.wait_share:.0%}",
+                      f"{max(0.0, 1.0 - row.compute_share - row.wait_share):.0%}",
                       f"{row.peak_memory / 2**20:,.0f}M {used:.0%}",
                       "n/a" if row.gpu_util is None else f"{row.gpu_util:.0f}%",
                       f"{row.busy_s * 1e3:.2f}",
