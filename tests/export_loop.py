@@ -67,6 +67,11 @@ def main() -> None:
     dist.init_process_group("gloo")
     result = train(model_path, plan_path, int(steps))
     Path(out, f"rank{dist.get_rank()}.json").write_text(json.dumps(result))
+    # every rank done before any tears its groups down: a rank that tore down a
+    # DeviceMesh's gloo groups and exited while its peers were still finishing aborted
+    # now and then ("terminate called without an active exception", 4 of 50 runs under
+    # load; none of 60 with the barrier)
+    dist.barrier()
     dist.destroy_process_group()
 
 
