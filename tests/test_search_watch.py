@@ -9,11 +9,13 @@ import pytest
 from flextui.cost import AnalyticCostModel
 from flextui.errors import FlextuiError
 from flextui.search import SearchOptions, read_search_log, run_search
+from flextui.search.logformat import Checkpoint
 from flextui.session.jobs import JobState
 from flextui.session.live_search import LiveSearch
 from flextui.session.playback import Playback
 from flextui.session.search_watch import CostHistory, HistoryPoint, SearchWatch
 from flextui.sim import Simulator
+from flextui.strategy import builtin_strategy
 from helpers import HANG_S, four_gpus, model
 
 
@@ -228,3 +230,15 @@ def test_live_search_in_a_worker_process_pauses_and_finishes():
     assert view.state is JobState.FINISHED and view.steps == 3000
     assert view.best_cost == live.result.best_cost
     assert dict(view.best) == dict(live.result.best)
+
+
+def test_a_tie_between_chains_goes_to_the_lower_chain_whichever_came_first():
+    """The search's result takes the lower chain of two with the same best cost; the
+    watch (and a playback) must show that one, not the chain whose steps arrived first."""
+    graph, cluster = model("lenet"), four_gpus()
+    ones = [builtin_strategy(name, graph, cluster) for name in ("data-parallel", "expert")]
+    watch = SearchWatch(graph, 10, None, 2)
+    for chain in (1, 0):   # chain 1 reports first, at the same cost
+        watch.reset(Checkpoint(chain, 0, 0.0, ones[chain], 1.0, ones[chain], 1.0, ()))
+    view = watch.view("finished")
+    assert view.best_chain == 0 and dict(view.best) == dict(ones[0])

@@ -143,12 +143,14 @@ class SearchWatch:
 
     def _offer_best(self, chain: int, cost: float, strategy: Strategy) -> None:
         """The chain's best is now ``strategy`` (a chain takes ties, as ``Chain`` does);
-        it leads if it beats the leader, or is the leader."""
+        it leads if it beats the leader, or is the leader; between chains a tie goes to
+        the lower chain, as the search's result does (whichever chain's steps came in
+        first)."""
         if self.best.get(chain) == (cost, strategy):
             return
         self.best[chain] = (cost, strategy)
         leader = self._best_chain
-        if leader == chain or leader is None or cost < self.best[leader][0]:
+        if leader == chain or leader is None or (cost, chain) < (self.best[leader][0], leader):
             self._best_chain = chain
             self.best_version += 1
 
