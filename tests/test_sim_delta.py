@@ -1,4 +1,5 @@
-"""Delta simulation gives exactly the full simulation's timeline, task by task."""
+"""Delta simulation gives exactly the full simulation's timeline, task by task, with
+proposals that split ops and switch their recomputation."""
 
 import random
 import tomllib
@@ -22,7 +23,16 @@ def signature(timeline):
     return {t.key: (t.resources, t.ready, t.start, t.end, t.nbytes) for t in timeline.tasks}
 
 
-def random_changes(graph, where, rng, max_ops):
+def proposed_config(op, where, rng, strategy):
+    """A random config, or (a quarter of the time) the op's own with recomputation
+    switched; a quarter of random configs are recomputed (never a graph input's)."""
+    if op.type != "input" and rng.random() < 0.25:
+        return strategy[op.name].with_recompute(not strategy[op.name].recompute)
+    return random_config(op, where.num_devices, rng).with_recompute(
+        op.type != "input" and rng.random() < 0.25)
+
+
+def random_changes(graph, where, rng, max_ops, strategy):
     """1..max_ops (op, config) pairs: a random op and some of its graph neighbours (so
     changes share edges), sometimes the same op twice."""
     op = rng.choice(graph.ops)
@@ -30,7 +40,7 @@ def random_changes(graph, where, rng, max_ops):
     for _ in range(rng.randrange(max_ops)):
         near = graph.predecessors(ops[-1]) + graph.successors(ops[-1]) + [ops[-1]]
         ops.append(rng.choice(near))
-    return [(o, random_config(o, where.num_devices, rng)) for o in ops]
+    return [(o, proposed_config(o, where, rng, strategy)) for o in ops]
 
 
 def run_proposals(graph, where, proposals, seed, check_every=1, max_ops=1):
@@ -42,10 +52,10 @@ def run_proposals(graph, where, proposals, seed, check_every=1, max_ops=1):
     for step in range(proposals):
         if max_ops == 1:
             op = rng.choice(graph.ops)
-            changes = [(op, random_config(op, where.num_devices, rng))]
+            changes = [(op, proposed_config(op, where, rng, delta.strategy))]
             cost = delta.propose(*changes[0])
         else:
-            changes = random_changes(graph, where, rng, max_ops)
+            changes = random_changes(graph, where, rng, max_ops, delta.strategy)
             cost = delta.propose_many(changes)
         proposed = delta.strategy.replace_all({op.name: config for op, config in changes})
         if step % check_every == 0:

@@ -25,8 +25,9 @@ from flextui.runtime.datafeed import DataFeed
 from flextui.runtime.optimizer import LrSchedule, Optimizer, OptimizerKind
 from flextui.strategy import ParallelConfig, Strategy
 
-#: version 3: the training's optimizer, schedule and clipping, and what it trains on
-LAUNCH = DocumentFormat("flextui-launch", 3, "launch plan")
+#: version 3: the training's optimizer, schedule and clipping, and what it trains on;
+#: version 4: an op's config may be recomputed
+LAUNCH = DocumentFormat("flextui-launch", 4, "launch plan")
 #: The environment variable that gives every rank its launcher's PID (a rank whose
 #: launcher is gone ends itself; see ``worker``).
 LAUNCHER_PID = "FLEXTUI_LAUNCHER_PID"
@@ -124,8 +125,7 @@ class LaunchSpec:
         model file's bytes) what ``encode`` stores."""
         t = self.training
         source = self.graph.source
-        configs = [[list(self.strategy[op.name].degrees), list(self.strategy[op.name].devices)]
-                   for op in self.graph.ops]
+        configs = [config_to_list(self.strategy[op.name]) for op in self.graph.ops]
         return {"graph": self.graph.to_dict(), "strategy": [self.strategy.name, configs],
                 "num_ranks": self.num_ranks,
                 "training": {"steps": t.steps, "warmup": t.warmup, "seed": t.seed, "lr": t.lr,
@@ -173,11 +173,8 @@ class LaunchSpec:
                             "plan carries no model source")
         name, configs = f.items(body["strategy"], "strategy", 2)
         configs = f.items(configs, "strategy configs", len(graph.ops))
-        strategy = Strategy({op.name: ParallelConfig(
-            tuple(f.integer(d, "degree", 1) for d in f.items(c[0], "degrees")),
-            tuple(f.integer(d, "device", 0) for d in f.items(c[1], "devices")))
-            for op, c in zip(graph.ops, (f.items(c, "config", 2) for c in configs))},
-            f.string(name, "strategy name", empty=True))
+        strategy = Strategy({op.name: _config(f, c) for op, c in zip(graph.ops, configs)},
+                            f.string(name, "strategy name", empty=True))
         return cls(graph, strategy, f.integer(body["num_ranks"], "num_ranks", 1),
                    _training(f, body["training"]))
 
@@ -191,6 +188,23 @@ class LaunchSpec:
             raise FlextuiError(f"cannot read launch plan {path}: "
                                f"{exc.strerror or exc}") from None
         return cls.decode(data, str(path))
+
+
+def config_to_list(config: ParallelConfig) -> list[object]:
+    """An op's config as a plan carries it: [degrees, devices], and a third item, true,
+    when the op is recomputed."""
+    listed: list[object] = [list(config.degrees), list(config.devices)]
+    return [*listed, True] if config.recompute else listed
+
+
+def _config(f: FieldReader, data: object) -> ParallelConfig:
+    items = f.items(data, "config")
+    if len(items) not in (2, 3):
+        f.fail("config", f"expected [degrees, devices] or [degrees, devices, true], found "
+                         f"{len(items)} items")
+    return ParallelConfig(tuple(f.integer(d, "degree", 1) for d in f.items(items[0], "degrees")),
+                          tuple(f.integer(d, "device", 0) for d in f.items(items[1], "devices")),
+                          len(items) == 3 and f.boolean(items[2], "recompute"))
 
 
 _TRAINING_KEYS = ("steps", "warmup", "seed", "lr", "momentum", "dtype", "backend", "check",

@@ -26,8 +26,9 @@ Records (record 0 is always the header)::
         [rng_version, [rng ints...], gauss], frontier]                   checkpoint
     [4, reason, iterations, elapsed, best_cost, best, best_chain, frontier]  final
 
-    config    = [[degree, ...], devices]   devices: a start device (int) when the tasks
-                                           run on start..start+n-1, else a list of ids
+    config    = [[degree, ...], devices(, 1)]   devices: a start device (int) when the
+                                           tasks run on start..start+n-1, else a list of
+                                           ids; a final 1: the op is recomputed
     strategy  = [name, [config per op, in graph.ops order]]
     frontier  = [[time_s, memory_bytes, strategy], ...]
 
@@ -69,8 +70,8 @@ from flextui.search.events import StopReason
 from flextui.search.options import SearchOptions
 from flextui.strategy import ParallelConfig, Strategy
 
-FORMAT_VERSION = 3  # v2: step records may set other ops than the picked one; v3: a
-                    # step may be marked early-rejected
+FORMAT_VERSION = 4  # v2: step records may set other ops than the picked one; v3: a
+                    # step may be marked early-rejected; v4: a config may be recomputed
 #: the version rule (records are framed, not one document: the name is not stored)
 SEARCH_LOG = DocumentFormat("ffsearch", FORMAT_VERSION, "search log", checksum=False)
 MAGIC = b"FFSEARCH\n"
@@ -160,6 +161,8 @@ class Encoder:
                 enc = [list(config.degrees), start]
             else:
                 enc = [list(config.degrees), list(devices)]
+            if config.recompute:
+                enc.append(1)
             self._configs[key] = enc
         return enc
 
@@ -221,18 +224,21 @@ class Decoder:
         self._configs: dict[tuple, ParallelConfig] = {}
 
     def config(self, index: int, data: Any, what: str) -> ParallelConfig:
-        if type(data) is not list or len(data) != 2 or type(data[0]) is not list:
-            raise BadRecord(f"{what}: a config must be [degrees, devices]")
-        degrees, devices = data
+        if type(data) is not list or len(data) not in (2, 3) or type(data[0]) is not list \
+                or data[2:] not in ([], [1]):
+            raise BadRecord(f"{what}: a config must be [degrees, devices] or [degrees, "
+                            "devices, 1] (recomputed)")
+        degrees, devices = data[:2]
+        recompute = len(data) == 3
         key: tuple
         if not all(type(d) is int for d in degrees):
             raise BadRecord(f"{what}: op {self.names[index]!r}: degrees must be integers")
         if type(devices) is list:
             if not all(type(d) is int for d in devices):
                 raise BadRecord(f"{what}: op {self.names[index]!r}: device ids must be integers")
-            key = (index, tuple(degrees), tuple(devices))
+            key = (index, tuple(degrees), tuple(devices), recompute)
         elif type(devices) is int:
-            key = (index, tuple(degrees), devices)
+            key = (index, tuple(degrees), devices, recompute)
         else:
             raise BadRecord(f"{what}: op {self.names[index]!r}: devices must be a start device "
                             "or a list of ids")
@@ -248,7 +254,7 @@ class Decoder:
             devices = tuple(range(devices, devices + tasks))
         else:
             devices = tuple(devices)
-        config = ParallelConfig(tuple(degrees), devices)
+        config = ParallelConfig(tuple(degrees), devices, recompute)
         try:
             config.check(op, self.num_devices)
         except FlextuiError as exc:

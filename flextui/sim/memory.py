@@ -2,8 +2,8 @@
 
 Memory on a device = its parameter shards, and in training their gradients and one
 optimizer state (SGD momentum), + the activations kept for backward (every forward
-task's outputs and every input block received from another device; in inference too,
-an upper bound) + the largest workspace of any of its tasks.
+task's outputs, but a recomputed op's, and every input block received from another
+device; in inference too, an upper bound) + the largest workspace of any of its tasks.
 
 Over capacity, a strategy is penalised (FlexFlow's rule: +1 ms per MB over, summed
 over devices) or rejected (infinite cost), by the simulator's ``memory`` option (a

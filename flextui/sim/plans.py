@@ -3,7 +3,8 @@ arrays, computed once per op and config (and memoised, as a search proposes the 
 configs again and again), so that building tasks is a call into the store, not a Python
 loop over them (see ``taskgraph`` for the rules the tasks follow).
 
-- ``OpPlan``: an op's block devices and forward/backward times under a config.
+- ``OpPlan``: an op's block devices and forward/backward times under a config (a
+  recomputed op's backward time includes its forward's; it keeps no activation).
 - ``EdgePlan``: the block overlaps of a producer/consumer pair of configs (by division,
   ``overlaps``) with, per overlap, the route's hops there and back: resource sets and
   transfer times.
@@ -170,8 +171,12 @@ class Planner:
                                   lambda device: self.cost.op_cost(op, shape, device))
             kept = sum(region_volume(r) * dtype_bytes(t.dtype)
                        for r, t in zip(op.output_regions(config.task_region(op, 0)), op.outputs))
-            backward = (array("d", [c.backward_s for c in costs])
-                        if self.training and op.type != "input" else None)
+            backward = None
+            if self.training and op.type != "input":
+                # recomputed: nothing kept, and each backward task re-runs its forward first
+                recompute = config.recompute
+                kept = 0 if recompute else kept
+                backward = array("d", [c.backward_s + c.forward_s * recompute for c in costs])
             # the workspace is a block's: the first task's stands for all (a cost model
             # that gives one per kind of device would need a column of them)
             plan = OpPlan(array("i", config.devices), array("d", [c.forward_s for c in costs]),

@@ -14,7 +14,9 @@ from flextui.graph import Op, Region
 @dataclass(frozen=True)
 class ParallelConfig:
     """A degree for every dim of the op's partition space (1 for dims it does not
-    split) and a device id for each of the ``prod(degrees)`` tasks.
+    split) and a device id for each of the ``prod(degrees)`` tasks; with ``recompute``
+    the op keeps no activation between its passes and its backward tasks re-run their
+    forward blocks first (activation checkpointing, op by op).
 
     Tasks are numbered in row-major order over the degrees: task ``k`` computes the
     block whose index along dim ``i`` is ``task_index(k)[i]``. Partitions are equal,
@@ -23,6 +25,7 @@ class ParallelConfig:
 
     degrees: tuple[int, ...]
     devices: tuple[int, ...]
+    recompute: bool = False
 
     @property
     def num_tasks(self) -> int:
@@ -50,6 +53,11 @@ class ParallelConfig:
         """Every task's block has this shape (partitions are equal)."""
         return tuple(d.size // n for n, d in zip(self.degrees, op.space))
 
+    def with_recompute(self, recompute: bool) -> ParallelConfig:
+        """This split, with or without recomputation."""
+        return self if recompute == self.recompute else \
+            ParallelConfig(self.degrees, self.devices, recompute)
+
     @cached_property
     def distinct_devices(self) -> tuple[int, ...]:
         return tuple(sorted(set(self.devices)))
@@ -72,6 +80,9 @@ class ParallelConfig:
         if len(self.devices) != self.num_tasks:
             raise StrategyError(f"{where}: {self.num_tasks} tasks (degrees {list(self.degrees)}) "
                                 f"but {len(self.devices)} devices given")
+        if self.recompute and op.type == "input":
+            raise StrategyError(f"{where}: a graph input has no backward pass to recompute "
+                                "in; drop its \"recompute\"")
         bad = [d for d in self.devices if not 0 <= d < num_devices]
         if bad:
             raise StrategyError(f"{where}: device {bad[0]} out of range; the cluster has devices "

@@ -6,12 +6,15 @@
       "cluster": "p100-4x4", "devices": 16,
       "ops": {
         "conv1": {"degrees": {"sample": 16}, "devices": [0, 1, ..., 15]},
-        "fc1":   {"degrees": {"sample": 2, "channel": 8}, "devices": [0, ..., 15]}
+        "fc1":   {"degrees": {"sample": 2, "channel": 8}, "devices": [0, ..., 15],
+                  "recompute": true}
       }
     }
 
 ``degrees`` names the dims split (others have degree 1); ``devices`` lists the device
-of each task in row-major order over the dims, in the op's dim order.
+of each task in row-major order over the dims, in the op's dim order; ``recompute``
+(default false) has the op's backward tasks re-run its forward instead of keeping its
+activations.
 """
 
 from __future__ import annotations
@@ -37,7 +40,10 @@ STRATEGY = DocumentFormat("flextui-strategy", 1, "strategy", checksum=False)
 
 def config_to_json(op: Op, config: ParallelConfig) -> dict[str, Any]:
     degrees = {dim.name: n for dim, n in zip(op.space, config.degrees) if n > 1}
-    return {"degrees": degrees, "devices": list(config.devices)}
+    entry: dict[str, Any] = {"degrees": degrees, "devices": list(config.devices)}
+    if config.recompute:
+        entry["recompute"] = True
+    return entry
 
 
 def strategy_to_json(strategy: Strategy, graph: OpGraph, cluster: Cluster) -> dict[str, Any]:
@@ -63,12 +69,13 @@ def save_strategy(path: str | Path, strategy: Strategy, graph: OpGraph, cluster:
 
 #: the keys of a strategy file and of each op's entry (any other is a typo, refused)
 TOP_KEYS = ("format", "version", "name", "model", "graph", "cluster", "devices", "ops")
-OP_KEYS = ("degrees", "devices")
+OP_KEYS = ("degrees", "devices", "recompute")
 _FINGERPRINT = re.compile(r"[0-9a-f]{16}")
 
 
 def config_from_json(op: Op, data: Any, f: FieldReader, field: str) -> ParallelConfig:
-    """One op's entry, ``{"degrees": {dim: degree}, "devices": [...]}``."""
+    """One op's entry, ``{"degrees": {dim: degree}, "devices": [...]}`` and optionally
+    ``"recompute": true``."""
     f.check_keys(f.mapping(data, field), OP_KEYS, field)
     names = [d.name for d in op.space]
     degrees_by_name = f.mapping(data.get("degrees", {}), f"{field}.degrees")
@@ -80,7 +87,8 @@ def config_from_json(op: Op, data: Any, f: FieldReader, field: str) -> ParallelC
     devices = f.items(f.required(data, "devices", field, '"devices": [0, 1]'),
                       f"{field}.devices")
     return ParallelConfig(tuple(degrees_by_name.get(name, 1) for name in names),
-                          tuple(f.integer(d, f"{field}.devices", 0) for d in devices))
+                          tuple(f.integer(d, f"{field}.devices", 0) for d in devices),
+                          f.boolean(data.get("recompute", False), f"{field}.recompute"))
 
 
 def strategy_from_json(data: Any, graph: OpGraph, cluster: Cluster, source: str,
