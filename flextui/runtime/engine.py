@@ -16,6 +16,11 @@ input block is a leaf too, assembled from its pieces (a local producer's output 
 is taken as it is when it is exactly the input block), so each task's backward is an
 autograd pass of its own, and the gradient of each piece goes back to its producer.
 
+Recomputation. A recomputed op's forward tasks run without autograd; its outputs are
+dropped once its last consumer has read them, and each backward task runs the block
+kernel again on the inputs it kept (the same kernel seed: the same dropout) before its
+backward pass, as ``torch.utils.checkpoint`` does for a block.
+
 Task times. With ``record_tasks`` a step also reports the compute time of each task
 (``StepResult.task_s``: per op, block shape and pass, the seconds of this rank's tasks
 of that kind), which ``flextui launch --record-profile`` writes into the profile cache.
@@ -23,6 +28,7 @@ of that kind), which ``flextui launch --record-profile`` writes into the profile
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -122,6 +128,12 @@ class RankProgram:
             for name in self.params}
         self.bucket_ready = [min(self.ready_after[s.param] for s in bucket)
                              for bucket in self.buckets]
+        #: per op, the recomputed ops whose outputs nothing reads after its forward
+        self.drop_after: dict[int, list[int]] = {}
+        for op in self.ops:
+            if plan.configs[op.index].recompute:
+                last = max((c.index for c in plan.graph.successors(op)), default=op.index)
+                self.drop_after.setdefault(last, []).append(op.index)
 
     # -- the step ----------------------------------------------------------------------
 
@@ -132,6 +144,9 @@ class RankProgram:
         state = _StepState(kernel_seed(self.seed, step), clock)
         for op in self.ops:
             self._forward(op, step, state)
+            for dropped in self.drop_after.get(op.index, ()):
+                for k in self.tasks[dropped]:
+                    state.outputs.pop((dropped, k))
         pending = PendingSums()
         next_bucket = 0
         for op in reversed(self.ops):
@@ -182,7 +197,6 @@ class RankProgram:
     def _forward(self, op: Op, step: int, state: _StepState) -> None:
         pieces = self.plan.pieces_into[op.index]
         received = self._move(pieces, forward=True, state=state)
-        kernel = kernel_for(op.type)
         for k in self.tasks[op.index]:
             region = self.plan.region(op, k)
             began = state.clock.start()
@@ -195,15 +209,23 @@ class RankProgram:
             else:
                 inputs = [self._input_block(op, k, slot, need, received, state)
                           for slot, need in enumerate(op.input_regions(region))]
-            params = [self._shard(p.name, op.param_region(i, region))
-                      for i, p in enumerate(op.params)]
-            outputs, loss = kernel.forward_loss(op, region, inputs, params, state.kernel_seed)
+            recompute = self.plan.configs[op.index].recompute
+            with torch.no_grad() if recompute else contextlib.nullcontext():
+                outputs, loss = self._run_block(op, region, inputs, state)
             state.clock.stop(began, self._kind(op, region, backward=False))
             state.inputs[(op.index, k)] = inputs
             state.outputs[(op.index, k)] = outputs
             if loss is not None:
-                state.losses[(op.index, k)] = loss
+                if not recompute:
+                    state.losses[(op.index, k)] = loss
                 state.loss_share += float(loss.detach())
+
+    def _run_block(self, op: Op, region: Region, inputs: list[torch.Tensor],
+                   state: _StepState) -> tuple[list[torch.Tensor], torch.Tensor | None]:
+        """The block kernel of ``op`` on ``region``: its outputs and share of the loss."""
+        params = [self._shard(p.name, op.param_region(i, region))
+                  for i, p in enumerate(op.params)]
+        return kernel_for(op.type).forward_loss(op, region, inputs, params, state.kernel_seed)
 
     def _kind(self, op: Op, region: Region, backward: bool) -> TaskKind | None:
         """The kind of a task, when task times are recorded (a graph input's too: the
@@ -252,25 +274,31 @@ class RankProgram:
     def _backward(self, op: Op, state: _StepState) -> None:
         pieces = self.plan.pieces_from[op.index]
         received = self._move(pieces, forward=False, state=state)
+        recompute = self.plan.configs[op.index].recompute
         for m in self.tasks[op.index]:
+            region = self.plan.region(op, m)
+            if recompute:   # the forward again, its time no task kind's
+                began = state.clock.start()
+                outputs, loss = self._run_block(op, region, state.inputs[(op.index, m)], state)
+                state.clock.stop(began)
+            else:
+                outputs = state.outputs.pop((op.index, m))
+                loss = state.losses.pop((op.index, m), None)
             began = state.clock.start()
-            outputs = state.outputs.pop((op.index, m))
             roots, seeds = [], []
-            out_regions = op.output_regions(self.plan.region(op, m))
+            out_regions = op.output_regions(region)
             for o, (out, out_region) in enumerate(zip(outputs, out_regions)):
                 grad = self._output_grad(self.out_of.get((op.index, m, o), []), out_region,
                                          received, state)
                 if grad is not None and out.requires_grad:
                     roots.append(out)
                     seeds.append(grad)
-            loss = state.losses.pop((op.index, m), None)
             if loss is not None:
                 roots.append(loss)
                 seeds.append(torch.ones_like(loss))
             if roots:
                 torch.autograd.backward(roots, seeds)
             inputs = state.inputs.pop((op.index, m))
-            region = self.plan.region(op, m)
             for slot, (leaf, need) in enumerate(zip(inputs, op.input_regions(region))):
                 if leaf.grad is None:
                     continue
