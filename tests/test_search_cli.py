@@ -80,7 +80,7 @@ def test_memory_budget_picks_the_fastest_that_fits(capsys, tmp_path):
     (["--memory-budget", "12 parsecs"], "not a size in bytes"),
     (["--workers", "0"], "--workers must be at least 1"),
     (["--init", "nowhere.json"], "nowhere.json"),
-    (["--cluster", "local-cpu"], "at least two devices"),
+    (["--cluster", "local-cpu", "--no-recompute"], "at least two devices"),
     (["--cost", "profiled", "--profiles", "no-such-dir"], "flextui profile"),
 ])
 def test_bad_search_arguments(capsys, tmp_path, argv, message):

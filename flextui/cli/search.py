@@ -62,6 +62,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-early-reject", action="store_true",
                    help="simulate every proposal to its end, even one already sure to be "
                    "rejected: slower, but every proposal can join the time/memory frontier")
+    p.add_argument("--no-recompute", action="store_true",
+                   help="never recompute an op (no recomputation moves): splits only, as "
+                   "FlexFlow's SOAP space")
     p.add_argument("--memory-budget", metavar="SIZE",
                    help="per-device memory budget (12GiB, 16GB): the search penalises more, "
                    "and the fastest strategy within it is exported")
@@ -119,7 +122,8 @@ def _inputs(args, resume):
             beta=args.beta, memory=args.memory, memory_budget=args.memory_budget,
             init=args.init, restart_every=args.restart_every,
             converge=not args.no_early_stop, training=not args.inference,
-            early_reject=not args.no_early_reject)
+            early_reject=not args.no_early_reject,
+            recompute=0.0 if args.no_recompute else SearchOptions.recompute)
     except FieldError as e:
         raise FlextuiError(e.flag_message) from None
     if resume is not None:
@@ -303,6 +307,9 @@ def _report(result, graph, cluster, cost_model, options, log_path, export, args,
                       f"needs {format_bytes(used)} on its fullest device, "
                       f"{'within' if used <= budget else 'over'} the {format_bytes(budget)} "
                       "budget")
+    if options.training:
+        console.print(f"choices: the exported strategy recomputes {summary['recomputed_ops']} "
+                      f"of {len(graph.ops)} ops")
     if note:
         console.print(f"[yellow]{note}[/]")
     if log_path:

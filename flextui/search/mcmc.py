@@ -6,6 +6,9 @@ gives it a random valid config (``random_config``) or, with probability
 ``options.propagation``, copies its config along a walk of its neighbours (a
 propagation move, ``propagate``). A random config goes, with probability
 ``options.tied``, to the op's weight-sharing twins as well (a tied move, ``tied``).
+With probability ``options.recompute`` (training only) a step instead switches
+recomputation for the op and often a run of ops after it (``recompute``); a random
+config keeps the op's recomputation as it was.
 It simulates the result incrementally and accepts it with probability
 min(1, exp(beta * (cost(S) - cost(S*)))), costs in ms. The random number that decides
 is drawn before simulating, so the cost it would take to accept is known in advance:
@@ -30,6 +33,7 @@ from flextui.search.frontier import Frontier
 from flextui.search.log import Checkpoint, FrontierPoint
 from flextui.search.options import BETA_SCALE, SearchOptions
 from flextui.search.propagate import propagation
+from flextui.search.recompute import recompute_run
 from flextui.search.tied import tied_groups
 from flextui.sim import DeltaSimulator
 from flextui.strategy import ParallelConfig, Strategy, count_configs, random_config
@@ -77,7 +81,10 @@ class Chain:
         self.initial_cost = self.current_cost
         self.best, self.best_cost = initial, self.current_cost
         self.beta = options.beta if options.beta is not None else default_beta(self.current_cost)
-        self.ops = [op for op in graph.ops if count_configs(op, self.num_devices) > 1]
+        #: the chance of a recomputation move (none in inference: nothing is kept)
+        self.recompute = options.recompute if options.training else 0.0
+        self.ops = [op for op in graph.ops if count_configs(op, self.num_devices) > 1
+                    or (self.recompute and op.type != "input")]
         self.twins = tied_groups(graph)
         self.iteration = self.accepted = 0
         self.improved_iteration, self.improved_elapsed = 0, 0.0
@@ -152,10 +159,17 @@ class Chain:
         a config different from the one it has in ``base``)."""
         if self.options.propagation and rng.random() < self.options.propagation:
             return base[op.name], propagation(self.graph, op, base, rng, CONTINUE_CHANCE)
-        config = random_config(op, self.num_devices, rng)
+        if self.recompute and rng.random() < self.recompute:
+            changes = recompute_run(self.graph, op, base, rng, CONTINUE_CHANCE)
+            if changes and changes[0][0] is op:
+                return changes[0][1], changes[1:]
+            return base[op.name], changes
+        # a new split; each op keeps its own recomputation
+        config = random_config(op, self.num_devices, rng).with_recompute(base[op.name].recompute)
         twins = self.twins.get(op.index, ())
         if twins and self.options.tied and rng.random() < self.options.tied:
-            return config, [(t, config) for t in twins if base[t.name] != config]
+            twin_configs = [(t, config.with_recompute(base[t.name].recompute)) for t in twins]
+            return config, [(t, c) for t, c in twin_configs if base[t.name] != c]
         return config, []
 
     def _accepts(self, proposed: float, draw: float) -> bool:

@@ -60,6 +60,12 @@ class SearchOptions:
     tied move, ``flextui.search.tied``): their gradients are synchronised together, so
     only moving the whole layer changes what its sync costs. 0 turns tied moves off.
 
+    ``recompute``: the chance that a step switches recomputation (activation
+    checkpointing) on or off for an op and often a run of ops after it
+    (``flextui.search.recompute``), trading time for memory; it pays under a memory
+    budget or where a model does not fit. 0 turns the move off (inference never makes
+    it).
+
     ``early_reject``: a step draws its acceptance threshold before it simulates, and
     stops simulating a proposal once its makespan provably exceeds it (the proposal is
     rejected, as it would have been; see ``mcmc``). A chain makes the same moves and
@@ -75,6 +81,7 @@ class SearchOptions:
     restart_every: int | None = None
     propagation: float = 0.25
     tied: float = 0.5
+    recompute: float = 0.1
     converge: bool = True
     min_steps: int = 1000
     training: bool = True
@@ -102,8 +109,8 @@ class SearchOptions:
         unknown = sorted(str(k)[:40] for k in set(data) - known)
         if unknown:
             raise FlextuiError(f"{where}: unknown search options {unknown}")
-        try:   # logs from before early rejection ran without it
-            return cls(**{"early_reject": False, **data})
+        try:   # logs from before early rejection or recomputation ran without them
+            return cls(**{"early_reject": False, "recompute": 0.0, **data})
         except FieldError as e:
             raise FlextuiError(f"{where}: options.{e.field}: {e.problem}") from None
 
@@ -224,6 +231,7 @@ _CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "restart_every": _optional(lambda f, v: _FIELDS.integer(v, f, 1)),
     "propagation": _fraction,
     "tied": _fraction,
+    "recompute": _fraction,
     "converge": lambda f, v: _FIELDS.boolean(v, f),
     "min_steps": lambda f, v: _FIELDS.integer(v, f, 0),
     "training": lambda f, v: _FIELDS.boolean(v, f),

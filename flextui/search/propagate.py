@@ -65,8 +65,8 @@ def propagation(graph: OpGraph, start: Op, strategy: Strategy, rng: random.Rando
             if near.index in seen:
                 continue
             adopted = adopted_config(config, op, near)
-            if adopted is not None:
-                choices.append((near, adopted))
+            if adopted is not None:  # the split moves; recomputation stays the op's own
+                choices.append((near, adopted.with_recompute(strategy[near.name].recompute)))
                 weights.append(edge_volume(graph, op, near))
         if not choices:
             break

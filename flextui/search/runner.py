@@ -210,10 +210,11 @@ def run_search(graph: OpGraph, cluster: Cluster, cost_model: CostModel,
     more come until they go on), and False when one goes on. Chains run in
     worker processes when there are several or ``processes`` is true (an app keeps its own
     thread free)."""
-    if cluster.num_devices < 2:
+    if cluster.num_devices < 2 and not (options.training and options.recompute):
         raise FlextuiError(f"cluster {cluster.name!r} has one device: every op has only one "
-                           "config, so there is nothing to search; choose a cluster with at "
-                           "least two devices (flextui simulate times this one)")
+                           "split and recomputation is off, so there is nothing to search; "
+                           "choose a cluster with at least two devices (flextui simulate "
+                           "times this one)")
     stop = stop or threading.Event()
     pause = pause or threading.Event()
     sim_cluster = (cluster.with_memory_limit(options.memory_budget) if options.memory_budget

@@ -43,11 +43,13 @@ def search_summary(result: SearchResult, graph: OpGraph, cluster: Cluster,
 def strategy_figures(strategy: Strategy, graph: OpGraph, cluster: Cluster,
                      cost_model: CostModel, options: SearchOptions) -> dict[str, Any]:
     """A strategy as the search sees it: its simulated cost, the memory of its fullest
-    device and the search's memory budget (None without one), to compare the two."""
+    device and the search's memory budget (None without one), to compare the two, and
+    how many of its ops it recomputes."""
     timeline = search_simulator(graph, cluster, cost_model, options).simulate(strategy)
     return {"strategy_s": timeline.cost,
             "strategy_memory_bytes": max(d.memory.total for d in timeline.devices),
-            "memory_budget_bytes": options.memory_budget}
+            "memory_budget_bytes": options.memory_budget,
+            "recomputed_ops": sum(c.recompute for c in strategy.values())}
 
 
 def best_over_time(log: SearchLog) -> list[dict[str, float]]:
