@@ -41,6 +41,7 @@ def test_show_model_json_shape(capsys):
     conv = next(r for r in data["ops"] if r["type"] == "conv2d")
     assert [d["kind"] for d in conv["dims"]] == ["sample", "parameter", "attribute", "attribute"]
     assert conv["outputs"][0][0] == 32
+    assert conv["params"] == [f"{conv['name']}.weight", f"{conv['name']}.bias"]
 
 
 def test_show_model_table(capsys):
@@ -58,6 +59,25 @@ def test_show_strategy_exports_and_reimports(capsys, tmp_path):
     code, out, _ = run(capsys, "show", "-m", "rnnlm2", "-c", "dgx-a100", "-s", str(path), "--json")
     data = json.loads(out)
     assert code == 0 and data["summary"]["valid"] and data["summary"]["name"] == "expert"
+    assert data["summary"]["recomputed"] == 0
+
+
+def test_show_strategy_lists_the_recomputed_ops(capsys, tmp_path):
+    path = tmp_path / "s.json"
+    run(capsys, "show", "-m", "lenet", "-c", "local-cpu-4", "-s", "data-parallel", "--export",
+        str(path))
+    data = json.loads(path.read_text())
+    for name in ("conv1", "unary_1"):
+        data["ops"][name]["recompute"] = True
+    path.write_text(json.dumps(data))
+    code, out, _ = run(capsys, "show", "-m", "lenet", "-c", "local-cpu-4", "-s", str(path),
+                       "--limit", "0")
+    assert code == 0 and "; 2 recomputed" in out
+    assert "sample=4 recompute" in next(line for line in out.splitlines() if "│ conv1 " in line)
+    assert "recompute" not in next(line for line in out.splitlines() if "│ conv2 " in line)
+    code, out, _ = run(capsys, "show", "-m", "lenet", "-c", "local-cpu-4", "-s", str(path), "--json")
+    rows = {r["op"]: r for r in json.loads(out)["ops"]}
+    assert rows["unary_1"]["recompute"] and not rows["pool1"]["recompute"]
 
 
 @pytest.mark.parametrize("argv, message", [

@@ -173,6 +173,13 @@ def test_refuses_a_layer_on_a_device_subset(capsys, tmp_path, graph):
     assert f"op {head.name!r} runs on devices 2, 3 only, of 4" in err
 
 
+def test_refuses_a_recomputed_layer(capsys, tmp_path, graph):
+    data_parallel = builtin_strategy("data-parallel", graph, load_named_cluster("local-cpu-4"))
+    err = refused(capsys, tmp_path, graph,
+                  {"blocks.0.up": data_parallel["blocks.0.up"].with_recompute(True)})
+    assert "op 'blocks.0.up' is recomputed, which a DeviceMesh plan does not express" in err
+
+
 def test_refuses_two_tensor_parallel_degrees(capsys, tmp_path, graph):
     err = refused(capsys, tmp_path, graph, {
         "blocks.0.up": split_dims(graph.op("blocks.0.up"), {0: 2, 2: 2}),

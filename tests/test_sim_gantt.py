@@ -164,6 +164,16 @@ def test_details_give_blocks_and_parameters(lenet_model_parallel):
     assert task_details(sync, graph).title.split()[1] in graph.parameters
 
 
+def test_a_recomputed_ops_backward_says_it_recomputes(lenet_model_parallel):
+    graph, strategy, _ = lenet_model_parallel
+    strategy = strategy.replace("conv1", strategy["conv1"].with_recompute(True))
+    timeline = Simulator(graph, load_named_cluster("p100-4x4", nodes=1), AnalyticCostModel()) \
+        .simulate(strategy)
+    said = {(t.op, t.kind): dict(task_details(t, graph, strategy).rows).get("recomputes")
+            for t in timeline.tasks if t.kind in (F, B) and t.op in ("conv1", "conv2")}
+    assert said[("conv1", B)] and not said[("conv1", F)] and not said[("conv2", B)]
+
+
 def test_transfer_blocks_carry_their_bytes(lenet_model_parallel):
     graph, strategy, timeline = lenet_model_parallel
     transfers = [t for t in timeline.tasks if t.kind == T]

@@ -87,6 +87,11 @@ def test_strategy_map_marks_each_ops_devices():
     assert conv.count("██") == 4
     expert = strategy_map(builtin_strategy("model-parallel", graph, cluster), graph, 4)
     assert all(line.count("██") == 1 for line in expert[1:])
+    dp = builtin_strategy("data-parallel", graph, cluster)
+    lines = strategy_map(dp.replace("conv1", dp["conv1"].with_recompute(True)), graph, 4)
+    assert next(line for line in lines if line.startswith("conv1")).endswith(
+        "sample=4 recompute")
+    assert not next(line for line in lines if line.startswith("conv2")).endswith("recompute")
 
 
 # -- the strategy widgets, in a small app: a new best costs little on a large model -------

@@ -203,7 +203,7 @@ _KIND_MARK = {"sample": "S", "attribute": "A", "parameter": "P", None: "-"}
 
 def _show_strategy(graph, cluster, args: argparse.Namespace, console: Console) -> None:
     from flextui.strategy import save_strategy
-    from flextui.strategy.summary import device_list, strategy_rows, strategy_summary
+    from flextui.strategy.summary import device_list, split_text, strategy_rows, strategy_summary
     strategy = load_strategy(args.strategy, graph, cluster, same_graph=True)
     if args.export:
         save_strategy(args.export, strategy, graph, cluster)
@@ -213,6 +213,8 @@ def _show_strategy(graph, cluster, args: argparse.Namespace, console: Console) -
                                 "cluster": cluster.name, "valid": True}, "ops": rows})
         return
     kinds = ", ".join(f"{n} {k}" for k, n in summary["parallelism"].items())
+    if summary["recomputed"]:
+        kinds += f"; {summary['recomputed']} recomputed"
     console.print(f"[bold]{escape(strategy.name)}[/] for {escape(graph.name)} on "
                   f"{escape(cluster.name)} "
                   f"({cluster.num_devices} devices): valid; {summary['tasks']} tasks on "
@@ -221,8 +223,7 @@ def _show_strategy(graph, cluster, args: argparse.Namespace, console: Console) -
     for col in ("op", "type", "degrees", "devices"):
         table.add_column(col)
     for row in rows[: args.limit or None]:
-        degrees = " ".join(f"{k}={v}" for k, v in row["degrees"].items()) or "1"
-        table.add_row(escape(row["op"]), row["type"], degrees, device_list(row["devices"]))
+        table.add_row(escape(row["op"]), row["type"], split_text(row), device_list(row["devices"]))
     console.print(table)
     if args.limit and len(rows) > args.limit:
         console.print(f"... {len(rows) - args.limit} more ops (--limit 0 shows all)")

@@ -29,7 +29,8 @@ def graph_summary(graph: OpGraph) -> dict[str, Any]:
 
 def op_rows(graph: OpGraph) -> list[dict[str, Any]]:
     """One row per op: its type, output shapes, partition dims (with S/A/P kinds),
-    parameter count and forward FLOPs."""
+    parameter count, the names of its parameters (as a strategy file names them) and
+    forward FLOPs."""
     rows = []
     for op in graph.ops:
         rows.append({
@@ -40,6 +41,7 @@ def op_rows(graph: OpGraph) -> list[dict[str, Any]]:
             "dims": [{"name": d.name, "size": d.size, "kind": d.kind.value if d.kind else None}
                      for d in op.space],
             "parameters": op.param_count,
+            "params": [p.name for p in op.params],
             "shared": op.shared,
             "forward_flops": op.flops(full_region(op.space_shape))[0],
         })

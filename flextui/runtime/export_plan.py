@@ -37,6 +37,11 @@ def mesh_plan(graph: OpGraph, strategy: Strategy, devices: int) -> MeshPlan:
                              "an imported model, whose layers the plan names")
     for op in graph.ops:
         _check_distinct(op, strategy[op.name])
+        if strategy[op.name].recompute:
+            raise NotExpressible(f"op {op.name!r} is recomputed, which a DeviceMesh plan does "
+                                 "not express: run the strategy with `flextui launch`, or "
+                                 "export it without recomputation and wrap those layers in "
+                                 "torch.utils.checkpoint in your loop")
     tensor = _tensor_degree(graph, strategy)
     if devices % tensor:
         raise NotExpressible(f"the strategy splits Linear layers {tensor} ways on {devices} "

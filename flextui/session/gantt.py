@@ -254,7 +254,8 @@ def task_details(task: TaskTiming, graph: OpGraph | None = None,
     """What a task is and when it ran. With the graph, syncs and updates name their
     parameter (a sync of a bucket its first, and with the timeline's ``bucket_params``
     every parameter it sums); with the strategy too, tasks give their block's shape (the
-    op's block for forward/backward, the overlap carried for transfers)."""
+    op's block for forward/backward, the overlap carried for transfers) and a recomputed
+    op's backward says so."""
     shape, of, dims = (_block(task, graph, strategy) if graph and strategy else None) or ("",) * 3
     groups = [[("block", shape), ("of", of)]] if shape else []
     groups += [[("start", format_ms(task.start)), ("end", format_ms(task.end)),
@@ -263,6 +264,8 @@ def task_details(task: TaskTiming, graph: OpGraph | None = None,
                + [("on", ", ".join(task.resources))]]
     if dims:
         groups.append([("dims", dims)])
+    if strategy is not None and task.kind == TaskKind.BACKWARD and strategy[task.op].recompute:
+        groups.append([("recomputes", "its forward first (no activation kept)")])
     bucket = (bucket_params or {}).get(task.key, ()) if task.kind == TaskKind.SYNC else ()
     if bucket:
         groups.append([("sums", ", ".join(bucket))])

@@ -26,6 +26,13 @@ def device_list(devices: Sequence[int]) -> str:
     return ",".join(map(str, devices))
 
 
+def split_text(row: dict[str, Any]) -> str:
+    """An op's split for people (``row`` as ``strategy_rows`` gives it): its degrees
+    ("sample=4 channel=2", "1" when whole), and "recompute" when it is recomputed."""
+    degrees = " ".join(f"{k}={v}" for k, v in row["degrees"].items()) or "1"
+    return f"{degrees} recompute" if row["recompute"] else degrees
+
+
 def strategy_rows(strategy: Strategy, graph: OpGraph) -> list[dict[str, Any]]:
     rows = []
     for op in graph.ops:
@@ -37,6 +44,7 @@ def strategy_rows(strategy: Strategy, graph: OpGraph) -> list[dict[str, Any]]:
             "tasks": config.num_tasks,
             "devices": list(config.devices),
             "parallelism": parallelism_kind(op, config),
+            "recompute": config.recompute,
         })
     return rows
 
@@ -49,4 +57,5 @@ def strategy_summary(strategy: Strategy, graph: OpGraph) -> dict[str, Any]:
         "tasks": sum(r["tasks"] for r in rows),
         "devices_used": sorted(strategy.devices_used()),
         "parallelism": dict(sorted(Counter(r["parallelism"] for r in rows).items())),
+        "recomputed": sum(r["recompute"] for r in rows),
     }

@@ -15,17 +15,13 @@ from textual.widgets.data_table import ColumnKey
 
 from flextui.graph import OpGraph
 from flextui.strategy import Strategy
-from flextui.strategy.summary import device_list, strategy_rows
+from flextui.strategy.summary import device_list, split_text, strategy_rows
 
 # one colour per device, cycling; the column still tells devices apart without colour
 DEVICE_COLOURS = ("red", "green", "yellow", "blue", "magenta", "cyan", "bright_red",
                   "bright_green", "bright_yellow", "bright_blue", "bright_magenta",
                   "bright_cyan", "orange3", "purple", "chartreuse3", "deep_pink3")
 NAME_WIDTH = 18
-
-
-def degrees_text(degrees: dict[str, int]) -> str:
-    return " ".join(f"{k}={v}" for k, v in degrees.items()) or "1"
 
 
 class StrategyTable(DataTable):
@@ -53,7 +49,7 @@ class StrategyTable(DataTable):
         for row in strategy_rows(strategy, graph):
             style = "bold" if row["parallelism"] not in ("sample", "single") else ""
             cells = (Text(row["op"], style=style), row["type"], row["parallelism"],
-                     degrees_text(row["degrees"]), device_list(row["devices"]))
+                     split_text(row), device_list(row["devices"]))
             shown = self._shown.get(row["op"])
             if shown is None:
                 self.add_row(*cells, key=row["op"])
@@ -89,7 +85,7 @@ def map_line(row: dict, num_devices: int) -> Text:
             text.append("█" * cell, style=DEVICE_COLOURS[d % len(DEVICE_COLOURS)])
         else:
             text.append("·" + " " * (cell - 1), style="dim")
-    text.append(f" {degrees_text(row['degrees'])}", style="dim")
+    text.append(f" {split_text(row)}", style="dim")
     return text
 
 
@@ -110,7 +106,7 @@ class StrategyMap(ScrollView):
         self._rows = strategy_rows(strategy, graph) if strategy is not None else []
         self._num_devices = num_devices
         self._strips.clear()
-        degrees = max((len(degrees_text(row["degrees"])) for row in self._rows), default=0)
+        degrees = max((len(split_text(row)) for row in self._rows), default=0)
         width = NAME_WIDTH + 2 + map_cell_width(num_devices) * num_devices + degrees
         self.virtual_size = Size(width if self._rows else self.EMPTY.cell_len,
                                  len(self._rows) + 1)
