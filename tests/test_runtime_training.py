@@ -13,13 +13,14 @@ import pytest
 import torch
 
 from flextui.cli import main
+from flextui.cost.optimizers import OptimizerKind
 from flextui.graph import full_region
 from flextui.graph.region import region_volume
 from flextui.machine import load_named_cluster
 from flextui.runtime.comm import Comm
 from flextui.runtime.engine import RankProgram, kernel_seed, within
 from flextui.runtime.metrics import Start, Steps
-from flextui.runtime.optimizer import LrSchedule, Optimizer, OptimizerKind
+from flextui.runtime.optimizer import LrSchedule, Optimizer
 from flextui.runtime.plan import compile_plan, index_bounds
 from flextui.runtime.reference import forward_whole
 from flextui.runtime.runlog import read_run_log

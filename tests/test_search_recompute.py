@@ -1,16 +1,18 @@
 """The recomputation move: it switches an op and a run after it, never a graph input,
 keeps splits as they are; a search under a memory budget that no split can meet (one
-device) meets it by recomputing; inference and logs from before make no such move."""
+device) meets it by recomputing; inference and logs from before make no such move. A
+search's optimizer (whose state memory holds) is in its options and its log."""
 
 import random
 
 import pytest
 
 from flextui.cost import AnalyticCostModel
+from flextui.cost.optimizers import OptimizerKind
 from flextui.errors import FlextuiError
 from flextui.graph.library import load_model
 from flextui.machine import load_named_cluster
-from flextui.search import SearchOptions, run_search
+from flextui.search import SearchOptions, read_search_log, run_search
 from flextui.search.recompute import recompute_run
 from flextui.sim import Simulator
 from flextui.strategy import builtin_strategy
@@ -69,3 +71,17 @@ def test_options_from_a_log_from_before_make_no_recomputation_moves():
     old = SearchOptions().to_dict()
     del old["recompute"]
     assert SearchOptions.from_dict(old, "log").recompute == 0.0
+
+
+def test_a_search_with_adamw_counts_its_state_and_its_log_says_so(tmp_path):
+    graph, cluster = mlp(), load_named_cluster("local-cpu-2")
+    options = SearchOptions(iterations=50, seed=0, optimizer=OptimizerKind.ADAMW)
+    result = run_search(graph, cluster, AnalyticCostModel(), options,
+                        log_path=tmp_path / "run.ffsearch")
+    log = read_search_log(tmp_path / "run.ffsearch")
+    assert SearchOptions.from_dict(log.header.options, "log").optimizer is OptimizerKind.ADAMW
+    adamw = Simulator(graph, cluster, AnalyticCostModel(), optimizer=OptimizerKind.ADAMW)
+    assert adamw.simulate(result.best).cost == result.best_cost
+    old = options.to_dict()
+    del old["optimizer"]   # a log from before: SGD, as it ran
+    assert SearchOptions.from_dict(old, "log").optimizer is OptimizerKind.SGD

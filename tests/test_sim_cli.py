@@ -36,6 +36,22 @@ def test_simulate_inference_has_no_backward(capsys):
     assert code == 0 and "ms per training iteration" in out and "top ops" in out
 
 
+def test_adamw_keeps_two_states_of_every_parameter(capsys):
+    memory = {}
+    for optimizer in ("sgd", "adamw"):
+        code, out, _ = run(capsys, "simulate", "-m", "lenet", "-c", "local-cpu-4", "-s",
+                           "data-parallel", "--optimizer", optimizer, "--json")
+        assert code == 0
+        memory[optimizer] = json.loads(out)["devices"][0]["memory"]
+    assert memory["sgd"]["optimizer"] == memory["sgd"]["parameters"] > 0
+    assert memory["adamw"]["optimizer"] == 2 * memory["adamw"]["parameters"]
+    with pytest.raises(SystemExit) as exit:
+        main(["search", "-m", "lenet", "--optimizer", "adam", "--no-log"])
+    assert exit.value.code == 2
+    assert "--optimizer: invalid choice: 'adam' (choose from 'sgd', 'adamw')" in \
+        capsys.readouterr().err
+
+
 def test_strategy_file_reproduces_its_simulation(capsys, tmp_path):
     path = tmp_path / "s.json"
     run(capsys, "show", "-m", "rnnlm2", "-c", "p100-4x4", "-s", "random", "--export", str(path))

@@ -5,6 +5,7 @@ import math
 import pytest
 
 from flextui.cost import AnalyticCostModel, CostModel, OpCost
+from flextui.cost.optimizers import OptimizerKind
 from flextui.graph import GraphBuilder
 from flextui.machine import Cluster
 from flextui.sim import Simulator, TaskKind
@@ -203,3 +204,21 @@ def test_memory_is_reported_and_overflow_is_penalised_or_rejected():
     assert math.isinf(rejected.cost)
     mem = penalised.devices[0].memory
     assert mem.parameters == graph.param_count * 4 and mem.gradients == mem.parameters
+
+
+def test_the_optimizers_state_is_counted_per_parameter():
+    """fc's 8 x 8 weight and 8 biases (288 bytes): SGD keeps one momentum buffer of
+    them, AdamW two moving averages; inference keeps neither, nor gradients."""
+    g = GraphBuilder("chain")
+    g.relu(g.linear(g.input((4, 8), name="x"), 8, name="fc"), name="act")
+    graph = g.build()
+    strategy = place(graph, dict(x=0, fc=0, act=0))
+    memory = {kind: Simulator(graph, line_cluster(1), FixedCost(), optimizer=kind)
+              .simulate(strategy).devices[0].memory for kind in OptimizerKind}
+    sgd, adamw = memory[OptimizerKind.SGD], memory[OptimizerKind.ADAMW]
+    assert (sgd.parameters, sgd.gradients, sgd.optimizer) == (288, 288, 288)
+    assert (adamw.parameters, adamw.gradients, adamw.optimizer) == (288, 288, 576)
+    assert adamw.total - sgd.total == 288
+    inference = Simulator(graph, line_cluster(1), FixedCost(), training=False,
+                          optimizer=OptimizerKind.ADAMW).simulate(strategy).devices[0].memory
+    assert (inference.gradients, inference.optimizer) == (0, 0)

@@ -194,6 +194,15 @@ def memory_arg(p: argparse.ArgumentParser) -> None:
                    help="over a device's memory: +1 ms per MB over (default), reject, or ignore")
 
 
+def optimizer_arg(p: argparse.ArgumentParser) -> None:
+    """--optimizer: the update training runs, and the state the simulator counts."""
+    from flextui.cost.optimizers import OptimizerKind
+    p.add_argument("--optimizer", choices=[kind.value for kind in OptimizerKind],
+                   default=OptimizerKind.SGD.value,
+                   help="the update: torch.optim.SGD with momentum (one state tensor per "
+                   "parameter) or AdamW (two), counted in each device's memory (default sgd)")
+
+
 def cost_args(p: argparse.ArgumentParser, default: str = "analytic") -> None:
     """--cost, --profiles, --dtype: which task times a simulation uses (``default``: a
     CostKind's value)."""

@@ -53,11 +53,11 @@ def asked(args: argparse.Namespace):
 
 def training_args(p: argparse.ArgumentParser) -> None:
     """The options of the update and the precision a launch trains with."""
-    from flextui.runtime.optimizer import LrSchedule, OptimizerKind
+    from flextui.cli.common import optimizer_arg
+    from flextui.runtime.optimizer import LrSchedule
     from flextui.runtime.spec import PRECISIONS
 
-    p.add_argument("--optimizer", choices=tuple(OptimizerKind), default=OptimizerKind.SGD,
-                   help="the update: torch.optim.SGD or AdamW (default sgd)")
+    optimizer_arg(p)
     p.add_argument("--momentum", type=float, metavar="M",
                    help="SGD's momentum (default 0.9)")
     p.add_argument("--weight-decay", type=float, default=0.0, metavar="WD",
@@ -82,7 +82,7 @@ def training_args(p: argparse.ArgumentParser) -> None:
 def _update_asked(args: argparse.Namespace) -> dict:
     """The Training fields of the update and precision options (their ranges are
     checked by Training); an option of the other optimizer is refused."""
-    from flextui.runtime.optimizer import OptimizerKind
+    from flextui.cost.optimizers import OptimizerKind
     from flextui.runtime.spec import PRECISIONS
 
     adamw = args.optimizer == OptimizerKind.ADAMW

@@ -28,6 +28,7 @@ from flextui.cli.common import (
     load_strategy,
     memory_arg,
     model_args,
+    optimizer_arg,
     stop_on_signals,
 )
 from flextui.errors import FlextuiError
@@ -69,6 +70,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="per-device memory budget (12GiB, 16GB): the search penalises more, "
                    "and the fastest strategy within it is exported")
     memory_arg(p)
+    optimizer_arg(p)
     p.add_argument("--inference", action="store_true", help="optimise the forward pass only")
     cost_args(p)
     p.add_argument("--out", metavar="FILE.ffsearch",
@@ -122,7 +124,7 @@ def _inputs(args, resume):
             beta=args.beta, memory=args.memory, memory_budget=args.memory_budget,
             init=args.init, restart_every=args.restart_every,
             converge=not args.no_early_stop, training=not args.inference,
-            early_reject=not args.no_early_reject,
+            early_reject=not args.no_early_reject, optimizer=args.optimizer,
             recompute=0.0 if args.no_recompute else SearchOptions.recompute)
     except FieldError as e:
         raise FlextuiError(e.flag_message) from None

@@ -17,6 +17,7 @@ from flextui.cli.common import (
     load_strategy,
     memory_arg,
     model_args,
+    optimizer_arg,
     strategy_arg,
 )
 
@@ -31,6 +32,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     cluster_arg(p)
     p.add_argument("--inference", action="store_true", help="forward pass only")
     memory_arg(p)
+    optimizer_arg(p)
     cost_args(p)
     p.add_argument("--trace", metavar="FILE", help="write the timeline as Chrome trace JSON")
     p.add_argument("--top", type=int, default=10, help="how many top ops to list")
@@ -48,7 +50,7 @@ def cmd_simulate(args: argparse.Namespace, console: Console) -> None:
     strategy = load_strategy(args.strategy, graph, cluster)
     cost_model = load_cost_model(args, graph, cluster, training=not args.inference)
     simulator = Simulator(graph, cluster, cost_model, training=not args.inference,
-                          memory=args.memory)
+                          memory=args.memory, optimizer=args.optimizer)
     timeline = simulator.simulate(strategy)
     if args.trace:
         write_trace(args.trace, timeline)

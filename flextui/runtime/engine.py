@@ -35,13 +35,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from flextui.cost.optimizers import OptimizerKind
 from flextui.graph import Op, Region
 from flextui.graph.kernels import kernel_for
 from flextui.graph.kernels.positional import key_of
 from flextui.graph.region import within
 from flextui.graph.tensor import FLOAT_DTYPES
 from flextui.runtime.comm import Comm, PendingSums, Transfer
-from flextui.runtime.optimizer import SGD, Optimizer, OptimizerKind
+from flextui.runtime.optimizer import SGD, Optimizer
 from flextui.runtime.plan import Piece, Plan, ReplicaSync
 from flextui.runtime.values import StartingParameters, input_block
 
@@ -106,9 +107,8 @@ class RankProgram:
                 self.params[name] = start.block(name, box, dtype, self.device).requires_grad_()
         #: per parameter, the optimizer's state: SGD's momentum buffer, AdamW's moving
         #: averages of the gradient and of its square
-        self.moments = {name: [torch.zeros_like(p) for _ in range(
-            2 if optimizer.kind == OptimizerKind.ADAMW else 1)]
-            for name, p in self.params.items()}
+        self.moments = {name: [torch.zeros_like(p) for _ in range(optimizer.kind.states)]
+                        for name, p in self.params.items()}
         self.updates = 0   # the updates done: AdamW's bias corrections count them
         self.buckets = [b for b in plan.buckets if rank in b[0].ranks]
         #: the pieces of each local task's input (op, k, slot) and output (op, m, o)

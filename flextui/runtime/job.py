@@ -129,7 +129,8 @@ def prepare(graph: OpGraph, strategy: Strategy, cluster: Cluster, training: Trai
         elif not port_is_free(target.port):
             raise FlextuiError(f"port {target.port} is in use on this machine; leave --port "
                                "out to use a free one")
-    timeline = Simulator(graph, cluster, cost_model).simulate(strategy)
+    timeline = Simulator(graph, cluster, cost_model,
+                         optimizer=training.optimizer).simulate(strategy)
     simulated = Simulated(timeline.makespan, tuple(d.busy_s for d in timeline.devices),
                           cost_model.identity)
     path = run_log or default_log_path(graph, cluster, suffix=RUN_SUFFIX)

@@ -16,18 +16,12 @@ import math
 from dataclasses import dataclass
 from enum import StrEnum
 
+from flextui.cost.optimizers import OptimizerKind
 from flextui.fields import FormFields
 
 #: the largest float32, the largest learning rate (and weight decay) a rank's optimizer
 #: can take
 FLOAT32_MAX = 3.4028234663852886e38
-
-
-class OptimizerKind(StrEnum):
-    """Which update the ranks run (``--optimizer``)."""
-
-    SGD = "sgd"
-    ADAMW = "adamw"
 
 
 class LrSchedule(StrEnum):

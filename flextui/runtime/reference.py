@@ -15,11 +15,12 @@ from dataclasses import dataclass
 
 import torch
 
+from flextui.cost.optimizers import OptimizerKind
 from flextui.graph import Op, OpGraph, Region, full_region
 from flextui.graph.dims import DimKind
 from flextui.graph.kernels.whole import run_whole
 from flextui.runtime.engine import kernel_seed
-from flextui.runtime.optimizer import SGD, Optimizer, OptimizerKind
+from flextui.runtime.optimizer import SGD, Optimizer
 from flextui.runtime.plan import index_bounds
 from flextui.runtime.values import StartingParameters, input_block
 from flextui.strategy import Strategy

@@ -14,6 +14,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from flextui.cost.optimizers import OptimizerKind
 from flextui.documents import BadDocument, DocumentFormat
 from flextui.errors import FieldError, FlextuiError
 from flextui.fields import FieldReader, FormFields
@@ -22,7 +23,7 @@ from flextui.graph.model_source import ModelSource
 from flextui.limits import read_file
 from flextui.runtime.checkpointing import Checkpointing
 from flextui.runtime.datafeed import DataFeed
-from flextui.runtime.optimizer import LrSchedule, Optimizer, OptimizerKind
+from flextui.runtime.optimizer import LrSchedule, Optimizer
 from flextui.strategy import ParallelConfig, Strategy
 
 #: version 3: the training's optimizer, schedule and clipping, and what it trains on;

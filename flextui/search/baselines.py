@@ -16,11 +16,12 @@ BASELINES = ("data-parallel", "expert")
 
 def search_simulator(graph: OpGraph, cluster: Cluster, cost_model: CostModel,
                      options: SearchOptions) -> Simulator:
-    """A simulator that simulates as the search does (same training mode, memory policy
-    and memory budget): what its costs and timelines are to be compared with."""
+    """A simulator that simulates as the search does (same training mode, memory policy,
+    memory budget and optimizer): what its costs and timelines are to be compared with."""
     if options.memory_budget:
         cluster = cluster.with_memory_limit(options.memory_budget)
-    return Simulator(graph, cluster, cost_model, options.training, options.memory)
+    return Simulator(graph, cluster, cost_model, options.training, options.memory,
+                     options.optimizer)
 
 
 def baseline_costs(graph: OpGraph, cluster: Cluster, cost_model: CostModel,

@@ -75,7 +75,8 @@ class Chain:
                  options: SearchOptions, initial: Strategy) -> None:
         self.index, self.graph, self.options = index, graph, options
         self.num_devices = cluster.num_devices
-        self.sim = DeltaSimulator(graph, cluster, cost_model, options.training, options.memory)
+        self.sim = DeltaSimulator(graph, cluster, cost_model, options.training, options.memory,
+                                  options.optimizer)
         self.rng = random.Random(chain_seed(options.seed, index))
         self.current_cost = self.sim.reset(initial)
         self.initial_cost = self.current_cost

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
+from flextui.cost.optimizers import OptimizerKind
 from flextui.errors import FieldError, FlextuiError
 from flextui.fields import FormFields
 from flextui.limits import CHAINS, MAX_INTEGER, TEXT_CHARS, integer_problem
@@ -66,6 +67,9 @@ class SearchOptions:
     budget or where a model does not fit. 0 turns the move off (inference never makes
     it).
 
+    ``optimizer``: the update training runs (SGD with momentum, AdamW), whose state
+    every device's memory holds beside its parameters and gradients.
+
     ``early_reject``: a step draws its acceptance threshold before it simulates, and
     stops simulating a proposal once its makespan provably exceeds it (the proposal is
     rejected, as it would have been; see ``mcmc``). A chain makes the same moves and
@@ -88,6 +92,7 @@ class SearchOptions:
     memory: MemoryPolicy = MemoryPolicy.PENALIZE
     memory_budget: int | None = None
     early_reject: bool = True
+    optimizer: OptimizerKind = OptimizerKind.SGD
 
     def __post_init__(self) -> None:
         """Every field's type and range, checked by the rules the CLI and the Setup form
@@ -237,6 +242,7 @@ _CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "training": lambda f, v: _FIELDS.boolean(v, f),
     "early_reject": lambda f, v: _FIELDS.boolean(v, f),
     "memory": _memory,
+    "optimizer": lambda f, v: OptimizerKind(_FIELDS.choice(v, f, tuple(OptimizerKind))),
     "memory_budget": _optional(lambda f, v: _FIELDS.integer(v, f, MIN_MEMORY_BUDGET)),
 }
 

@@ -21,6 +21,7 @@ import math
 from collections.abc import Sequence
 
 from flextui.cost.model import CostModel
+from flextui.cost.optimizers import OptimizerKind
 from flextui.graph import Op, OpGraph
 from flextui.machine import Cluster
 from flextui.sim.memory import MemoryPolicy, MemoryTracker, memory_penalty_s
@@ -35,9 +36,9 @@ class DeltaSimulator:
     """Holds a current strategy and its simulation; see the module docstring."""
 
     def __init__(self, graph: OpGraph, cluster: Cluster, cost_model: CostModel,
-                 training: bool = True, memory: MemoryPolicy | str = MemoryPolicy.PENALIZE
-                 ) -> None:
-        self.simulator = Simulator(graph, cluster, cost_model, training, memory)
+                 training: bool = True, memory: MemoryPolicy | str = MemoryPolicy.PENALIZE,
+                 optimizer: OptimizerKind = OptimizerKind.SGD) -> None:
+        self.simulator = Simulator(graph, cluster, cost_model, training, memory, optimizer)
         self.graph, self.cluster = graph, cluster
         self._pending: tuple | None = None
 
@@ -45,7 +46,7 @@ class DeltaSimulator:
         """Simulate ``strategy`` in full and make it current; return its cost (s)."""
         self.tg: TaskGraph = self.simulator.task_graph(strategy)
         self.times: Times = schedule(self.tg)
-        self.memory = MemoryTracker(self.tg)
+        self.memory = MemoryTracker(self.tg, self.simulator.optimizer)
         self.strategy = strategy
         self.cut_short = False   # the last proposal's simulation stopped at its limit
         self.makespan = max((self.times.end[t] for t in self.tg.live_ids()), default=0.0)

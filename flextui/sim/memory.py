@@ -1,7 +1,8 @@
 """Per-device memory of a simulated iteration, and what exceeding it costs.
 
-Memory on a device = its parameter shards, and in training their gradients and one
-optimizer state (SGD momentum), + the activations kept for backward (every forward
+Memory on a device = its parameter shards, and in training their gradients and the
+optimizer's state (SGD's momentum, one tensor of the shard's size; AdamW's two moving
+averages, two), + the activations kept for backward (every forward
 task's outputs, but a recomputed op's, and every input block received from another
 device; in inference too, an upper bound) + the largest workspace of any of its tasks.
 
@@ -18,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
+from flextui.cost.optimizers import OptimizerKind
 from flextui.sim.taskgraph import TaskGraph
 from flextui.sim.unit_plan import Shards
 
@@ -54,8 +56,9 @@ class MemoryUsage:
 class MemoryTracker:
     """Per-device memory, kept up to date as tasks and parameter shards change."""
 
-    def __init__(self, tg: TaskGraph) -> None:
+    def __init__(self, tg: TaskGraph, optimizer: OptimizerKind = OptimizerKind.SGD) -> None:
         self.tg = tg
+        self.optimizer_states = optimizer.states
         n = tg.num_devices
         self.params = [0] * n
         self.activations = array("q", bytes(8 * n))
@@ -77,14 +80,16 @@ class MemoryTracker:
 
     def usage(self) -> list[MemoryUsage]:
         state = 1 if self.tg.training else 0
-        return [MemoryUsage(p, p * state, p * state, self.activations[d],
+        kept = state * self.optimizer_states
+        return [MemoryUsage(p, p * state, p * kept, self.activations[d],
                             max((w for w, c in self.workspaces[d].items() if c > 0), default=0),
                             self.tg.cluster.device(d).spec.memory_bytes)
                 for d, p in enumerate(self.params)]
 
 
-def memory_usage(tg: TaskGraph) -> list[MemoryUsage]:
-    return MemoryTracker(tg).usage()
+def memory_usage(tg: TaskGraph, optimizer: OptimizerKind = OptimizerKind.SGD
+                 ) -> list[MemoryUsage]:
+    return MemoryTracker(tg, optimizer).usage()
 
 
 def memory_penalty_s(usage: list[MemoryUsage], policy: MemoryPolicy) -> float:

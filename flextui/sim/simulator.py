@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from flextui.cost.model import CostModel, checked_cost_model
+from flextui.cost.optimizers import OptimizerKind
 from flextui.errors import FlextuiError
 from flextui.graph import OpGraph
 from flextui.machine import Cluster
@@ -17,11 +18,12 @@ class Simulator:
     """Simulates one training (or, with ``training=False``, inference) iteration of
     ``graph`` on ``cluster``. ``memory`` says what a strategy over a device's capacity
     costs: "penalize" (+1 ms per MB over), "reject" (infinite cost) or "ignore" (a
-    :class:`MemoryPolicy` or its name)."""
+    :class:`MemoryPolicy` or its name); ``optimizer`` what state training keeps per
+    parameter."""
 
     def __init__(self, graph: OpGraph, cluster: Cluster, cost_model: CostModel,
-                 training: bool = True, memory: MemoryPolicy | str = MemoryPolicy.PENALIZE
-                 ) -> None:
+                 training: bool = True, memory: MemoryPolicy | str = MemoryPolicy.PENALIZE,
+                 optimizer: OptimizerKind = OptimizerKind.SGD) -> None:
         try:
             self.memory = MemoryPolicy(memory)
         except ValueError:
@@ -30,6 +32,7 @@ class Simulator:
         self.graph, self.cluster = graph, cluster
         self.cost_model = checked_cost_model(cost_model)
         self.training = training
+        self.optimizer = OptimizerKind(optimizer)
 
     def task_graph(self, strategy: Strategy) -> TaskGraph:
         strategy.check(self.graph, self.cluster.num_devices)
@@ -37,6 +40,6 @@ class Simulator:
 
     def simulate(self, strategy: Strategy) -> Timeline:
         tg = self.task_graph(strategy)
-        usage = memory_usage(tg)
+        usage = memory_usage(tg, self.optimizer)
         return build_timeline(tg, schedule(tg), usage, memory_penalty_s(usage, self.memory),
                               copy_times=False)
