@@ -13,6 +13,7 @@ from flextui.errors import FlextuiError
 from flextui.graph.library import load_model
 from flextui.machine import load_named_cluster
 from flextui.search import SearchOptions, read_search_log, run_search
+from flextui.search.mcmc import Chain
 from flextui.search.recompute import recompute_run
 from flextui.sim import Simulator
 from flextui.strategy import builtin_strategy
@@ -85,3 +86,18 @@ def test_a_search_with_adamw_counts_its_state_and_its_log_says_so(tmp_path):
     old = options.to_dict()
     del old["optimizer"]   # a log from before: SGD, as it ran
     assert SearchOptions.from_dict(old, "log").optimizer is OptimizerKind.SGD
+
+
+def test_with_memory_to_spare_the_search_never_recomputes():
+    """Recomputing only costs time where everything fits: no such move is made (the
+    same chain under a budget that data parallelism exceeds makes them)."""
+    graph, cluster = mlp(), load_named_cluster("local-cpu-2")
+    start = builtin_strategy("data-parallel", graph, cluster)
+    roomy = Chain(0, graph, cluster, AnalyticCostModel(), SearchOptions(seed=0), start)
+    events = [roomy.step() for _ in range(300)]
+    assert not any(c.recompute for e in events for _, c in e.changes)
+    peak = max(u.total for u in roomy.sim.memory.usage())
+    tight = Chain(0, graph, cluster.with_memory_limit(peak // 2), AnalyticCostModel(),
+                  SearchOptions(seed=0), start)
+    events = [tight.step() for _ in range(300)]
+    assert any(c.recompute for e in events for _, c in e.changes)

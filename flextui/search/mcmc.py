@@ -6,7 +6,8 @@ gives it a random valid config (``random_config``) or, with probability
 ``options.propagation``, copies its config along a walk of its neighbours (a
 propagation move, ``propagate``). A random config goes, with probability
 ``options.tied``, to the op's weight-sharing twins as well (a tied move, ``tied``).
-With probability ``options.recompute`` (training only) a step instead switches
+With probability ``options.recompute`` (training only, and only while the current
+strategy does not fit its devices' memory or has ops recomputed) a step instead switches
 recomputation for the op and often a run of ops after it (``recompute``); a random
 config keeps the op's recomputation as it was.
 It simulates the result incrementally and accepts it with probability
@@ -160,7 +161,7 @@ class Chain:
         a config different from the one it has in ``base``)."""
         if self.options.propagation and rng.random() < self.options.propagation:
             return base[op.name], propagation(self.graph, op, base, rng, CONTINUE_CHANCE)
-        if self.recompute and rng.random() < self.recompute:
+        if self.recompute and self._may_recompute(base) and rng.random() < self.recompute:
             changes = recompute_run(self.graph, op, base, rng, CONTINUE_CHANCE)
             if changes and changes[0][0] is op:
                 return changes[0][1], changes[1:]
@@ -172,6 +173,15 @@ class Chain:
             twin_configs = [(t, config.with_recompute(base[t.name].recompute)) for t in twins]
             return config, [(t, c) for t, c in twin_configs if base[t.name] != c]
         return config, []
+
+    def _may_recompute(self, base: Strategy) -> bool:
+        """Whether a recomputation move is worth making: while the current strategy
+        does not fit (a device over its memory or the budget), or to switch off what an
+        earlier one left recomputed. With memory to spare recomputing only costs time,
+        and the moves it took cut the steps left for splits (RNNLM on 16 GPUs, 3,000
+        steps: best 36-46 ms with them, 33-37 ms without)."""
+        return any(u.over for u in self.sim.memory.usage()) or \
+            any(c.recompute for c in base.values())
 
     def _accepts(self, proposed: float, draw: float) -> bool:
         if proposed <= self.current_cost:
