@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from flextui.cli import main
 from flextui.runtime.launch import RunStatus, free_port
 from flextui.runtime.metrics import End, Failed, Start, Steps
 from flextui.runtime.runlog import read_run_log
@@ -110,6 +111,24 @@ def test_launch_check_compares_with_one_process(tmp_path):
     out, err = proc.communicate(timeout=HANG_S)
     assert proc.returncode == 0, err[-3000:] + out
     assert "check passed: 4 ranks equal one process" in out
+    assert wait_gone(starts(tmp_path / "check.ffrun").values()) == []
+
+
+def test_launch_check_passes_on_a_recomputed_strategy_with_adamw(tmp_path):
+    """The user's path: a strategy file with ops recomputed among splits, launched with
+    AdamW on 2 ranks, equal to one process."""
+    path = tmp_path / "s.json"
+    assert main(["show", "-m", "lenet", "-c", "local-cpu-2", "-s", "random", "--export",
+                 str(path)]) == 0
+    data = json.loads(path.read_text())
+    for name in ("conv1", "conv2", "fc1"):
+        data["ops"][name]["recompute"] = True
+    path.write_text(json.dumps(data))
+    proc = launch(tmp_path, "-m", "lenet", "--nproc-per-node", "2", "--strategy", str(path),
+                  "--optimizer", "adamw", "--check", "--run-log", "check.ffrun")
+    out, err = proc.communicate(timeout=HANG_S)
+    assert proc.returncode == 0, err[-3000:] + out
+    assert "check passed: 2 ranks equal one process" in out
     assert wait_gone(starts(tmp_path / "check.ffrun").values()) == []
 
 
