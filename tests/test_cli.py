@@ -114,3 +114,17 @@ def test_python_dash_m_and_help_on_every_subcommand():
         out = subprocess.run([sys.executable, "-m", "flextui", *argv, "--help"],
                              capture_output=True, text=True, timeout=HANG_S)
         assert out.returncode == 0 and "usage: flextui" in out.stdout
+
+
+@pytest.mark.parametrize("argv, names", [
+    (["simulate", "-m", "lenet", "--memory", "bad"], "'penalize', 'reject', 'ignore'"),
+    (["simulate", "-m", "lenet", "--cost", "bad"], "'analytic', 'profiled', 'recorded', 'auto'"),
+    (["launch", "-m", "lenet", "--lr-schedule", "bad"], "'constant', 'cosine', 'linear'"),
+    (["export", "--format", "bad", "s.json"], "'torch'"),
+])
+def test_a_bad_name_lists_the_names_it_takes(capsys, argv, names):
+    """Not the enum's repr (``<MemoryPolicy.PENALIZE: 'penalize'>``)."""
+    with pytest.raises(SystemExit) as exit:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit.value.code == 2 and f"invalid choice: 'bad' (choose from {names})" in err

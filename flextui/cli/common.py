@@ -12,6 +12,7 @@ import math
 import signal
 import sys
 import threading
+from enum import StrEnum
 from typing import Any
 
 from flextui.defaults import DEFAULT_CLUSTER, DEFAULT_MODEL
@@ -187,17 +188,24 @@ def strategy_arg(p: argparse.ArgumentParser, default: str | None = "data-paralle
                    help=f"a strategy .json file{file_note}, or {names}")
 
 
+def names_of(kind: type[StrEnum]) -> list[str]:
+    """The values of a closed set of names, as an option's choices: argparse lists its
+    choices by their repr, so an error says "choose from 'sgd', 'adamw'" only when they
+    are plain strings (its consumers take the string, or the enum made from it)."""
+    return [member.value for member in kind]
+
+
 def memory_arg(p: argparse.ArgumentParser) -> None:
     """--memory: what a strategy over a device's memory costs."""
     from flextui.sim.memory import MemoryPolicy
-    p.add_argument("--memory", choices=tuple(MemoryPolicy), default=MemoryPolicy.PENALIZE,
+    p.add_argument("--memory", choices=names_of(MemoryPolicy), default=MemoryPolicy.PENALIZE.value,
                    help="over a device's memory: +1 ms per MB over (default), reject, or ignore")
 
 
 def optimizer_arg(p: argparse.ArgumentParser) -> None:
     """--optimizer: the update training runs, and the state the simulator counts."""
     from flextui.cost.optimizers import OptimizerKind
-    p.add_argument("--optimizer", choices=[kind.value for kind in OptimizerKind],
+    p.add_argument("--optimizer", choices=names_of(OptimizerKind),
                    default=OptimizerKind.SGD.value,
                    help="the update: torch.optim.SGD with momentum (one state tensor per "
                    "parameter) or AdamW (two), counted in each device's memory (default sgd)")
@@ -207,7 +215,7 @@ def cost_args(p: argparse.ArgumentParser, default: str = "analytic") -> None:
     """--cost, --profiles, --dtype: which task times a simulation uses (``default``: a
     CostKind's value)."""
     from flextui.cost.choose import CostKind
-    p.add_argument("--cost", choices=tuple(CostKind), default=CostKind(default),
+    p.add_argument("--cost", choices=names_of(CostKind), default=CostKind(default).value,
                    help="task times: the analytic (roofline) model; profiled, measured alone "
                    "by `flextui profile` for the cluster's device kind; recorded, measured in "
                    "a launch with --record-profile; (either analytic where missing); or auto, "

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from flextui.cli.common import load_graph, load_strategy, model_args
+from flextui.cli.common import load_graph, load_strategy, model_args, names_of
 from flextui.errors import FlextuiError
 
 
@@ -33,7 +33,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("strategy", metavar="STRATEGY",
                    help="a strategy .json file made for --model (or a built-in strategy with "
                    "--cluster)")
-    p.add_argument("--format", choices=tuple(ExportFormat), default=ExportFormat.TORCH,
+    p.add_argument("--format", choices=names_of(ExportFormat), default=ExportFormat.TORCH.value,
                    help="what to write (default torch: a module of torch.distributed calls)")
     p.add_argument("--output", "-o", dest="out", metavar="FILE.py",
                    help="where to write it (default: stdout)")

@@ -53,7 +53,7 @@ def asked(args: argparse.Namespace):
 
 def training_args(p: argparse.ArgumentParser) -> None:
     """The options of the update and the precision a launch trains with."""
-    from flextui.cli.common import optimizer_arg
+    from flextui.cli.common import names_of, optimizer_arg
     from flextui.runtime.optimizer import LrSchedule
     from flextui.runtime.spec import PRECISIONS
 
@@ -65,7 +65,8 @@ def training_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--betas", metavar="B1,B2",
                    help="AdamW's moving averages' decays (default 0.9,0.999)")
     p.add_argument("--eps", type=float, help="AdamW's epsilon (default 1e-8)")
-    p.add_argument("--lr-schedule", choices=tuple(LrSchedule), default=LrSchedule.CONSTANT,
+    p.add_argument("--lr-schedule", choices=names_of(LrSchedule),
+                   default=LrSchedule.CONSTANT.value,
                    help="the learning rate after the warm-up: constant, or down to 0 at the "
                    "last step linearly or along half a cosine (default constant)")
     p.add_argument("--warmup-steps", type=int, default=0, metavar="N",
@@ -83,6 +84,7 @@ def _update_asked(args: argparse.Namespace) -> dict:
     """The Training fields of the update and precision options (their ranges are
     checked by Training); an option of the other optimizer is refused."""
     from flextui.cost.optimizers import OptimizerKind
+    from flextui.runtime.optimizer import LrSchedule
     from flextui.runtime.spec import PRECISIONS
 
     adamw = args.optimizer == OptimizerKind.ADAMW
@@ -94,7 +96,7 @@ def _update_asked(args: argparse.Namespace) -> dict:
                            f"leave it out, or give --optimizer "
                            f"{'sgd' if adamw else 'adamw'}")
     asked = {"optimizer": OptimizerKind(args.optimizer), "weight_decay": args.weight_decay,
-             "lr_schedule": args.lr_schedule, "warmup_steps": args.warmup_steps,
+             "lr_schedule": LrSchedule(args.lr_schedule), "warmup_steps": args.warmup_steps,
              "grad_clip": args.grad_clip, "dtype": PRECISIONS[args.precision]}
     if args.momentum is not None:
         asked["momentum"] = args.momentum
