@@ -54,13 +54,12 @@ def any_cluster(request):
 
 @pytest.fixture(scope="session")
 def lenet_log(tmp_path_factory):
-    """A finished search's log: 2 chains, 300 steps each, splits only (the app's
-    snapshots show this search as it ran before recomputation moves)."""
+    """A finished search's log: 2 chains, 300 steps each."""
     from flextui.cost import AnalyticCostModel
     from flextui.search import SearchOptions, run_search
 
     path = tmp_path_factory.mktemp("logs") / "lenet.ffsearch"
     graph, cluster = lenet_node()
     run_search(graph, cluster, AnalyticCostModel(), SearchOptions(iterations=300, seed=4,
-               chains=2, converge=False, recompute=0.0), log_path=path)
+               chains=2, converge=False), log_path=path)
     return path
