@@ -11,6 +11,7 @@ import torch
 from flextui.errors import FlextuiError
 from flextui.graph.kernels import base
 from flextui.machine import load_named_cluster
+from flextui.runtime import engine
 from flextui.runtime.comm import Comm
 from flextui.runtime.engine import RankProgram
 from flextui.runtime.plan import compile_plan
@@ -18,22 +19,39 @@ from flextui.runtime.spec import LaunchSpec, Training
 from runtime_models import on_one_rank, small, strategy
 
 
-def test_a_recomputed_op_runs_its_forward_again_with_autograd_in_its_backward(monkeypatch):
+@pytest.mark.parametrize("name", ["recompute-random-2", "recompute-data-parallel"])
+def test_a_recomputed_op_runs_its_forward_again_with_autograd_in_its_backward(
+        monkeypatch, name):
+    """Once each, also along a chain of recomputed ops (every op under data
+    parallelism), whose tasks are made again from the chain's first kept input."""
     graph, cluster = small("mlp"), load_named_cluster("local-cpu-4")
-    chosen = on_one_rank(strategy("recompute-random-2", graph, cluster))
+    chosen = on_one_rank(strategy(name, graph, cluster))
     recomputed = {name for name, config in chosen.items() if config.recompute}
-    assert recomputed and len(recomputed) < len(graph.ops) - 1
+    assert recomputed
     calls: Counter = Counter()
+    states, not_kept = [], []   # the step's state; its inputs not kept, at the first re-run
+    real_init = engine._StepState.__init__
+
+    def capture(self, *args):
+        real_init(self, *args)
+        states.append(self)
+    monkeypatch.setattr(engine._StepState, "__init__", capture)
     for kernel in {type(k) for k in base.KERNELS.values()}:
         real = kernel.forward_loss
 
         def counted(self, op, region, inputs, params, seed, real=real):
-            calls[(op.name, torch.is_grad_enabled())] += 1
+            grad = torch.is_grad_enabled()
+            if grad and op.name in recomputed and not not_kept:
+                not_kept.append([(key, slot) for key, kept in states[-1].kept.items()
+                                 for slot, leaf in enumerate(kept) if leaf is None])
+            calls[(op.name, grad)] += 1
             return real(self, op, region, inputs, params, seed)
         monkeypatch.setattr(kernel, "forward_loss", counted)
     program = RankProgram(compile_plan(graph, chosen, 1), 0, Comm(0, [], torch.device("cpu")),
                           dtype=torch.float64)
     program.step(0)
+    # every op recomputed: each task's input from the op before it is made again, not kept
+    assert bool(not_kept[0]) == (name == "recompute-data-parallel")
     for op in graph.ops:
         tasks = chosen[op.name].num_tasks
         if op.name in recomputed:

@@ -18,8 +18,11 @@ autograd pass of its own, and the gradient of each piece goes back to its produc
 
 Recomputation. A recomputed op's forward tasks run without autograd; its outputs are
 dropped once its last consumer has read them, and each backward task runs the block
-kernel again on the inputs it kept (the same kernel seed: the same dropout) before its
-backward pass, as ``torch.utils.checkpoint`` does for a block.
+kernel again (the same kernel seed: the same dropout) before its backward pass, as
+``torch.utils.checkpoint`` does: a recomputed task keeps no input block that is a
+recomputed task's output on this rank, and makes it again by re-running that task (kept,
+with autograd, for its own backward), so a chain of recomputed tasks holds only the
+first input it kept.
 
 Task times. With ``record_tasks`` a step also reports the compute time of each task
 (``StepResult.task_s``: per op, block shape and pass, the seconds of this rank's tasks
@@ -213,12 +216,47 @@ class RankProgram:
             with torch.no_grad() if recompute else contextlib.nullcontext():
                 outputs, loss = self._run_block(op, region, inputs, state)
             state.clock.stop(began, self._kind(op, region, backward=False))
-            state.inputs[(op.index, k)] = inputs
+            if recompute:
+                state.kept[(op.index, k)] = [None if self._from_recomputed(op, k, slot) else leaf
+                                             for slot, leaf in enumerate(inputs)]
+            else:
+                state.inputs[(op.index, k)] = inputs
             state.outputs[(op.index, k)] = outputs
             if loss is not None:
                 if not recompute:
                     state.losses[(op.index, k)] = loss
                 state.loss_share += float(loss.detach())
+
+    def _from_recomputed(self, op: Op, k: int, slot: int) -> bool:
+        """Whether input ``slot`` of task ``k`` is, as it is, the output block of a
+        recomputed task on this rank: not kept, it is made again when needed."""
+        mine = self.into[(op.index, k, slot)]
+        if len(mine) != 1 or not mine[0].local:
+            return False
+        producer = self.ops[mine[0].producer]
+        if producer.type == "input" or not self.plan.configs[producer.index].recompute:
+            return False
+        out_region = producer.output_regions(self.plan.region(producer, mine[0].m))[mine[0].output]
+        return out_region == op.input_regions(self.plan.region(op, k))[slot]
+
+    def _rerun(self, op: Op, m: int, state: _StepState
+               ) -> tuple[list[torch.Tensor], torch.Tensor | None, list[torch.Tensor]]:
+        """A recomputed task run again with autograd (once: kept until its backward):
+        its outputs, share of the loss and input blocks, those it did not keep made
+        again from the tasks that produced them (a chain of recomputed tasks re-runs
+        from the first input it kept, as a checkpointed segment does)."""
+        key = (op.index, m)
+        if key not in state.reruns:
+            inputs = [leaf if leaf is not None else self._made_again(op, m, slot, state)
+                      for slot, leaf in enumerate(state.kept[key])]
+            outputs, loss = self._run_block(op, self.plan.region(op, m), inputs, state)
+            state.reruns[key] = (outputs, loss, inputs)
+        return state.reruns[key]
+
+    def _made_again(self, op: Op, m: int, slot: int, state: _StepState) -> torch.Tensor:
+        p = self.into[(op.index, m, slot)][0]
+        outputs = self._rerun(self.ops[p.producer], p.m, state)[0]
+        return outputs[p.output].detach().requires_grad_(op.inputs[slot].dtype in FLOAT_DTYPES)
 
     def _run_block(self, op: Op, region: Region, inputs: list[torch.Tensor],
                    state: _StepState) -> tuple[list[torch.Tensor], torch.Tensor | None]:
@@ -279,11 +317,13 @@ class RankProgram:
             region = self.plan.region(op, m)
             if recompute:   # the forward again, its time no task kind's
                 began = state.clock.start()
-                outputs, loss = self._run_block(op, region, state.inputs[(op.index, m)], state)
+                outputs, loss, inputs = self._rerun(op, m, state)
+                del state.reruns[(op.index, m)], state.kept[(op.index, m)]
                 state.clock.stop(began)
             else:
                 outputs = state.outputs.pop((op.index, m))
                 loss = state.losses.pop((op.index, m), None)
+                inputs = state.inputs.pop((op.index, m))
             began = state.clock.start()
             roots, seeds = [], []
             out_regions = op.output_regions(region)
@@ -298,7 +338,6 @@ class RankProgram:
                 seeds.append(torch.ones_like(loss))
             if roots:
                 torch.autograd.backward(roots, seeds)
-            inputs = state.inputs.pop((op.index, m))
             for slot, (leaf, need) in enumerate(zip(inputs, op.input_regions(region))):
                 if leaf.grad is None:
                     continue
@@ -496,6 +535,11 @@ class _StepState:
         self.kernel_seed = kernel_seed
         self.clock = clock
         self.inputs: dict[tuple[int, int], list[torch.Tensor]] = {}
+        #: per recomputed task, its input blocks, None where one is made again
+        self.kept: dict[tuple[int, int], list[torch.Tensor | None]] = {}
+        #: recomputed tasks run again, until their backward
+        self.reruns: dict[tuple[int, int], tuple[list[torch.Tensor], torch.Tensor | None,
+                                                 list[torch.Tensor]]] = {}
         self.outputs: dict[tuple[int, int], list[torch.Tensor]] = {}
         self.losses: dict[tuple[int, int], torch.Tensor] = {}
         self.grads: dict[Piece, torch.Tensor] = {}
