@@ -34,7 +34,7 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -45,7 +45,9 @@ from flextui.graph.kernels.positional import key_of
 from flextui.graph.region import within
 from flextui.graph.tensor import FLOAT_DTYPES
 from flextui.runtime.comm import Comm, PendingSums, Transfer
+from flextui.runtime.computeclock import ComputeClock, TaskKind
 from flextui.runtime.optimizer import SGD, Optimizer
+from flextui.runtime.optimizer_steps import adamw_step, sgd_step
 from flextui.runtime.plan import Piece, Plan, ReplicaSync
 from flextui.runtime.values import StartingParameters, input_block
 
@@ -54,10 +56,6 @@ CLIP_EPS = 1e-6
 
 if TYPE_CHECKING:
     from flextui.runtime.data import DatasetFeed
-
-
-#: one kind of task: an op's index, its block shape, and whether it is the backward pass
-TaskKind = tuple[int, tuple[int, ...], bool]
 
 
 @dataclass(frozen=True)
@@ -439,9 +437,9 @@ class RankProgram:
             for name, param in self.params.items():
                 grad = self._grad(name)
                 if opt.kind == OptimizerKind.ADAMW:
-                    _adamw(param, grad, self.moments[name], lr, opt, self.updates)
+                    adamw_step(param, grad, self.moments[name], lr, opt, self.updates)
                 else:
-                    _sgd(param, grad, self.moments[name][0], lr, opt)
+                    sgd_step(param, grad, self.moments[name][0], lr, opt)
                 param.grad = None
 
     def _clip(self, max_norm: float) -> None:
@@ -457,75 +455,6 @@ class RankProgram:
         scale = torch.clamp(max_norm / (squares.sqrt() + CLIP_EPS), max=1.0)
         for name in self.params:
             self._grad(name).mul_(scale)
-
-
-def _sgd(param: torch.Tensor, grad: torch.Tensor, velocity: torch.Tensor, lr: float,
-         opt: Optimizer) -> None:
-    """torch.optim.SGD's step: g + weight_decay * w into the momentum buffer (which
-    starts at the first gradient: 0 * momentum + g), w - lr * buffer."""
-    if opt.weight_decay != 0:
-        grad = grad.add(param, alpha=opt.weight_decay)
-    velocity.mul_(opt.momentum).add_(grad)
-    param.add_(velocity, alpha=-lr)
-
-
-def _adamw(param: torch.Tensor, grad: torch.Tensor, moments: list[torch.Tensor], lr: float,
-           opt: Optimizer, t: int) -> None:
-    """torch.optim.AdamW's step ``t`` (from 1): decoupled weight decay, the moving
-    averages, their bias corrections."""
-    exp_avg, exp_avg_sq = moments
-    beta1, beta2 = opt.betas
-    param.mul_(1 - lr * opt.weight_decay)
-    exp_avg.lerp_(grad, 1 - beta1)
-    exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
-    step_size = lr / (1 - beta1 ** t)
-    denom = (exp_avg_sq.sqrt() / (1 - beta2 ** t) ** 0.5).add_(opt.eps)
-    param.addcdiv_(exp_avg, denom, value=-step_size)
-
-
-class ComputeClock:
-    """The time a step spends computing: wall time on the CPU; on a GPU, CUDA events
-    around each stretch of kernels, read once the step is done (no synchronisation
-    between tasks). ``by_task`` also sums the time of each task kind named to ``stop``
-    (``task_s``, complete once ``seconds`` has been read)."""
-
-    def __init__(self, device: torch.device, by_task: bool = False) -> None:
-        self.cuda = device.type == "cuda"
-        self.device = device
-        self.total = 0.0
-        self.spans: list[tuple[Any, Any, TaskKind | None]] = []
-        self.by_task = by_task
-        self.task_s: dict[TaskKind, float] = {}
-
-    def start(self) -> Any:
-        if not self.cuda:
-            return time.perf_counter()
-        event = torch.cuda.Event(enable_timing=True)
-        event.record()
-        return event
-
-    def stop(self, started: Any, task: TaskKind | None = None) -> None:
-        """End a stretch of compute begun at ``started``: the task ``task``'s, if given."""
-        if not self.cuda:
-            took = time.perf_counter() - started
-            self.total += took
-            if self.by_task and task is not None:
-                self.task_s[task] = self.task_s.get(task, 0.0) + took
-            return
-        event = torch.cuda.Event(enable_timing=True)
-        event.record()
-        self.spans.append((started, event, task if self.by_task else None))
-
-    def seconds(self) -> float:
-        if self.spans:
-            torch.cuda.synchronize(self.device)
-            for a, b, task in self.spans:
-                took = a.elapsed_time(b) / 1e3
-                self.total += took
-                if task is not None:
-                    self.task_s[task] = self.task_s.get(task, 0.0) + took
-            self.spans.clear()
-        return self.total
 
 
 class _StepState:

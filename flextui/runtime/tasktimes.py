@@ -1,7 +1,7 @@
 """Task times as a rank measured them (``flextui launch --record-profile``).
 
 A rank sums the compute time of its tasks by kind (op, block shape, forward or
-backward: ``engine.ComputeClock``) over the timed steps, and at the end reports, for
+backward: ``computeclock.ComputeClock``) over the timed steps, and at the end reports, for
 each op and block shape, the mean forward and backward time of one task and how many
 task runs the mean is over, in ``tasks`` records (as many as keep each line under
 ``metrics.MAX_LINE``). The launcher merges every rank's into the profile cache
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 
-from flextui.runtime.engine import TaskKind
+from flextui.runtime.computeclock import TaskKind
 from flextui.runtime.metrics import MAX_LINE, TaskRow, Tasks
 
 #: room left in a line for the record's other fields
