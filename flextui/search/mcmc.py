@@ -80,6 +80,7 @@ class Chain:
                                   options.optimizer)
         self.rng = random.Random(chain_seed(options.seed, index))
         self.current_cost = self.sim.reset(initial)
+        self.recomputed = _recomputed(initial)   # ops the current strategy recomputes
         self.initial_cost = self.current_cost
         self.best, self.best_cost = initial, self.current_cost
         self.beta = options.beta if options.beta is not None else default_beta(self.current_cost)
@@ -147,6 +148,8 @@ class Chain:
         if accepted:
             self.accepted += 1
             self.current_cost = proposed
+            self.recomputed += sum(c.recompute - base[name].recompute
+                                   for name, c in dict(changes).items())
             if proposed < self.best_cost:
                 self.improved_iteration, self.improved_elapsed = self.iteration, self.elapsed
             if proposed <= self.best_cost:
@@ -161,7 +164,7 @@ class Chain:
         a config different from the one it has in ``base``)."""
         if self.options.propagation and rng.random() < self.options.propagation:
             return base[op.name], propagation(self.graph, op, base, rng, CONTINUE_CHANCE)
-        if self.recompute and self._may_recompute(base) and rng.random() < self.recompute:
+        if self.recompute and self._may_recompute() and rng.random() < self.recompute:
             changes = recompute_run(self.graph, op, base, rng, CONTINUE_CHANCE)
             if changes and changes[0][0] is op:
                 return changes[0][1], changes[1:]
@@ -174,14 +177,14 @@ class Chain:
             return config, [(t, c) for t, c in twin_configs if base[t.name] != c]
         return config, []
 
-    def _may_recompute(self, base: Strategy) -> bool:
+    def _may_recompute(self) -> bool:
         """Whether a recomputation move is worth making: while the current strategy
-        does not fit (a device over its memory or the budget), or to switch off what an
-        earlier one left recomputed. With memory to spare recomputing only costs time,
-        and the moves it took cut the steps left for splits (RNNLM on 16 GPUs, 3,000
-        steps: best 36-46 ms with them, 33-37 ms without)."""
-        return any(u.over for u in self.sim.memory.usage()) or \
-            any(c.recompute for c in base.values())
+        pays for memory (a device over its memory or the budget: its cost exceeds its
+        makespan), or to switch off what an earlier one left recomputed. With memory to
+        spare recomputing only costs time, and the moves it took cut the steps left for
+        splits (RNNLM on 16 GPUs, 3,000 steps: best 36-46 ms with them, 33-37 ms
+        without). Asked every step, so both are kept, not recounted."""
+        return self.current_cost > self.sim.makespan or self.recomputed > 0
 
     def _accepts(self, proposed: float, draw: float) -> bool:
         if proposed <= self.current_cost:
@@ -214,6 +217,7 @@ class Chain:
     def restart(self) -> RestartEvent:
         """Go back to the best strategy (public FlexFlow restarts chains this way)."""
         self.current_cost = self.sim.reset(self.best)
+        self.recomputed = _recomputed(self.best)
         return RestartEvent(self.index, self.iteration)
 
     def converged(self, by_time: bool) -> bool:
@@ -233,3 +237,7 @@ class Chain:
 
     def frontier_points(self) -> list[FrontierPoint]:
         return [FrontierPoint(p.time, p.memory, p.item.strategy()) for p in self.frontier.points]
+
+
+def _recomputed(strategy: Strategy) -> int:
+    return sum(config.recompute for config in strategy.values())

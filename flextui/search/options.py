@@ -64,9 +64,9 @@ class SearchOptions:
     ``recompute``: the chance that a step switches recomputation (activation
     checkpointing) on or off for an op and often a run of ops after it
     (``flextui.search.recompute``), trading time for memory: made only while the
-    current strategy does not fit (a device over its memory or the memory budget) or
-    has ops recomputed, since otherwise it can only cost time. 0 turns the move off
-    (inference never makes it).
+    current strategy does not fit (a device over its memory or the memory budget; under
+    the "ignore" memory policy nothing is short) or has ops recomputed, since otherwise
+    it can only cost time. 0 turns the move off (inference never makes it).
 
     ``optimizer``: the update training runs (SGD with momentum, AdamW), whose state
     every device's memory holds beside its parameters and gradients.

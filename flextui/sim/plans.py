@@ -224,7 +224,8 @@ class Planner:
              ) -> EdgePlan:
         slots = tuple((slot, t.index) for slot, t in enumerate(consumer.inputs)
                       if t.producer is producer)
-        key = (self.geometry_id(producer), self.geometry_id(consumer), slots, pconf, cconf)
+        key = (self.geometry_id(producer), self.geometry_id(consumer), slots, pconf.split,
+               cconf.split)
         plan = self._edges.get(key)
         if plan is None:
             plan = self._edge(producer, consumer, pconf, cconf)
@@ -275,7 +276,8 @@ class Planner:
 
     def param(self, name: str, users: list[tuple[Op, int]],
               configs: tuple[ParallelConfig, ...]) -> ParamPlan:
-        key = (tuple((self.geometry_id(op), i) for op, i in users), configs)
+        key = (tuple((self.geometry_id(op), i) for op, i in users),
+               tuple(config.split for config in configs))
         plan = self._params.get(key)
         if plan is None:
             plan = self._param(name, users, configs)
@@ -337,7 +339,7 @@ class Planner:
 
     def _param_blocks(self, op: Op, i: int, config: ParallelConfig) -> tuple:
         """The shard of ``op``'s parameter ``i`` each task of ``config`` uses."""
-        key = (self.geometry_id(op), i, config)
+        key = (self.geometry_id(op), i, config.degrees)   # regions: the degrees alone
         regions = self._param_regions.get(key)
         if regions is None:
             regions = tuple(op.param_region(i, r) for r in config.regions(op))

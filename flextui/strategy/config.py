@@ -59,6 +59,12 @@ class ParallelConfig:
             ParallelConfig(self.degrees, self.devices, recompute)
 
     @cached_property
+    def split(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """(degrees, devices): what the op's blocks, their places and so its transfers
+        and replica groups depend on; recomputation changes none of them."""
+        return self.degrees, self.devices
+
+    @cached_property
     def distinct_devices(self) -> tuple[int, ...]:
         return tuple(sorted(set(self.devices)))
 
