@@ -145,3 +145,27 @@ def children(parent: int | None = None, running: str = "") -> list[int]:
             if after[1] == me and after[0] != "Z" and running in command:
                 found.append(int(stat.parent.name))
     return found
+
+
+def torchrun_rows(script: Path, ranks: int) -> list[dict]:
+    """Run ``script`` under torchrun on ``ranks`` local gloo ranks (one thread each) and
+    return the JSON lines its ranks printed; the launch's process group is killed after,
+    whatever happened."""
+    import json
+    import subprocess
+    import sys
+
+    from flextui.runtime.launch import free_port
+    command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
+               "--nproc-per-node", str(ranks), "--rdzv-backend", "c10d", "--rdzv-endpoint",
+               f"localhost:{free_port()}", "--max-restarts", "0", str(script)]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"},
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=HANG_S)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, err[-4000:]
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]

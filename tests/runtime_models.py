@@ -1,10 +1,16 @@
 """The small models and the strategies the runtime is checked on: the issue's LeNet,
 MLP, RNN (rnnlm), transformer and DLRM at a batch every strategy on up to 4 devices
-divides, under data-parallel, model-parallel, expert and five random strategies, and two
-of them with ops recomputed."""
+divides, under data-parallel, model-parallel, expert and five random strategies, two
+of them with ops recomputed and three with parameters' training state sharded."""
 
 from flextui.graph.library import load_model
-from flextui.strategy import ParallelConfig, Strategy, builtin_strategy, random_strategy
+from flextui.strategy import (
+    ParallelConfig,
+    ShardStage,
+    Strategy,
+    builtin_strategy,
+    random_strategy,
+)
 
 SMALL_MODELS = {
     "lenet": {},
@@ -14,7 +20,8 @@ SMALL_MODELS = {
     "dlrm": {"num_tables": 2, "rows_per_table": 20, "embed_dim": 8},
 }
 STRATEGIES = ["data-parallel", "model-parallel", "expert", "random-1", "random-2", "random-3",
-              "random-4", "random-5", "recompute-data-parallel", "recompute-random-2"]
+              "random-4", "random-5", "recompute-data-parallel", "recompute-random-2",
+              "zero1-data-parallel", "zero2-random-3", "zero2-recompute-random-2"]
 
 
 def small(name):
@@ -23,7 +30,16 @@ def small(name):
 
 def strategy(name, graph, cluster):
     """A test strategy by name; ``recompute-NAME``: NAME with every other op that has a
-    backward pass recomputed (every one under data parallelism)."""
+    backward pass recomputed (every one under data parallelism); ``zero1-NAME``: NAME
+    with every parameter's training state sharded at stage 1; ``zero2-NAME``: every
+    other parameter's at stage 2 (in the graph's order), the rest at stage 1."""
+    if name.startswith(("zero1-", "zero2-")):
+        base = strategy(name[len("zero1-"):], graph, cluster)
+        names = list(graph.parameters)
+        if name.startswith("zero1-"):
+            return base.with_shards(dict.fromkeys(names, ShardStage.OPTIMIZER))
+        return base.with_shards({n: ShardStage.GRADIENTS if i % 2 == 0 else
+                                 ShardStage.OPTIMIZER for i, n in enumerate(names)})
     if name.startswith("recompute-"):
         base = strategy(name.removeprefix("recompute-"), graph, cluster)
         step = 1 if name == "recompute-data-parallel" else 2
@@ -38,4 +54,4 @@ def on_one_rank(s):
     """The same partition with every task on rank 0."""
     return Strategy({n: ParallelConfig(c.degrees, (0,) * len(c.devices), c.recompute)
                      for n, c in s.items()},
-                    s.name)
+                    s.name, s.shards)

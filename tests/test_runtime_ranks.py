@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 
 from flextui.cli import main
-from flextui.runtime.launch import RunStatus, free_port
+from flextui.runtime.launch import RunStatus
 from flextui.runtime.metrics import End, Failed, Start, Steps
 from flextui.runtime.runlog import read_run_log
 from helpers import HANG_S
-from processes import end, listening, parent_of, wait_gone
+from processes import end, listening, parent_of, torchrun_rows, wait_gone
 from runtime_models import SMALL_MODELS, STRATEGIES
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("gloo")]
@@ -38,18 +38,7 @@ def test_every_strategy_trains_as_one_process_and_moves_the_simulated_bytes(rank
     1e-9 relative (float64); each rank's bytes in one step equal its device's in the
     simulated Timeline, and the gradient all-reduces it starts the simulated buckets
     it is in."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1",
-               "--nproc-per-node", str(ranks), "--rdzv-backend", "c10d", "--rdzv-endpoint",
-               f"localhost:{free_port()}", "--max-restarts", "0", str(RUNNER)]
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=ENV, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=HANG_S)
-    finally:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert proc.returncode == 0, err[-4000:]
-    rows = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    rows = torchrun_rows(RUNNER, ranks)
     assert len(rows) == ranks * len(SMALL_MODELS) * len(STRATEGIES)
     for row in rows:
         assert row["loss_error"] < 1e-9 and row["param_error"] < 1e-9, row

@@ -1,5 +1,6 @@
 """Delta simulation gives exactly the full simulation's timeline, task by task, with
-proposals that split ops and switch their recomputation."""
+proposals that split ops, switch their recomputation and set parameters' shard
+stages."""
 
 import random
 import tomllib
@@ -11,7 +12,8 @@ from flextui.cost import AnalyticCostModel
 from flextui.graph.library import model_names
 from flextui.machine import parse_cluster
 from flextui.sim import DeltaSimulator, Simulator
-from flextui.strategy import builtin_strategy, random_config
+from flextui.strategy import ShardStage, builtin_strategy, random_config
+from flextui.strategy.shards import BUILT_STAGES
 from helpers import cluster, model
 
 # smaller unrollings keep the full simulations this test compares against quick
@@ -32,6 +34,15 @@ def proposed_config(op, where, rng, strategy):
         op.type != "input" and rng.random() < 0.25)
 
 
+def random_stages(graph, rng):
+    """A quarter of the time, 1..3 random parameters' shard stages (any built one)."""
+    if not graph.parameters or rng.random() >= 0.25:
+        return {}
+    return {name: rng.choice(BUILT_STAGES)
+            for name in rng.sample(sorted(graph.parameters), min(3, len(graph.parameters)))[
+                :rng.randint(1, 3)]}
+
+
 def random_changes(graph, where, rng, max_ops, strategy):
     """1..max_ops (op, config) pairs: a random op and some of its graph neighbours (so
     changes share edges), sometimes the same op twice."""
@@ -48,16 +59,21 @@ def run_proposals(graph, where, proposals, seed, check_every=1, max_ops=1):
     full = Simulator(graph, where, cost_model)
     delta = DeltaSimulator(graph, where, cost_model)
     rng = random.Random(seed)
-    delta.reset(builtin_strategy(rng.choice(["data-parallel", "expert", "random"]), graph, where))
+    start = builtin_strategy(rng.choice(["data-parallel", "expert", "random"]), graph, where)
+    delta.reset(start.with_shards(dict.fromkeys(list(graph.parameters)[::3],
+                                                ShardStage.GRADIENTS)))
     for step in range(proposals):
+        stages = random_stages(graph, rng)
         if max_ops == 1:
             op = rng.choice(graph.ops)
             changes = [(op, proposed_config(op, where, rng, delta.strategy))]
-            cost = delta.propose(*changes[0])
+            cost = delta.propose_many(changes, stages=stages) if stages else \
+                delta.propose(*changes[0])
         else:
             changes = random_changes(graph, where, rng, max_ops, delta.strategy)
-            cost = delta.propose_many(changes)
-        proposed = delta.strategy.replace_all({op.name: config for op, config in changes})
+            cost = delta.propose_many(changes, stages=stages)
+        proposed = delta.strategy.replace_all(
+            {op.name: config for op, config in changes}).with_shards(stages)
         if step % check_every == 0:
             expected = full.simulate(proposed)
             assert cost == expected.cost, f"step {step}: {changes}"

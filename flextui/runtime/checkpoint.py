@@ -29,8 +29,10 @@ def _state(program: RankProgram) -> dict[str, torch.Tensor]:
     state = {}
     for name, param in program.params.items():
         state[param_key(program.rank, name)] = param.detach()
-        for i, moment in enumerate(program.moments[name]):
+        for i, moment in enumerate(program.moments.get(name, ())):
             state[f"rank{program.rank}/moment{i}/{name}"] = moment
+    for key, tensor in program.sharded.state_tensors().items():
+        state[f"rank{program.rank}/sharded/{key}"] = tensor
     return state
 
 

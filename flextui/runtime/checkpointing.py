@@ -63,10 +63,14 @@ class Checkpointing:
 
 def strategy_fingerprint(graph: OpGraph, strategy: Strategy, num_ranks: int) -> str:
     """A stable hash of how ``strategy`` places ``graph`` on ``num_ranks`` ranks: what
-    decides which boxes each rank's shards are."""
+    decides which boxes each rank's shards are, and which parts of them it keeps the
+    optimizer's state of."""
     configs = [[op.name, list(strategy[op.name].degrees), list(strategy[op.name].devices)]
                for op in graph.ops]
-    data = json.dumps([num_ranks, configs], separators=(",", ":"))
+    placed: list[object] = [num_ranks, configs]
+    if strategy.shards:   # sharded state is saved by bucket: its stages decide those
+        placed.append(sorted((name, int(stage)) for name, stage in strategy.shards.items()))
+    data = json.dumps(placed, separators=(",", ":"))
     return hashlib.sha256(data.encode()).hexdigest()[:16]
 
 

@@ -18,6 +18,11 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
+#: the collectives into and out of one tensor (named ``*_single`` from torch 2.13, where
+#: the older names warn that they are deprecated)
+_reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+_all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
 
 @dataclass
 class Traffic:
@@ -90,6 +95,25 @@ class Comm:
         self.traffic.received += nbytes
         self.traffic.sums += 1
         pending.works.append(dist.all_reduce(flat, group=self._groups[ranks], async_op=True))
+
+    def start_reduce_scatter(self, ranks: tuple[int, ...], out: torch.Tensor,
+                             flat: torch.Tensor, nbytes: int, pending: PendingSums) -> None:
+        """Start summing ``flat`` over ``ranks``, this rank's part into ``out`` (a sharded
+        bucket of ``nbytes``: counted as its all-reduce would be, and its all-gather
+        not again, as the simulator's one sync task of the bucket counts them)."""
+        self.traffic.sent += nbytes
+        self.traffic.received += nbytes
+        self.traffic.sums += 1
+        pending.works.append(_reduce_scatter(out, flat, group=self._groups[ranks],
+                                             async_op=True))
+
+    def gather(self, ranks: tuple[int, ...], out: torch.Tensor, part: torch.Tensor) -> None:
+        """Gather every rank's ``part`` of ``ranks`` into ``out``, in rank order, now."""
+        started = time.perf_counter()
+        _all_gather(out, part, group=self._groups[ranks])
+        if self._synchronize:
+            torch.cuda.synchronize(self.device)
+        self.traffic.wait_s += time.perf_counter() - started
 
     def sum_all(self, value: torch.Tensor) -> None:
         """Sum ``value`` over every rank in place, now (the default group: nothing else

@@ -3,7 +3,8 @@ task through its block kernel (``graph.kernels``, the kernels the profiler times
 plan's pieces moved between ranks, replica groups' gradients summed, then the update
 (``optimizer``: SGD or AdamW at the step's learning rate, after clipping the global
 gradient norm) on the shards this rank holds, element by element as torch's optimizer
-does it on the whole parameter.
+does it on the whole parameter; a sharded parameter's groups are reduce-scattered,
+updated in parts and all-gathered (``sharded``).
 
 The global gradient norm is every parameter element's gradient counted once: each rank
 sums the squares of the cells it counts (``Plan.norm_cells``: a replicated element on
@@ -38,7 +39,6 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from flextui.cost.optimizers import OptimizerKind
 from flextui.graph import Op, Region
 from flextui.graph.kernels import kernel_for
 from flextui.graph.kernels.positional import key_of
@@ -47,8 +47,9 @@ from flextui.graph.tensor import FLOAT_DTYPES
 from flextui.runtime.comm import Comm, PendingSums, Transfer
 from flextui.runtime.computeclock import ComputeClock, TaskKind
 from flextui.runtime.optimizer import SGD, Optimizer
-from flextui.runtime.optimizer_steps import adamw_step, sgd_step
+from flextui.runtime.optimizer_steps import optimizer_step
 from flextui.runtime.plan import Piece, Plan, ReplicaSync
+from flextui.runtime.sharded import ShardedState
 from flextui.runtime.values import StartingParameters, input_block
 
 #: what torch.nn.utils.clip_grad_norm_ adds to the norm it divides by
@@ -106,10 +107,13 @@ class RankProgram:
             if rank in per_rank:
                 box = self.boxes[name] = per_rank[rank]
                 self.params[name] = start.block(name, box, dtype, self.device).requires_grad_()
-        #: per parameter, the optimizer's state: SGD's momentum buffer, AdamW's moving
-        #: averages of the gradient and of its square
+        #: the state of the parameters whose training state is sharded (``sharded``)
+        self.sharded = ShardedState(plan, rank, comm, self.params, self.boxes,
+                                    optimizer.kind.states)
+        #: per other parameter, the optimizer's state: SGD's momentum buffer, AdamW's
+        #: moving averages of the gradient and of its square
         self.moments = {name: [torch.zeros_like(p) for _ in range(optimizer.kind.states)]
-                        for name, p in self.params.items()}
+                        for name, p in self.params.items() if name not in self.sharded.sharded}
         self.updates = 0   # the updates done: AdamW's bias corrections count them
         self.buckets = [b for b in plan.buckets if rank in b[0].ranks]
         #: the pieces of each local task's input (op, k, slot) and output (op, m, o)
@@ -162,6 +166,8 @@ class RankProgram:
         self._finish_syncs(state)
         self._update(step)
         state.clock.stop(began)
+        with torch.no_grad():
+            self.sharded.gather()
         compute_s = state.clock.seconds()  # on a GPU, once the step's kernels are done
         traffic = self.comm.traffic
         return StepResult(state.loss_share, time.perf_counter() - started, compute_s,
@@ -397,6 +403,9 @@ class RankProgram:
         when it is one group whose one cell is the rank's whole box (data parallelism),
         else gathered into a buffer and scattered back when the sums are done."""
         first = bucket[0]
+        if first.stage:
+            self.sharded.start(bucket, self._grad, pending)
+            return
         grad = self._grad(first.param)
         if len(bucket) == 1 and first.cells == (self.boxes[first.param],) \
                 and grad.is_contiguous():
@@ -434,12 +443,11 @@ class RankProgram:
         with torch.no_grad():
             if opt.grad_clip is not None:
                 self._clip(opt.grad_clip)
-            for name, param in self.params.items():
-                grad = self._grad(name)
-                if opt.kind == OptimizerKind.ADAMW:
-                    adamw_step(param, grad, self.moments[name], lr, opt, self.updates)
-                else:
-                    sgd_step(param, grad, self.moments[name][0], lr, opt)
+            for name, moments in self.moments.items():
+                optimizer_step(opt, self.params[name], self._grad(name), moments, lr,
+                               self.updates)
+            self.sharded.update(opt, lr, self.updates, self._grad)
+            for param in self.params.values():
                 param.grad = None
 
     def _clip(self, max_norm: float) -> None:
@@ -451,10 +459,12 @@ class RankProgram:
             for cell in self.plan.norm_cells[name].get(self.rank, ()):
                 part = grad[within(cell, box)]
                 squares += torch.sum(part * part)
+        squares += self.sharded.squares()
         self.comm.sum_all(squares)
         scale = torch.clamp(max_norm / (squares.sqrt() + CLIP_EPS), max=1.0)
         for name in self.params:
             self._grad(name).mul_(scale)
+        self.sharded.scale(scale)
 
 
 class _StepState:

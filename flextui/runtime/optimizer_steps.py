@@ -5,7 +5,17 @@ from __future__ import annotations
 
 import torch
 
+from flextui.cost.optimizers import OptimizerKind
 from flextui.runtime.optimizer import Optimizer
+
+
+def optimizer_step(opt: Optimizer, param: torch.Tensor, grad: torch.Tensor,
+                   moments: list[torch.Tensor], lr: float, t: int) -> None:
+    """``opt``'s step ``t`` (from 1) on ``param`` with its state ``moments``."""
+    if opt.kind == OptimizerKind.ADAMW:
+        adamw_step(param, grad, moments, lr, opt, t)
+    else:
+        sgd_step(param, grad, moments[0], lr, opt)
 
 
 def sgd_step(param: torch.Tensor, grad: torch.Tensor, velocity: torch.Tensor, lr: float,

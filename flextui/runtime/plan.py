@@ -27,7 +27,7 @@ from flextui.graph.tensor import FLOAT_DTYPES, dtype_bytes
 from flextui.sim.buckets import CPU_BUCKET_BYTES, bucket_starts, sync_order
 from flextui.sim.overlaps import overlap_regions
 from flextui.sim.replicas import replica_cells
-from flextui.strategy import ParallelConfig, Strategy
+from flextui.strategy import ParallelConfig, ShardStage, Strategy
 
 
 @dataclass(frozen=True, eq=False)
@@ -56,13 +56,16 @@ class Piece:
 @dataclass(frozen=True)
 class ReplicaSync:
     """One replica group of a parameter: the ranks holding the atoms ``cells``, whose
-    gradients are summed over them (an all-reduce of ``numel`` elements)."""
+    gradients are summed over them (an all-reduce of ``numel`` elements; for a sharded
+    parameter, ``stage`` above NONE, a reduce-scatter and, after the update, an
+    all-gather)."""
 
     param: str
     ranks: tuple[int, ...]
     cells: tuple[Region, ...]
     numel: int
     nbytes: int
+    stage: ShardStage = ShardStage.NONE
 
 
 @dataclass
@@ -84,8 +87,12 @@ class Plan:
     #: per input op of an integer dtype: the values its data must stay below
     index_bounds: dict[int, int] = field(default_factory=dict)
     #: per parameter and rank: the cells of its box whose gradient the rank counts in
-    #: the global gradient norm (every element once: on the lowest rank holding it)
+    #: the global gradient norm (every element once: on the lowest rank holding it; a
+    #: sharded group's elements are counted by the rank whose part they are, apart)
     norm_cells: dict[str, dict[int, tuple[Region, ...]]] = field(default_factory=dict)
+    #: per sharded parameter and rank: the cells of its box no other rank holds (the
+    #: rank updates them itself; its replica groups' parts, by bucket)
+    alone_cells: dict[str, dict[int, tuple[Region, ...]]] = field(default_factory=dict)
 
     def tasks_on(self, op: Op, rank: int) -> list[int]:
         """The tasks of ``op`` that run on ``rank``."""
@@ -149,9 +156,10 @@ def compile_plan(graph: OpGraph, strategy: Strategy, num_ranks: int,
         pieces.sort(key=order)
     for pieces in pieces_from:
         pieces.sort(key=order)
-    syncs, boxes, norm_cells = _parameters(graph, configs)
+    syncs, boxes, norm_cells, alone_cells = _parameters(graph, configs, strategy)
     return Plan(graph, strategy, num_ranks, configs, pieces_into, pieces_from, syncs,
-                _buckets(syncs, bucket_bytes), boxes, index_bounds(graph), norm_cells)
+                _buckets(syncs, bucket_bytes), boxes, index_bounds(graph), norm_cells,
+                alone_cells)
 
 
 def _forward_key(p: Piece) -> tuple[int, int, int, int, int]:
@@ -174,20 +182,25 @@ def _check_tiled(op: Op, config: ParallelConfig, pieces: list[Piece]) -> None:
                                     "assemble it")
 
 
-def _parameters(graph: OpGraph, configs: list[ParallelConfig],
-                ) -> tuple[list[ReplicaSync], dict[str, dict[int, Region]],
-                           dict[str, dict[int, tuple[Region, ...]]]]:
+Cells = dict[str, dict[int, tuple[Region, ...]]]
+
+
+def _parameters(graph: OpGraph, configs: list[ParallelConfig], strategy: Strategy,
+                ) -> tuple[list[ReplicaSync], dict[str, dict[int, Region]], Cells, Cells]:
     """Each parameter's replica groups (in the order ranks issue their all-reduces,
     ``sim.buckets.sync_order``, then by group) and, per rank, the box of the parameter
-    its shards lie in and the cells it counts in the gradient norm."""
+    its shards lie in, the cells it counts in the gradient norm and, of a sharded
+    parameter, the cells it alone holds."""
     users: dict[str, list[tuple[Op, int]]] = {}
     for op in graph.ops:
         for i, p in enumerate(op.params):
             users.setdefault(p.name, []).append((op, i))
     syncs: dict[str, list[ReplicaSync]] = {}
     boxes: dict[str, dict[int, Region]] = {}
-    norm_cells: dict[str, dict[int, tuple[Region, ...]]] = {}
+    norm_cells: Cells = {}
+    alone_cells: Cells = {}
     for name, used_by in users.items():
+        stage = strategy.shard(name)
         param = graph.parameters[name]
         blocks = tuple((op.param_region(i, region), configs[op.index].devices[k])
                        for op, i in used_by
@@ -200,18 +213,25 @@ def _parameters(graph: OpGraph, configs: list[ParallelConfig],
         norm_cells[name] = {}
         syncs[name] = []
         for ranks, cells, _ in replica_cells(blocks):
-            norm_cells[name][ranks[0]] = (*norm_cells[name].get(ranks[0], ()), *cells)
+            if len(ranks) == 1 and stage:
+                alone = alone_cells.setdefault(name, {})
+                alone[ranks[0]] = (*alone.get(ranks[0], ()), *cells)
+            if len(ranks) == 1 or not stage:
+                norm_cells[name][ranks[0]] = (*norm_cells[name].get(ranks[0], ()), *cells)
             if len(ranks) > 1:
                 numel = sum(math.prod(hi - lo for lo, hi in cell) for cell in cells)
                 syncs[name].append(ReplicaSync(name, ranks, tuple(cells), numel,
-                                               numel * dtype_bytes(param.dtype)))
-    return [s for name in sync_order(users) for s in syncs[name]], boxes, norm_cells
+                                               numel * dtype_bytes(param.dtype), stage))
+    return ([s for name in sync_order(users) for s in syncs[name]], boxes, norm_cells,
+            alone_cells)
 
 
 def _buckets(syncs: list[ReplicaSync], limit: int) -> list[tuple[ReplicaSync, ...]]:
-    """The syncs, in order, grouped into the buckets ``sim.buckets`` decides."""
+    """The syncs, in order, grouped into the buckets ``sim.buckets`` decides (a bucket
+    holds groups of one rank set and one shard stage, as the simulator's do)."""
     buckets: list[list[ReplicaSync]] = []
-    for sync, starts in zip(syncs, bucket_starts(((s.ranks, s.nbytes) for s in syncs), limit)):
+    for sync, starts in zip(syncs, bucket_starts((((s.ranks, s.stage), s.nbytes)
+                                                  for s in syncs), limit)):
         if starts:
             buckets.append([])
         buckets[-1].append(sync)

@@ -25,10 +25,12 @@ from flextui.runtime.checkpointing import Checkpointing
 from flextui.runtime.datafeed import DataFeed
 from flextui.runtime.optimizer import LrSchedule, Optimizer
 from flextui.strategy import ParallelConfig, Strategy
+from flextui.strategy.file import shards_from_json, shards_to_json
 
 #: version 3: the training's optimizer, schedule and clipping, and what it trains on;
-#: version 4: an op's config may be recomputed
-LAUNCH = DocumentFormat("flextui-launch", 4, "launch plan")
+#: version 4: an op's config may be recomputed; version 5: the strategy may shard
+#: parameters' training state (a third item, the strategy file's ``params`` section)
+LAUNCH = DocumentFormat("flextui-launch", 5, "launch plan")
 #: The environment variable that gives every rank its launcher's PID (a rank whose
 #: launcher is gone ends itself; see ``worker``).
 LAUNCHER_PID = "FLEXTUI_LAUNCHER_PID"
@@ -127,7 +129,10 @@ class LaunchSpec:
         t = self.training
         source = self.graph.source
         configs = [config_to_list(self.strategy[op.name]) for op in self.graph.ops]
-        return {"graph": self.graph.to_dict(), "strategy": [self.strategy.name, configs],
+        strategy: list[object] = [self.strategy.name, configs]
+        if self.strategy.shards:
+            strategy.append(shards_to_json(self.strategy, self.graph))
+        return {"graph": self.graph.to_dict(), "strategy": strategy,
                 "num_ranks": self.num_ranks,
                 "training": {"steps": t.steps, "warmup": t.warmup, "seed": t.seed, "lr": t.lr,
                              "momentum": t.momentum, "dtype": str(t.dtype),
@@ -172,10 +177,15 @@ class LaunchSpec:
         elif graph.imported:
             f.fail("model", f"graph {graph.name!r} is imported from a PyTorch module and the "
                             "plan carries no model source")
-        name, configs = f.items(body["strategy"], "strategy", 2)
+        listed = f.items(body["strategy"], "strategy")
+        if len(listed) not in (2, 3):
+            f.fail("strategy", f"expected [name, configs] and the sharded parameters, found "
+                               f"{len(listed)} items")
+        name, configs, *shards = listed
         configs = f.items(configs, "strategy configs", len(graph.ops))
         strategy = Strategy({op.name: _config(f, c) for op, c in zip(graph.ops, configs)},
-                            f.string(name, "strategy name", empty=True))
+                            f.string(name, "strategy name", empty=True),
+                            shards_from_json(shards[0], graph, f) if shards else {})
         return cls(graph, strategy, f.integer(body["num_ranks"], "num_ranks", 1),
                    _training(f, body["training"]))
 

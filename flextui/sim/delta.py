@@ -8,7 +8,8 @@ earliest time any removed or added task is ready: everything ready before ``t0``
 provably unchanged, and after it only tasks whose predecessors or resource queues
 changed are re-timed (see ``schedule.reschedule``). ``propose_many`` does the same for
 several ops at once (``TaskGraph.replace_ops``: each edge and shared parameter rebuilt
-once), with one re-simulation. The resulting times are identical to
+once), with one re-simulation; it also takes parameters' new shard stages (their
+syncs' and updates' units rebuilt). The resulting times are identical to
 a full simulation of the new strategy, which a property test checks task by task.
 The re-simulation keeps a journal of the times it overwrote: ``reject`` restores the
 detached tasks and those times, so it costs what the proposal changed, not the graph's
@@ -18,7 +19,7 @@ size; ``accept`` frees the detached tasks.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from flextui.cost.model import CostModel
 from flextui.cost.optimizers import OptimizerKind
@@ -29,7 +30,8 @@ from flextui.sim.schedule import Times, reschedule, schedule, undo
 from flextui.sim.simulator import Simulator
 from flextui.sim.taskgraph import Change, TaskGraph
 from flextui.sim.timeline import Timeline, build_timeline
-from flextui.strategy import ParallelConfig, Strategy
+from flextui.strategy import ParallelConfig, ShardStage, Strategy
+from flextui.strategy.shards import BUILT_STAGES
 
 
 class DeltaSimulator:
@@ -65,17 +67,24 @@ class DeltaSimulator:
         return self.propose_many([(op, config)], limit, deadline)
 
     def propose_many(self, changes: Sequence[tuple[Op | str, ParallelConfig]],
-                     limit: float = math.inf, deadline: float = math.inf) -> float:
+                     limit: float = math.inf, deadline: float = math.inf,
+                     stages: Mapping[str, ShardStage] | None = None) -> float:
         """Simulate the current strategy with every listed op's config replaced (in
-        order; a later entry for the same op wins); return its cost. Once the makespan
+        order; a later entry for the same op wins) and every parameter in ``stages``
+        given its shard stage; return its cost. Once the makespan
         provably exceeds ``limit`` (s) the simulation stops: ``cut_short`` is then true,
         the cost returned is only a lower bound, and the proposal can only be rejected.
         Once ``time.monotonic()`` passes ``deadline`` the proposal is abandoned: the
         simulator is left as it was and TimeoutError raised (a search's time budget)."""
         if self._pending is not None:
             raise RuntimeError("accept() or reject() the previous proposal first")
-        if not changes:
-            raise ValueError("propose_many needs at least one (op, config)")
+        if not changes and not stages:
+            raise ValueError("propose_many needs at least one (op, config) or stage")
+        for name, stage in (stages or {}).items():
+            if name not in self.graph.parameters:
+                raise ValueError(f"graph {self.graph.name!r} has no parameter {name!r}")
+            if stage not in BUILT_STAGES:
+                raise ValueError(f"shard stage {int(stage)} is not built yet")
         resolved = []
         for op, config in changes:
             op = self.graph.op(op) if isinstance(op, str) else op
@@ -83,7 +92,7 @@ class DeltaSimulator:
             resolved.append((op, config))
         tg, times = self.tg, self.times
         saved = self.makespan
-        change = tg.replace_ops(resolved, deadline)
+        change = tg.replace_ops(resolved, deadline, stages)
         self._account(change, +1)
         t0 = tg.store.earliest_ready(times.ready, times.end, change.added, change.removed)
         try:
@@ -106,7 +115,8 @@ class DeltaSimulator:
         self.tg.commit(change)
         self.tg.store.forget()
         self.strategy = self.strategy.replace_all(
-            {self.graph.ops[i].name: self.tg.configs[i] for i in change.ops})
+            {self.graph.ops[i].name: self.tg.configs[i] for i in change.ops}).with_shards(
+            {name: self.tg.stages.get(name, ShardStage.NONE) for name in change.stages})
 
     def reject(self) -> None:
         change, makespan = self._take()

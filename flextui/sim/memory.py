@@ -2,7 +2,8 @@
 
 Memory on a device = its parameter shards, and in training their gradients and the
 optimizer's state (SGD's momentum, one tensor of the shard's size; AdamW's two moving
-averages, two), + the activations kept for backward (every forward
+averages, two) -- of a sharded parameter's replica group only its part of them
+(``strategy.shards``), + the activations kept for backward (every forward
 task's outputs, but a recomputed op's, and every input block received from another
 device; in inference too, an upper bound) + the largest workspace of any of its tasks.
 
@@ -61,6 +62,8 @@ class MemoryTracker:
         self.optimizer_states = optimizer.states
         n = tg.num_devices
         self.params = [0] * n
+        self.grads = [0] * n
+        self.states = [0] * n
         self.activations = array("q", bytes(8 * n))
         self.workspaces: list[Counter] = [Counter() for _ in range(n)]
         for shards in tg.param_shards.values():
@@ -75,13 +78,17 @@ class MemoryTracker:
     def shards(self, old: Shards | None, new: Shards | None) -> None:
         for shards, sign in ((old, -1), (new, +1)):
             if shards is not None:
-                for d, nbytes in zip(shards.devices, shards.nbytes):
+                for d, nbytes, grads, states in zip(shards.devices, shards.nbytes,
+                                                    shards.grads, shards.states):
                     self.params[d] += sign * nbytes
+                    self.grads[d] += sign * grads
+                    self.states[d] += sign * states
 
     def usage(self) -> list[MemoryUsage]:
         state = 1 if self.tg.training else 0
         kept = state * self.optimizer_states
-        return [MemoryUsage(p, p * state, p * kept, self.activations[d],
+        return [MemoryUsage(p, self.grads[d] * state, self.states[d] * kept,
+                            self.activations[d],
                             max((w for w, c in self.workspaces[d].items() if c > 0), default=0),
                             self.tg.cluster.device(d).spec.memory_bytes)
                 for d, p in enumerate(self.params)]

@@ -9,7 +9,8 @@ loop over them (see ``taskgraph`` for the rules the tasks follow).
   ``overlaps``) with, per overlap, the route's hops there and back: resource sets and
   transfer times.
 - ``ParamPlan`` (``unit_plan``): a parameter's replica groups under its users' configs
-  (``replicas``) with each group's all-reduce, and the shard each device updates;
+  (``replicas``) and its shard stage with each group's all-reduce, and the shard each
+  device holds, keeps the gradient of and updates;
   ``Planner.unit`` merges the plans of parameters whose gradients share buckets
   (``buckets``) into one.
 
@@ -43,8 +44,9 @@ from flextui.sim.buckets import cluster_bucket_limit
 from flextui.sim.overlaps import block_overlaps
 from flextui.sim.replicas import replica_plan
 from flextui.sim.taskstore import TaskStore
-from flextui.sim.unit_plan import ParamPlan, Shards, merge_unit
-from flextui.strategy import ParallelConfig
+from flextui.sim.unit_plan import ParamPlan, merge_unit, shards_of
+from flextui.strategy import ParallelConfig, ShardStage
+from flextui.strategy.shards import shard_numel
 
 #: entries a plan memo keeps before it starts over (bounds memory on long searches)
 PLAN_MEMO_LIMIT = 200_000
@@ -121,7 +123,7 @@ class Planner:
         self._transfer_memo: dict[tuple[int, int], float] = {}
         self._params: dict[tuple, ParamPlan] = {}
         self._rings: dict[tuple[int, ...], int] = {}
-        self._device_sets: dict[tuple[int, ...], int] = {}
+        self._device_sets: dict[tuple[tuple[int, ...], ShardStage], int] = {}
         #: the most bytes one all-reduce sums (``buckets``), as the runtime's ranks do
         self.bucket_bytes = cluster_bucket_limit(cluster)
         self._bulk = _BulkEdges.for_cluster(cluster, cost, self.hop_rset)
@@ -275,17 +277,22 @@ class Planner:
     # -- parameters ---------------------------------------------------------------------
 
     def param(self, name: str, users: list[tuple[Op, int]],
-              configs: tuple[ParallelConfig, ...]) -> ParamPlan:
+              configs: tuple[ParallelConfig, ...], stage: ShardStage = ShardStage.NONE,
+              ) -> ParamPlan:
         key = (tuple((self.geometry_id(op), i) for op, i in users),
-               tuple(config.split for config in configs))
+               tuple(config.split for config in configs), stage)
         plan = self._params.get(key)
         if plan is None:
-            plan = self._param(name, users, configs)
+            plan = self._param(name, users, configs, stage)
             _memo_put(self._params, key, plan)
         return plan
 
     def _param(self, name: str, users: list[tuple[Op, int]],
-               configs: tuple[ParallelConfig, ...]) -> ParamPlan:
+               configs: tuple[ParallelConfig, ...], stage: ShardStage) -> ParamPlan:
+        """The parameter's replica groups; a group on several devices sums its gradients
+        (an all-reduce, or for a sharded stage a reduce-scatter and an all-gather of the
+        same bytes: the same time), and each of its devices keeps a shard's gradient
+        (stage 2) and updates and keeps the state of a shard (stages 1 and 2)."""
         blocks = tuple((region, config.devices[k])
                        for (op, i), config in zip(users, configs)
                        for k, region in enumerate(self._param_blocks(op, i, config)))
@@ -295,7 +302,7 @@ class Planner:
             array("i")
         grsets, gdurations, gnbytes = array("i"), array("d"), array("q")
         syncs = []
-        shard_bytes: dict[int, int] = {}
+        held: dict[int, list[int]] = {}   # device -> [bytes, gradient bytes, state bytes]
         for devices, numel, block_ids in replica_plan(blocks):
             nbytes = numel * width
             gdevices.extend(devices)
@@ -303,22 +310,28 @@ class Planner:
             gblockids.extend(block_ids)
             gblocks.append(len(gblockids))
             gnbytes.append(nbytes)
+            sharded = stage if len(devices) > 1 else ShardStage.NONE
+            part = shard_numel(numel, len(devices)) * width if sharded else nbytes
             for d in devices:
-                shard_bytes[d] = shard_bytes.get(d, 0) + nbytes
+                sums = held.setdefault(d, [0, 0, 0])
+                sums[0] += nbytes
+                sums[1] += part if sharded >= ShardStage.GRADIENTS else nbytes
+                sums[2] += part
             if len(devices) > 1 and self.training:
                 grsets.append(self._ring(name, devices))
                 gdurations.append(self.cost.allreduce_s(nbytes, devices, self.cluster))
-                syncs.append((self._device_sets.setdefault(devices, len(self._device_sets)),
-                              nbytes))
+                # buckets hold groups of one device set and one stage
+                syncs.append((self._device_sets.setdefault((devices, sharded),
+                                                           len(self._device_sets)), nbytes))
             else:
                 grsets.append(-1)
                 gdurations.append(0.0)
-        updated = tuple(sorted(shard_bytes))
-        shards = Shards(array("i", updated), array("q", [shard_bytes[d] for d in updated]))
+        shards = shards_of(held)
         udurations = array("d")
         if self.training:
-            for d in updated:   # timed once per kind of device and shard size
-                udurations.append(self._update_s(shard_bytes[d], d))
+            for d, states in zip(shards.devices, shards.states):
+                # timed once per kind of device and shard size
+                udurations.append(self._update_s(states, d))
         return ParamPlan(gdevs, gdevices, gblocks, gblockids, grsets, gdurations, gnbytes,
                          shards, udurations, tuple(syncs))
 

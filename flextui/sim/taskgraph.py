@@ -7,10 +7,14 @@ carrying the overlap; in training, the gradient of the overlap travels back the 
 route. Replicated parameters get a gradient all-reduce per replica group (ring
 all-reduce on the links joining the group, timed by the cost model's
 ``allreduce_s(nbytes, devices, cluster)``), then an optimizer update per device (its
-``update_s``). On a cluster whose devices drive their own communication
-(``Cluster.host_driven_comm``: CPU ranks with no core to spare), a transfer hop also
-holds the device at either end of its link, and an all-reduce every device of its
-group: communication then takes the devices' time as well as the links'.
+``update_s``). A parameter whose training state is sharded (``strategy.shards``) sums
+each group's gradients by a reduce-scatter and gathers the updated elements by an
+all-gather: one sync task of the all-reduce's bytes and time (the all-gather, after the
+update in a run, is folded into it: the same sum along the chain), and each device
+updates its part of the group's elements alone. On a cluster whose devices drive their
+own communication (``Cluster.host_driven_comm``: CPU ranks with no core to spare), a
+transfer hop also holds the device at either end of its link, and an all-reduce every
+device of its group: communication then takes the devices' time as well as the links'.
 
 Every task has a *key*, a tuple that orders tasks consistently with their
 dependencies; the scheduler breaks ties in ready time by it, so schedules are
@@ -39,7 +43,7 @@ from __future__ import annotations
 import enum
 import math
 from array import array
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from flextui.cost.model import CostModel
@@ -50,7 +54,7 @@ from flextui.sim.deadline import check_deadline
 from flextui.sim.plans import Planner
 from flextui.sim.taskstore import new_store
 from flextui.sim.unit_plan import ParamPlan, Shards
-from flextui.strategy import ParallelConfig, Strategy
+from flextui.strategy import ParallelConfig, ShardStage, Strategy
 
 
 class TaskKind(enum.IntEnum):
@@ -85,6 +89,8 @@ class TaskGraph:
         self.param_plans: dict[str, ParamPlan] = {}
         self.param_shards: dict[str, Shards] = {}
         self.param_users: dict[str, list[tuple[Op, int]]] = {}
+        #: the parameters whose training state is sharded, by stage (``strategy.shards``)
+        self.stages: dict[str, ShardStage] = dict(strategy.shards)
         self.param_order = {name: i for i, name in enumerate(graph.parameters)}
         for op in graph.ops:
             for i, p in enumerate(op.params):
@@ -139,7 +145,8 @@ class TaskGraph:
         """Plan parameter ``name`` under its users' configs: where its shards live and,
         in training, its replica groups' all-reduces and its updates."""
         users = self.param_users[name]
-        plan = self.plans.param(name, users, tuple(self.configs[op.index] for op, _ in users))
+        plan = self.plans.param(name, users, tuple(self.configs[op.index] for op, _ in users),
+                                self.stages.get(name, ShardStage.NONE))
         self.param_plans[name] = plan
         self.param_shards[name] = plan.shards
 
@@ -164,7 +171,7 @@ class TaskGraph:
         tasks = self.store.add_param(self.param_order[names[0]], _ids(*producers), plan.gdevs,
                                      plan.gdevices, plan.gblocks, plan.gblockids, plan.grsets,
                                      plan.gdurations, plan.gnbytes, plan.shards.devices,
-                                     plan.udurations, plan.shards.nbytes)
+                                     plan.udurations, plan.shards.states)
         self.units[names] = Unit(tasks, plan, buckets)
         return tasks
 
@@ -184,12 +191,14 @@ class TaskGraph:
     # -- changing ops ----------------------------------------------------------------
 
     def replace_ops(self, changes: Sequence[tuple[Op, ParallelConfig]],
-                    deadline: float = math.inf) -> Change:
-        """Give each listed op its new config (a later entry for the same op wins):
-        detach the tasks the change invalidates (the ops' own, the transfers on their
-        edges, the syncs and updates of the units their parameters are in, and of the
-        units whose buckets their new replica groups move) and build new ones, each edge
-        and unit once however many of its ops change. ``commit`` frees the
+                    deadline: float = math.inf,
+                    stages: Mapping[str, ShardStage] | None = None) -> Change:
+        """Give each listed op its new config (a later entry for the same op wins), and
+        each parameter in ``stages`` its shard stage: detach the tasks the change
+        invalidates (the ops' own, the transfers on their edges, the syncs and updates
+        of the units their parameters and the restaged ones are in, and of the units
+        whose buckets their new replica groups move) and build new ones, each edge and
+        unit once however many of its ops change. ``commit`` frees the
         detached tasks; ``rollback`` restores them exactly. Once ``time.monotonic()``
         passes ``deadline`` (looked at between edges and parameters) it undoes what it
         did and raises TimeoutError."""
@@ -198,13 +207,16 @@ class TaskGraph:
         edges = list(dict.fromkeys(
             [(p.index, op.index) for op in ops for p in self.graph.predecessors(op)] +
             [(op.index, c.index) for op in ops for c in self.graph.successors(op)]))
-        params = list(dict.fromkeys(p.name for op in ops for p in op.params))
+        stages = dict(stages or {})
+        params = list(dict.fromkeys([p.name for op in ops for p in op.params] + list(stages)))
         change = Change({i: (self.configs[i], self.forward[i], self.backward[i]) for i in new},
                         {e: self.edge_tasks[e] for e in edges},
                         {name: self.param_plans[name] for name in params},
-                        {name: self.param_shards[name] for name in params})
+                        {name: self.param_shards[name] for name in params},
+                        {name: self.stages.get(name, ShardStage.NONE) for name in stages})
         for op, config in new.values():
             self.configs[op.index] = config
+        self._set_stages(stages)
         for name in params:
             self._plan_param(name)
         touched = set(params)
@@ -248,6 +260,14 @@ class TaskGraph:
         self.units.update(change.units)
         self.param_plans.update(change.param_plans)
         self.param_shards.update(change.param_shards)
+        self._set_stages(change.stages)
+
+    def _set_stages(self, stages: Mapping[str, ShardStage]) -> None:
+        for name, stage in stages.items():
+            if stage:
+                self.stages[name] = stage
+            else:
+                self.stages.pop(name, None)
 
 
 @dataclass
@@ -259,6 +279,7 @@ class Change:
     edges: dict[tuple[int, int], array]
     param_plans: dict[str, ParamPlan]
     param_shards: dict[str, Shards]
+    stages: dict[str, ShardStage]     # the restaged parameters' old stages
     units: dict[tuple[str, ...], Unit] = field(default_factory=dict)   # the ones removed
     new_units: list[tuple[str, ...]] = field(default_factory=list)     # the ones built
     removed: array = field(default_factory=lambda: array("i"))

@@ -18,10 +18,15 @@ from flextui.sim.buckets import bucket_starts
 
 @dataclass(frozen=True)
 class Shards:
-    """The bytes of a parameter each device holds (``devices`` ascending)."""
+    """The bytes of a parameter each device holds (``devices`` ascending), and of them
+    (in training) the bytes whose gradient it keeps and whose optimizer state it keeps
+    and updates: all it holds, or a part of each sharded replica group's
+    (``strategy.shards``)."""
 
     devices: array   # 'i'
     nbytes: array    # 'q'
+    grads: array     # 'q'
+    states: array    # 'q'
 
 
 @dataclass(frozen=True)
@@ -98,14 +103,24 @@ def merge_unit(plans: list[ParamPlan], blocks: list[int], limit: int,
         gdurations.append(group.seconds if group.seconds is not None else
                           allreduce_s(group.nbytes, tuple(group.devices)))
         gnbytes.append(group.nbytes)
-    held: dict[int, int] = {}
+    held: dict[int, list[int]] = {}   # device -> [bytes, gradient bytes, state bytes]
     seconds: dict[int, float] = {}
     for plan in plans:
-        for d, nbytes, s in zip(plan.shards.devices, plan.shards.nbytes, plan.udurations):
-            held[d] = held.get(d, 0) + nbytes
+        shards = plan.shards
+        for d, nbytes, grads, states, s in zip(shards.devices, shards.nbytes, shards.grads,
+                                               shards.states, plan.udurations):
+            sums = held.setdefault(d, [0, 0, 0])
+            sums[0] += nbytes
+            sums[1] += grads
+            sums[2] += states
             seconds[d] = seconds.get(d, 0.0) + s
-    updated = sorted(held)
     merged = ParamPlan(gdevs, gdevices, gblocks, gblockids, grsets, gdurations, gnbytes,
-                       Shards(array("i", updated), array("q", [held[d] for d in updated])),
-                       array("d", [seconds[d] for d in updated]), ())
+                       shards_of(held), array("d", [seconds[d] for d in sorted(held)]), ())
     return merged, [bucket.members for bucket in buckets]
+
+
+def shards_of(held: dict[int, list[int]]) -> Shards:
+    """The Shards of ``held``: per device, [bytes, gradient bytes, state bytes]."""
+    devices = sorted(held)
+    return Shards(array("i", devices), *(array("q", [held[d][i] for d in devices])
+                                         for i in range(3)))

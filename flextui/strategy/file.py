@@ -8,13 +8,16 @@
         "conv1": {"degrees": {"sample": 16}, "devices": [0, 1, ..., 15]},
         "fc1":   {"degrees": {"sample": 2, "channel": 8}, "devices": [0, ..., 15],
                   "recompute": true}
-      }
+      },
+      "params": {"fc1.weight": {"shard": 2}}
     }
 
 ``degrees`` names the dims split (others have degree 1); ``devices`` lists the device
 of each task in row-major order over the dims, in the op's dim order; ``recompute``
 (default false) has the op's backward tasks re-run its forward instead of keeping its
-activations.
+activations. ``params`` (optional) gives a parameter's shard stage (``ShardStage``:
+0 none, 1 the optimizer's state, 2 and the gradient; ZeRO's stages over each replica
+group of the parameter); a parameter not listed is not sharded.
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from flextui.graph import Op, OpGraph
 from flextui.limits import DEVICES, FILE_BYTES, read_file, read_json
 from flextui.machine import Cluster
 from flextui.strategy.config import ParallelConfig
+from flextui.strategy.shards import ShardStage
 from flextui.strategy.strategy import Strategy
 
 #: JSON, not msgpack: the name and version rule only (people read and write these)
@@ -47,12 +51,21 @@ def config_to_json(op: Op, config: ParallelConfig) -> dict[str, Any]:
 
 
 def strategy_to_json(strategy: Strategy, graph: OpGraph, cluster: Cluster) -> dict[str, Any]:
-    return {
+    data: dict[str, Any] = {
         "format": STRATEGY.name, "version": STRATEGY.version, "name": strategy.name,
         "model": graph.meta.get("model", graph.name), "graph": graph.fingerprint,
         "cluster": cluster.name, "devices": cluster.num_devices,
         "ops": {op.name: config_to_json(op, strategy[op.name]) for op in graph.ops},
     }
+    if strategy.shards:
+        data["params"] = shards_to_json(strategy, graph)
+    return data
+
+
+def shards_to_json(strategy: Strategy, graph: OpGraph) -> dict[str, Any]:
+    """The ``params`` section: each sharded parameter's stage, in the graph's order."""
+    return {name: {"shard": int(strategy.shards[name])}
+            for name in graph.parameters if name in strategy.shards}
 
 
 def save_strategy(path: str | Path, strategy: Strategy, graph: OpGraph, cluster: Cluster) -> None:
@@ -68,8 +81,10 @@ def save_strategy(path: str | Path, strategy: Strategy, graph: OpGraph, cluster:
 
 
 #: the keys of a strategy file and of each op's entry (any other is a typo, refused)
-TOP_KEYS = ("format", "version", "name", "model", "graph", "cluster", "devices", "ops")
+TOP_KEYS = ("format", "version", "name", "model", "graph", "cluster", "devices", "ops",
+            "params")
 OP_KEYS = ("degrees", "devices", "recompute")
+PARAM_KEYS = ("shard",)
 _FINGERPRINT = re.compile(r"[0-9a-f]{16}")
 
 
@@ -89,6 +104,21 @@ def config_from_json(op: Op, data: Any, f: FieldReader, field: str) -> ParallelC
     return ParallelConfig(tuple(degrees_by_name.get(name, 1) for name in names),
                           tuple(f.integer(d, f"{field}.devices", 0) for d in devices),
                           f.boolean(data.get("recompute", False), f"{field}.recompute"))
+
+
+def shards_from_json(data: Any, graph: OpGraph, f: FieldReader) -> dict[str, ShardStage]:
+    """The ``params`` section: ``{"<parameter>": {"shard": 0..3}}``."""
+    stages = {}
+    for param, entry in f.mapping(data, "params").items():
+        field = f"params.{param}"
+        if f.string(param, "params") not in graph.parameters:
+            f.fail(field, f"graph {graph.name!r} has no parameter {param!r:.60}; `flextui "
+                          "show --json` lists each op's params")
+        f.check_keys(f.mapping(entry, field), PARAM_KEYS, field)
+        stage = f.integer(f.required(entry, "shard", field, '"shard": 2'), f"{field}.shard",
+                          0, max(ShardStage))
+        stages[param] = ShardStage(stage)
+    return stages
 
 
 def strategy_from_json(data: Any, graph: OpGraph, cluster: Cluster, source: str,
@@ -123,7 +153,7 @@ def strategy_from_json(data: Any, graph: OpGraph, cluster: Cluster, source: str,
             f.fail(f"ops.{op_name}", f"graph {graph.name!r} has no op {op_name!r:.60}; was "
                                      "this strategy made for another model or batch size?")
         configs[op_name] = config_from_json(graph.op(op_name), entry, f, f"ops.{op_name}")
-    strategy = Strategy(configs, name)
+    strategy = Strategy(configs, name, shards_from_json(data.get("params", {}), graph, f))
     try:
         strategy.check(graph, cluster.num_devices)
     except StrategyError as exc:

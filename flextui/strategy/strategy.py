@@ -1,4 +1,5 @@
-"""Strategy: a parallel config for every op of a graph."""
+"""Strategy: a parallel config for every op of a graph, and the shard stage of the
+parameters whose training state is sharded (``shards``)."""
 
 from __future__ import annotations
 
@@ -7,15 +8,34 @@ from collections.abc import Iterator, Mapping
 from flextui.errors import StrategyError
 from flextui.graph import OpGraph
 from flextui.strategy.config import ParallelConfig
+from flextui.strategy.shards import BUILT_STAGES, ShardStage
 
 
 class Strategy(Mapping[str, ParallelConfig]):
-    """An immutable map from op name to its ParallelConfig, with a display name.
-    Two strategies are equal when their configs are (the name does not count)."""
+    """An immutable map from op name to its ParallelConfig, with a display name and, per
+    parameter whose training state is sharded, its stage (``shards``: stages above
+    NONE only; made from another Strategy, it keeps that one's unless given). Two
+    strategies are equal when their configs and stages are (the name does not count)."""
 
-    def __init__(self, configs: Mapping[str, ParallelConfig], name: str = "") -> None:
+    def __init__(self, configs: Mapping[str, ParallelConfig], name: str = "",
+                 shards: Mapping[str, ShardStage] | None = None) -> None:
         self._items = dict(configs)
         self.name = name
+        if shards is None:
+            shards = configs.shards if isinstance(configs, Strategy) else {}
+        self.shards: dict[str, ShardStage] = {
+            param: ShardStage(stage) for param, stage in shards.items() if stage}
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Strategy):
+            return self._items == other._items and self.shards == other.shards
+        return super().__eq__(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def shard(self, param: str) -> ShardStage:
+        """The shard stage of parameter ``param``."""
+        return self.shards.get(param, ShardStage.NONE)
 
     def __getitem__(self, op_name: str) -> ParallelConfig:
         return self._items[op_name]
@@ -31,11 +51,16 @@ class Strategy(Mapping[str, ParallelConfig]):
 
     def replace(self, op_name: str, config: ParallelConfig, name: str | None = None) -> Strategy:
         """A copy with ``op_name``'s config changed."""
-        return Strategy({**self._items, op_name: config}, self.name if name is None else name)
+        return Strategy({**self._items, op_name: config}, self.name if name is None else name,
+                        self.shards)
 
     def replace_all(self, changes: Mapping[str, ParallelConfig]) -> Strategy:
         """A copy with the configs of every op named in ``changes`` changed."""
-        return Strategy({**self._items, **changes}, self.name)
+        return Strategy({**self._items, **changes}, self.name, self.shards)
+
+    def with_shards(self, stages: Mapping[str, ShardStage]) -> Strategy:
+        """A copy with the shard stage of every parameter named in ``stages`` changed."""
+        return Strategy(self._items, self.name, {**self.shards, **stages})
 
     def devices_used(self) -> set[int]:
         return {d for c in self._items.values() for d in c.devices}
@@ -53,3 +78,11 @@ class Strategy(Mapping[str, ParallelConfig]):
                                 + (" ..." if len(missing) > 5 else ""))
         for op in graph.ops:
             self._items[op.name].check(op, num_devices)
+        for param, stage in self.shards.items():
+            if param not in graph.parameters:
+                raise StrategyError(f"strategy shards parameter {param!r:.80}, which graph "
+                                    f"{graph.name!r} does not have (`flextui show --json` "
+                                    "lists each op's params)")
+            if stage not in BUILT_STAGES:
+                raise StrategyError(f"parameter {param!r}: shard stage {int(stage)} (the "
+                                    f"{stage.label}) is not supported yet; use 1 or 2")

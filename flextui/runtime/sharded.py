@@ -1,0 +1,133 @@
+"""A rank's sharded training state (``strategy.shards``, ZeRO's stages 1 and 2): the
+gradients of a sharded bucket are reduce-scattered, so the rank gets the sum of its part
+alone; it updates that part of the parameters with that part's optimizer state, then
+an all-gather gives every rank of the group every updated element.
+
+A bucket (``Plan.buckets``: groups of one rank set and one stage) is one flat vector of
+its groups' cells in order, padded with zeros to a multiple of the group's size ``n``;
+rank ``i`` of the group owns elements ``[i * c, (i + 1) * c)``, ``c = ceil(len / n)``
+(``strategy.shards.shard_numel``: what the simulator counts). The padding's gradient
+and value are zero, and stay zero under SGD and AdamW. The cells of a sharded parameter
+that no other rank holds are updated cell by cell with state of their own. The update
+is element by element as for an unsharded parameter, so the result is the same to
+rounding (the gradients' sums in another order).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from flextui.graph import Region
+from flextui.graph.region import within
+from flextui.runtime.comm import Comm, PendingSums
+from flextui.runtime.optimizer import Optimizer
+from flextui.runtime.optimizer_steps import optimizer_step
+from flextui.runtime.plan import Plan, ReplicaSync
+from flextui.strategy.shards import shard_numel
+
+Bucket = tuple[ReplicaSync, ...]
+
+
+class ShardedState:
+    """The optimizer's state of this rank's parts of sharded buckets and of sharded
+    parameters' cells it alone holds, and each step's reduced parts of the gradients."""
+
+    def __init__(self, plan: Plan, rank: int, comm: Comm, params: dict[str, torch.Tensor],
+                 boxes: dict[str, Region], states: int) -> None:
+        self.rank, self.comm, self.params, self.boxes = rank, comm, params, boxes
+        self.buckets = [b for b in plan.buckets if rank in b[0].ranks and b[0].stage]
+        #: per sharded bucket: its length and the part's length
+        self.sizes = [(sum(s.numel for s in b), shard_numel(sum(s.numel for s in b),
+                                                            len(b[0].ranks)))
+                      for b in self.buckets]
+        like = next(iter(params.values()), None)
+        self.dtype = dtype = like.dtype if like is not None else torch.float32
+        device = like.device if like is not None else comm.device
+        self.moments = [[torch.zeros(part, dtype=dtype, device=device) for _ in range(states)]
+                        for _, part in self.sizes]
+        self.alone = [(name, cell) for name, per_rank in plan.alone_cells.items()
+                      for cell in per_rank.get(rank, ())]
+        self.cell_moments = [[torch.zeros(_shape(cell), dtype=dtype, device=device)
+                              for _ in range(states)] for _, cell in self.alone]
+        self.sharded = {s.param for b in self.buckets for s in b} | {n for n, _ in self.alone}
+        #: this step's reduced gradient part of each sharded bucket, by its index
+        self.grads: dict[int, torch.Tensor] = {}
+        #: this step's updated part of each sharded bucket
+        self.updated: dict[int, torch.Tensor] = {}
+
+    def start(self, bucket: Bucket, grad: Callable[[str], torch.Tensor],
+              pending: PendingSums) -> None:
+        """Start the reduce-scatter of ``bucket``'s gradients into this rank's part."""
+        b = self.buckets.index(bucket)
+        length, part = self.sizes[b]
+        ranks = bucket[0].ranks
+        flat = torch.cat([grad(s.param)[within(cell, self.boxes[s.param])].reshape(-1)
+                          for s in bucket for cell in s.cells])
+        padded = torch.nn.functional.pad(flat, (0, part * len(ranks) - length))
+        self.grads[b] = out = torch.empty(part, dtype=flat.dtype, device=flat.device)
+        self.comm.start_reduce_scatter(ranks, out, padded, sum(s.nbytes for s in bucket),
+                                       pending)
+
+    def squares(self) -> torch.Tensor:
+        """The sum of the squares of this rank's parts of the reduced gradients (the
+        padding adds 0): what it counts in the global norm for its sharded groups (the
+        cells it alone holds are in ``Plan.norm_cells``)."""
+        return sum((torch.sum(g * g) for g in self.grads.values()),
+                   torch.zeros((), dtype=self.dtype, device=self.comm.device))
+
+    def scale(self, factor: torch.Tensor) -> None:
+        """Scale the reduced parts (clipping; the cells alone are the gradients')."""
+        for g in self.grads.values():
+            g.mul_(factor)
+
+    def update(self, opt: Optimizer, lr: float, t: int, grad: Callable[[str], torch.Tensor],
+               ) -> None:
+        """The optimizer's step on this rank's parts and its cells alone (no_grad)."""
+        for b, bucket in enumerate(self.buckets):
+            length, part = self.sizes[b]
+            i = bucket[0].ranks.index(self.rank)
+            flat = torch.cat([self._value(s.param, cell).reshape(-1)
+                              for s in bucket for cell in s.cells])
+            mine = torch.nn.functional.pad(flat, (0, part * len(bucket[0].ranks) - length)
+                                           )[i * part:(i + 1) * part].clone()
+            optimizer_step(opt, mine, self.grads.pop(b), self.moments[b], lr, t)
+            self.updated[b] = mine
+        for (name, cell), moments in zip(self.alone, self.cell_moments):
+            optimizer_step(opt, self._value(name, cell),
+                           grad(name)[within(cell, self.boxes[name])], moments, lr, t)
+
+    def gather(self) -> None:
+        """All-gather every bucket's updated parts into the parameters (no_grad)."""
+        for b, bucket in enumerate(self.buckets):
+            part = self.sizes[b][1]
+            ranks = bucket[0].ranks
+            mine = self.updated.pop(b)
+            whole = torch.empty(part * len(ranks), dtype=mine.dtype, device=mine.device)
+            self.comm.gather(ranks, whole, mine)
+            at = 0
+            for s in bucket:
+                for cell in s.cells:
+                    value = self._value(s.param, cell)
+                    value.copy_(whole[at:at + value.numel()].view_as(value))
+                    at += value.numel()
+
+    def state_tensors(self) -> dict[str, torch.Tensor]:
+        """The optimizer's state this object owns, by a stable key (a checkpoint's)."""
+        out = {}
+        for b, moments in enumerate(self.moments):
+            for j, m in enumerate(moments):
+                out[f"bucket{b}/moment{j}"] = m
+        for c, moments in enumerate(self.cell_moments):
+            for j, m in enumerate(moments):
+                out[f"cell{c}/moment{j}"] = m
+        return out
+
+    def _value(self, name: str, cell: Region) -> torch.Tensor:
+        return self.params[name][within(cell, self.boxes[name])]
+
+
+def _shape(region: Region) -> tuple[int, ...]:
+    return tuple(stop - start for start, stop in region)
+

@@ -1,0 +1,80 @@
+"""Sharded training state in the runtime: on 2 and 4 gloo ranks, strategies that shard
+parameters (stage 1 under data parallelism; stages 1 and 2 among op splits and with
+recomputation) train as the whole graph does under torch.optim's AdamW with
+clip_grad_norm_ and SGD (tests/runtime_sharded_cases.py), each rank keeping less
+optimizer state; the launch plan carries the stages; the norm counts every element
+once."""
+
+from pathlib import Path
+
+import pytest
+
+from flextui.errors import FlextuiError
+from flextui.graph import full_region
+from flextui.machine import load_named_cluster
+from flextui.runtime.plan import compile_plan
+from flextui.runtime.spec import LaunchSpec, Training
+from flextui.strategy import ShardStage
+from flextui.strategy.shards import shard_numel
+from processes import torchrun_rows
+from runtime_models import small, strategy
+from runtime_sharded_cases import MODELS, STRATEGIES, UPDATES
+
+RUNNER = Path(__file__).with_name("runtime_sharded_cases.py")
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("gloo")
+@pytest.mark.parametrize("ranks", [2, 4])
+def test_sharded_strategies_train_as_torchs_optimizer_on_the_whole_graph(ranks):
+    rows = torchrun_rows(RUNNER, ranks)
+    assert len(rows) == ranks * len(MODELS) * len(UPDATES) * len(STRATEGIES)
+    for row in rows:
+        assert row["loss_error"] < 1e-9 and row["param_error"] < 1e-9, row
+        assert row["state"] < row["unsharded"], row
+        if row["strategy"] == "zero1-data-parallel":   # about 1/n of it, padded
+            assert row["state"] <= row["unsharded"] / ranks + 2 * ranks, row
+
+
+def test_a_rank_counts_each_element_of_the_norm_once_sharded_or_not():
+    """The cells in ``norm_cells`` and the ranks' parts of the sharded buckets cover each
+    parameter's elements exactly once between them."""
+    graph, cluster = small("mlp"), load_named_cluster("local-cpu-2")
+    plan = compile_plan(graph, strategy("zero2-random-3", graph, cluster), 2)
+    counted = {name: sum(_volume(c) for cells in per_rank.values() for c in cells)
+               for name, per_rank in plan.norm_cells.items()}
+    for bucket in plan.buckets:
+        if bucket[0].stage:
+            for s in bucket:   # the parts of the group's ranks add up to its elements
+                counted[s.param] += s.numel
+    assert counted == {name: p.numel for name, p in graph.parameters.items()}
+    assert all(s.stage for s in plan.syncs)
+    # cells held by one rank: updated by it alone, and counted in its norm cells
+    alone = [(name, rank, cell) for name, per_rank in plan.alone_cells.items()
+             for rank, cells in per_rank.items() for cell in cells]
+    assert alone and all(cell in plan.norm_cells[name][rank] for name, rank, cell in alone)
+    assert shard_numel(9, 2) == 5 and shard_numel(8, 4) == 2
+
+
+def _volume(cell):
+    size = 1
+    for lo, hi in cell:
+        size *= hi - lo
+    return size
+
+
+def test_the_launch_plan_carries_the_shard_stages():
+    graph, cluster = small("mlp"), load_named_cluster("local-cpu-4")
+    chosen = strategy("zero2-random-3", graph, cluster)
+    again = LaunchSpec.decode(LaunchSpec(graph, chosen, 4, Training()).encode(), "plan")
+    assert again.strategy == chosen and again.strategy.shards
+    body = LaunchSpec(graph, chosen, 4, Training()).to_dict()
+    name = next(iter(chosen.shards))
+    body["strategy"][2][name] = {"shard": 9}
+    with pytest.raises(FlextuiError, match=rf"plan: params\.{name}\.shard: .*<= 3"):
+        LaunchSpec.from_dict(body, "plan")
+    body["strategy"].append({})
+    with pytest.raises(FlextuiError, match="found 4 items"):
+        LaunchSpec.from_dict(body, "plan")
+    assert full_region((2,)) == ((0, 2),)
+    assert ShardStage.GRADIENTS.label == "optimizer state and gradients"
