@@ -80,6 +80,26 @@ def test_show_strategy_lists_the_recomputed_ops(capsys, tmp_path):
     assert rows["unary_1"]["recompute"] and not rows["pool1"]["recompute"]
 
 
+def test_show_strategy_lists_the_sharded_parameters(capsys, tmp_path):
+    path = tmp_path / "s.json"
+    run(capsys, "show", "-m", "lenet", "-c", "local-cpu-4", "-s", "data-parallel", "--export",
+        str(path))
+    data = json.loads(path.read_text())
+    data["params"] = {"fc1.weight": {"shard": 2}, "fc1.bias": {"shard": 1},
+                      "conv1.bias": {"shard": 1}}
+    path.write_text(json.dumps(data))
+    code, out, _ = run(capsys, "show", "-m", "lenet", "-c", "local-cpu-4", "-s", str(path),
+                       "--limit", "0")
+    assert code == 0 and "; 3 parameters sharded (stage 2: 1, stage 1: 2)" in out
+    assert "sample=4 shard 2" in next(line for line in out.splitlines() if "│ fc1 " in line)
+    assert "shard" not in next(line for line in out.splitlines() if "│ fc2 " in line)
+    code, out, _ = run(capsys, "show", "-m", "lenet", "-c", "local-cpu-4", "-s", str(path), "--json")
+    shown = json.loads(out)
+    rows = {r["op"]: r for r in shown["ops"]}
+    assert rows["fc1"]["shards"] == {"fc1.weight": 2, "fc1.bias": 1} and rows["fc2"]["shards"] == {}
+    assert shown["summary"]["sharded"] == {"2": 1, "1": 2}
+
+
 @pytest.mark.parametrize("argv, message", [
     (["show", "--model", "nosuchnet"], "unknown model 'nosuchnet'; built-in models: alexnet"),
     (["show", "--model", "alexnet", "-o", "depth=3"], "has no option depth"),

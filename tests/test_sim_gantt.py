@@ -28,7 +28,7 @@ from flextui.sim import (
     TaskTiming,
     Timeline,
 )
-from flextui.strategy import builtin_strategy
+from flextui.strategy import ShardStage, builtin_strategy
 from helpers import model
 
 F, B, T, S, U = (TaskKind.FORWARD, TaskKind.BACKWARD, TaskKind.TRANSFER, TaskKind.SYNC,
@@ -172,6 +172,22 @@ def test_a_recomputed_ops_backward_says_it_recomputes(lenet_model_parallel):
     said = {(t.op, t.kind): dict(task_details(t, graph, strategy).rows).get("recomputes")
             for t in timeline.tasks if t.kind in (F, B) and t.op in ("conv1", "conv2")}
     assert said[("conv1", B)] and not said[("conv1", F)] and not said[("conv2", B)]
+
+
+def test_a_sharded_parameters_sync_says_it_reduce_scatters_and_all_gathers():
+    graph = model("lenet")
+    cluster = load_named_cluster("p100-4x4", nodes=1)
+    strategy = builtin_strategy("data-parallel", graph, cluster).with_shards(
+        {"fc1.weight": ShardStage.GRADIENTS})
+    timeline = Simulator(graph, cluster, AnalyticCostModel()).simulate(strategy)
+    syncs = {t.key: dict(task_details(t, graph, strategy, timeline.bucket_params).rows)
+             for t in timeline.tasks if t.kind == TaskKind.SYNC}
+    sharded = [rows for rows in syncs.values() if "sharded" in rows]
+    # fc1's weight in a bucket of its own (buckets hold one stage), the only one sharded
+    assert len(sharded) == 1 and "sums" not in sharded[0]
+    assert sharded[0]["sharded"] == "stage 2: each device keeps its part of the optimizer " \
+        "state and gradients"
+    assert sum("collectives" in rows for rows in syncs.values()) == 1
 
 
 def test_transfer_blocks_carry_their_bytes(lenet_model_parallel):

@@ -203,7 +203,13 @@ _KIND_MARK = {"sample": "S", "attribute": "A", "parameter": "P", None: "-"}
 
 def _show_strategy(graph, cluster, args: argparse.Namespace, console: Console) -> None:
     from flextui.strategy import save_strategy
-    from flextui.strategy.summary import device_list, split_text, strategy_rows, strategy_summary
+    from flextui.strategy.summary import (
+        device_list,
+        sharded_text,
+        split_text,
+        strategy_rows,
+        strategy_summary,
+    )
     strategy = load_strategy(args.strategy, graph, cluster, same_graph=True)
     if args.export:
         save_strategy(args.export, strategy, graph, cluster)
@@ -215,6 +221,8 @@ def _show_strategy(graph, cluster, args: argparse.Namespace, console: Console) -
     kinds = ", ".join(f"{n} {k}" for k, n in summary["parallelism"].items())
     if summary["recomputed"]:
         kinds += f"; {summary['recomputed']} recomputed"
+    if summary["sharded"]:
+        kinds += f"; {sharded_text(summary['sharded'])}"
     console.print(f"[bold]{escape(strategy.name)}[/] for {escape(graph.name)} on "
                   f"{escape(cluster.name)} "
                   f"({cluster.num_devices} devices): valid; {summary['tasks']} tasks on "

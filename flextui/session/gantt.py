@@ -254,8 +254,9 @@ def task_details(task: TaskTiming, graph: OpGraph | None = None,
     """What a task is and when it ran. With the graph, syncs and updates name their
     parameter (a sync of a bucket its first, and with the timeline's ``bucket_params``
     every parameter it sums); with the strategy too, tasks give their block's shape (the
-    op's block for forward/backward, the overlap carried for transfers) and a recomputed
-    op's backward says so."""
+    op's block for forward/backward, the overlap carried for transfers), a recomputed
+    op's backward says so, and a sharded parameter's sync says it is a reduce-scatter
+    and an all-gather."""
     shape, of, dims = (_block(task, graph, strategy) if graph and strategy else None) or ("",) * 3
     groups = [[("block", shape), ("of", of)]] if shape else []
     groups += [[("start", format_ms(task.start)), ("end", format_ms(task.end)),
@@ -269,6 +270,12 @@ def task_details(task: TaskTiming, graph: OpGraph | None = None,
     bucket = (bucket_params or {}).get(task.key, ()) if task.kind == TaskKind.SYNC else ()
     if bucket:
         groups.append([("sums", ", ".join(bucket))])
+    stage = strategy.shard(_parameter(task, graph)) if strategy and graph and \
+        task.kind == TaskKind.SYNC else None
+    if stage:
+        groups.append([("sharded", f"stage {int(stage)}: each device keeps its part of the "
+                                   f"{stage.label}"),
+                       ("collectives", "a reduce-scatter, and an all-gather after the update")])
     return TaskDetails(_title(task, graph, len(bucket)), groups)
 
 

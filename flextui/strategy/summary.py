@@ -28,9 +28,14 @@ def device_list(devices: Sequence[int]) -> str:
 
 def split_text(row: dict[str, Any]) -> str:
     """An op's split for people (``row`` as ``strategy_rows`` gives it): its degrees
-    ("sample=4 channel=2", "1" when whole), and "recompute" when it is recomputed."""
-    degrees = " ".join(f"{k}={v}" for k, v in row["degrees"].items()) or "1"
-    return f"{degrees} recompute" if row["recompute"] else degrees
+    ("sample=4 channel=2", "1" when whole), "recompute" when it is recomputed, and
+    "shard N" when its parameters' training state is sharded (N: the highest stage)."""
+    text = " ".join(f"{k}={v}" for k, v in row["degrees"].items()) or "1"
+    if row["recompute"]:
+        text += " recompute"
+    if row["shards"]:
+        text += f" shard {max(row['shards'].values())}"
+    return text
 
 
 def strategy_rows(strategy: Strategy, graph: OpGraph) -> list[dict[str, Any]]:
@@ -45,6 +50,8 @@ def strategy_rows(strategy: Strategy, graph: OpGraph) -> list[dict[str, Any]]:
             "devices": list(config.devices),
             "parallelism": parallelism_kind(op, config),
             "recompute": config.recompute,
+            "shards": {p.name: int(strategy.shard(p.name)) for p in op.params
+                       if strategy.shard(p.name)},
         })
     return rows
 
@@ -58,4 +65,18 @@ def strategy_summary(strategy: Strategy, graph: OpGraph) -> dict[str, Any]:
         "devices_used": sorted(strategy.devices_used()),
         "parallelism": dict(sorted(Counter(r["parallelism"] for r in rows).items())),
         "recomputed": sum(r["recompute"] for r in rows),
+        "sharded": sharded_counts(strategy),
     }
+
+
+def sharded_counts(strategy: Strategy) -> dict[str, int]:
+    """How many parameters each shard stage has ({"2": 10, "1": 3}), highest first."""
+    counts = Counter(int(stage) for stage in strategy.shards.values())
+    return {str(stage): counts[stage] for stage in sorted(counts, reverse=True)}
+
+
+def sharded_text(counts: dict[str, int]) -> str:
+    """``sharded_counts`` for people: "12 parameters sharded (stage 2: 10, stage 1: 2)"."""
+    total = sum(counts.values())
+    stages = ", ".join(f"stage {stage}: {n}" for stage, n in counts.items())
+    return f"{total} parameter{'s' * (total != 1)} sharded ({stages})"
