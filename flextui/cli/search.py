@@ -35,6 +35,7 @@ from flextui.errors import FlextuiError
 from flextui.search.events import StepEvent
 from flextui.search.files import default_export_path, default_log_path
 from flextui.search.options import BETA_SCALE, DEFAULT_BUDGET
+from flextui.strategy.summary import sharded_text
 
 PROGRESS_S = 1.0  # how often the plain (piped) progress prints a line
 
@@ -66,6 +67,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-recompute", action="store_true",
                    help="never recompute an op (no recomputation moves): splits only, as "
                    "FlexFlow's SOAP space")
+    p.add_argument("--no-shard", action="store_true",
+                   help="never shard a parameter's training state (no ZeRO stage moves)")
     p.add_argument("--memory-budget", metavar="SIZE",
                    help="per-device memory budget (12GiB, 16GB): the search penalises more, "
                    "and the fastest strategy within it is exported")
@@ -125,7 +128,8 @@ def _inputs(args, resume):
             init=args.init, restart_every=args.restart_every,
             converge=not args.no_early_stop, training=not args.inference,
             early_reject=not args.no_early_reject, optimizer=args.optimizer,
-            recompute=0.0 if args.no_recompute else SearchOptions.recompute)
+            recompute=0.0 if args.no_recompute else SearchOptions.recompute,
+            shard=0.0 if args.no_shard else SearchOptions.shard)
     except FieldError as e:
         raise FlextuiError(e.flag_message) from None
     if resume is not None:
@@ -310,8 +314,11 @@ def _report(result, graph, cluster, cost_model, options, log_path, export, args,
                       f"{'within' if used <= budget else 'over'} the {format_bytes(budget)} "
                       "budget")
     if options.training:
+        sharded = summary["sharded_params"]
         console.print(f"choices: the exported strategy recomputes {summary['recomputed_ops']} "
-                      f"of {len(graph.ops)} ops")
+                      f"of {len(graph.ops)} ops"
+                      + (f"; {sharded_text(sharded)} of {len(graph.parameters)}"
+                         if sharded else ""))
     if note:
         console.print(f"[yellow]{note}[/]")
     if log_path:

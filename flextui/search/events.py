@@ -2,7 +2,8 @@
 
 A proposal gives one op a new config (and, in a tied move, the same config to the ops
 sharing its weights), or (a propagation move) copies one op's config to a walk of its
-neighbours; ``changes`` lists what it set either way.
+neighbours; ``changes`` lists what it set either way. A shard move sets parameters'
+shard stages (``stages``) and no op's config.
 
 Costs are simulated iteration times in seconds (plus any memory penalty); ``memory``
 is the largest per-device memory (bytes) of the proposed strategy, which is what the
@@ -14,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from flextui.strategy import ParallelConfig
+from flextui.strategy import ParallelConfig, ShardStage
 
 
 class StopReason(StrEnum):
@@ -45,6 +46,8 @@ class StepEvent:
                         # order, or a tied move's weight-sharing twins in graph order
     early: bool = False  # rejected before its simulation finished: ``proposed`` is only
                          # a lower bound on its cost (see ``mcmc``)
+    stages: tuple[tuple[int, ShardStage], ...] = ()  # the parameters the move set a shard
+                         # stage of, (index in the graph's parameters, stage), in order
 
     @property
     def changes(self) -> tuple[tuple[int, ParallelConfig], ...]:

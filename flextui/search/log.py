@@ -11,6 +11,7 @@ from typing import Any
 
 from flextui.documents import BadDocument, unpack
 from flextui.errors import SearchLogError
+from flextui.graph import OpGraph
 from flextui.limits import read_file
 from flextui.search.events import StepEvent, StopReason
 from flextui.search.logfile import scan_frames
@@ -119,8 +120,11 @@ class SearchLog:
                                  f"iteration {iteration}")
         cp: Checkpoint = hist[base][1]
         ops = self.header.graph.ops
-        current = dict(cp.current)
-        best, best_cost = current if cp.best == cp.current else dict(cp.best), cp.best_cost
+        params = list(self.header.graph.parameters)
+        current, shards = dict(cp.current), dict(cp.current.shards)
+        best, best_shards = (current, shards) if cp.best == cp.current else \
+            (dict(cp.best), dict(cp.best.shards))
+        best_cost = cp.best_cost
         changed = False
         for kind, obj in hist[base + 1:]:
             if _iteration_of(kind, obj) > iteration:
@@ -129,17 +133,20 @@ class SearchLog:
                 if obj.accepted:
                     if best is current:
                         current = dict(current)
+                    if best_shards is shards:
+                        shards = dict(shards)
                     for op, config in obj.changes:
                         current[ops[op].name] = config
+                    shards.update((params[p], stage) for p, stage in obj.stages)
                     changed = True
                     if obj.proposed <= best_cost:
-                        best, best_cost = current, obj.proposed
+                        best, best_shards, best_cost = current, shards, obj.proposed
             elif kind == "r":
-                current = best
+                current, shards = best, best_shards
                 changed = True
         if not changed:
             return cp.current
-        return Strategy(current, cp.current.name)
+        return Strategy(current, cp.current.name, shards)
 
     @property
     def elapsed(self) -> float:
@@ -171,10 +178,15 @@ class SearchLog:
                 before = self.strategy_at(step.chain, step.iteration - 1)
             except SearchLogError:
                 return found
-            ops = self.header.graph.ops
-            return (before.replace_all({ops[op].name: config for op, config in step.changes}),
-                    step.proposed)
+            return step_strategy(self.header.graph, before, step), step.proposed
         return found
+
+
+def step_strategy(graph: OpGraph, before: Strategy, step: StepEvent) -> Strategy:
+    """The strategy ``step`` proposed, from the one before it."""
+    params = list(graph.parameters)
+    return before.replace_all({graph.ops[op].name: config for op, config in step.changes}
+                              ).with_shards({params[p]: stage for p, stage in step.stages})
 
 
 def _op_index(value: Any, num_ops: int, what: str) -> int:
@@ -253,10 +265,12 @@ def _record(log: SearchLog, dec: Decoder, num_ops: int, hist: dict, rec: Any) ->
         raise BadRecord("a record must be a list starting with its type tag")
     tag = rec[0]
     if tag == TAG_STEP:
-        if len(rec) not in (11, 12, 13):
-            raise BadRecord(f"a step record has 11 to 13 fields, found {len(rec)}")
+        if len(rec) not in (11, 12, 13, 14):
+            raise BadRecord(f"a step record has 11 to 14 fields, found {len(rec)}")
         if len(rec) == 13 and rec[12] is not True:
             raise BadRecord("a step record's 13th field (early-rejected) must be true")
+        if len(rec) == 14 and type(rec[12]) is not bool:
+            raise BadRecord("a step record's 13th field (early-rejected) must be a boolean")
         _, chain, it, elapsed, op, cfg, proposed, current, best, accepted, memory = rec[:11]
         chain = as_int(chain, "step chain")
         op = _op_index(op, num_ops, "step op")
@@ -273,7 +287,9 @@ def _record(log: SearchLog, dec: Decoder, num_ops: int, hist: dict, rec: Any) ->
         event = StepEvent(chain, as_int(it, "step iteration", 1),
                           as_time(elapsed, "step elapsed"), op,
                           dec.config(op, cfg, "step config"), proposed, current, best, accepted,
-                          as_int(memory, "step memory"), tuple(others), len(rec) == 13)
+                          as_int(memory, "step memory"), tuple(others),
+                          len(rec) >= 13 and rec[12],
+                          tuple(dec.stages(rec[13], "step")) if len(rec) == 14 else ())
         log.steps.append(event)
         h = hist.setdefault(chain, [])
         _supersede(h, event.iteration, inclusive=True)

@@ -20,7 +20,7 @@ Records (record 0 is always the header)::
     [0, {"version", "flextui", "created", "graph", "graph_hash", "cluster",
          "cluster_hash", "cost_model", "seed", "options"}]               header
     [1, chain, iteration, elapsed, op, config, proposed, current, best,
-        accepted, memory(, others(, true))]                              step
+        accepted, memory(, others(, early(, stages)))]                   step
     [2, chain, iteration]                                                restart
     [3, chain, iteration, elapsed, current, current_cost, best, best_cost,
         [rng_version, [rng ints...], gauss], frontier]                   checkpoint
@@ -29,13 +29,16 @@ Records (record 0 is always the header)::
     config    = [[degree, ...], devices(, 1)]   devices: a start device (int) when the
                                            tasks run on start..start+n-1, else a list of
                                            ids; a final 1: the op is recomputed
-    strategy  = [name, [config per op, in graph.ops order]]
+    strategy  = [name, [config per op, in graph.ops order](, stages)]
+    stages    = [[parameter index (graph.parameters order), shard stage], ...]
     frontier  = [[time_s, memory_bytes, strategy], ...]
 
 ``others`` (format v2), present only after a move that set more than one op (a
 propagation or tied move) or before the early-rejected mark, lists the other ops it set
-as ``[[op, config], ...]``. A final ``true`` (format v3) marks a step rejected before its
-simulation finished (``StepEvent.early``): its ``proposed`` cost is a lower bound. In a
+as ``[[op, config], ...]``. A ``true`` after it (format v3) marks a step rejected before
+its simulation finished (``StepEvent.early``): its ``proposed`` cost is a lower bound.
+A shard move (format v5) adds the early mark (true or false) and then the stages it
+set; a strategy lists its sharded parameters' stages as a third item. In a
 step record ``current`` is nil when it equals ``proposed`` and ``best`` is nil when it
 equals ``current`` (the common cases); a step takes about 50-70 bytes with its frame.
 
@@ -68,10 +71,12 @@ from flextui.limits import nesting_problem
 from flextui.machine import Cluster
 from flextui.search.events import StopReason
 from flextui.search.options import SearchOptions
-from flextui.strategy import ParallelConfig, Strategy
+from flextui.strategy import ParallelConfig, ShardStage, Strategy
+from flextui.strategy.shards import BUILT_STAGES
 
-FORMAT_VERSION = 4  # v2: step records may set other ops than the picked one; v3: a
-                    # step may be marked early-rejected; v4: a config may be recomputed
+FORMAT_VERSION = 5  # v2: step records may set other ops than the picked one; v3: a
+                    # step may be marked early-rejected; v4: a config may be recomputed;
+                    # v5: a step may set parameters' shard stages, a strategy has them
 #: the version rule (records are framed, not one document: the name is not stored)
 SEARCH_LOG = DocumentFormat("ffsearch", FORMAT_VERSION, "search log", checksum=False)
 MAGIC = b"FFSEARCH\n"
@@ -148,6 +153,7 @@ class Encoder:
     def __init__(self, graph: OpGraph, cluster: Cluster) -> None:
         self.ops = graph.ops
         self.num_devices = cluster.num_devices
+        self.param_index = {name: i for i, name in enumerate(graph.parameters)}
         self._configs: dict[tuple[int, ParallelConfig], list] = {}
 
     def config(self, index: int, config: ParallelConfig) -> list:
@@ -172,7 +178,10 @@ class Encoder:
         except KeyError as exc:
             raise SearchLogError(f"cannot log strategy {strategy.name!r}: it has no config for "
                                  f"op {exc.args[0]!r}") from None
-        return [strategy.name, configs]
+        if not strategy.shards:
+            return [strategy.name, configs]
+        return [strategy.name, configs, sorted([self.param_index[name], int(stage)]
+                                               for name, stage in strategy.shards.items())]
 
     def frontier(self, points: list[FrontierPoint]) -> list:
         return [[float(p.time), int(p.memory), self.strategy(p.strategy)] for p in points]
@@ -220,6 +229,7 @@ class Decoder:
     def __init__(self, graph: OpGraph, cluster: Cluster) -> None:
         self.ops = graph.ops
         self.names = [op.name for op in graph.ops]
+        self.params = list(graph.parameters)
         self.num_devices = cluster.num_devices
         self._configs: dict[tuple, ParallelConfig] = {}
 
@@ -264,14 +274,34 @@ class Decoder:
         return config
 
     def strategy(self, data: Any, what: str) -> Strategy:
-        data = as_list(data, what, 2)
+        data = as_list(data, what)
+        if len(data) not in (2, 3):
+            raise BadRecord(f"{what} must be [name, configs] or [name, configs, stages], "
+                            f"found {len(data)} items")
         name = as_name(data[0], f"{what} name")
         configs = as_list(data[1], f"{what} configs")
         if len(configs) != len(self.ops):
             raise BadRecord(f"{what} has {len(configs)} op configs but the graph has "
                             f"{len(self.ops)} ops; it does not fit the log's graph")
         return Strategy({self.names[i]: self.config(i, c, what) for i, c in enumerate(configs)},
-                        name)
+                        name, {self.params[p]: stage for p, stage in
+                               self.stages(data[2] if len(data) == 3 else [], what)})
+
+    def stages(self, data: Any, what: str) -> list[tuple[int, ShardStage]]:
+        """``[[parameter index, stage], ...]``: the shard stages a step or strategy set."""
+        out = []
+        for k, pair in enumerate(as_list(data, f"{what} stages")):
+            where = f"{what} stage {k}"
+            p, stage = as_list(pair, where, 2)
+            p, stage = as_int(p, f"{where} parameter"), as_int(stage, f"{where} stage")
+            if p >= len(self.params):
+                raise BadRecord(f"{where}: parameter {p} out of range; the graph has "
+                                f"{len(self.params)}")
+            if stage not in BUILT_STAGES:
+                raise BadRecord(f"{where}: stage {stage} is not one flextui builds "
+                                f"({', '.join(str(int(s)) for s in BUILT_STAGES)})")
+            out.append((p, ShardStage(stage)))
+        return out
 
     def frontier(self, data: Any, what: str) -> list[FrontierPoint]:
         points = []

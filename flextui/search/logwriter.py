@@ -120,10 +120,12 @@ class SearchLogWriter:
         record = [TAG_STEP, int(event.chain), int(event.iteration), float(event.elapsed), op,
                   self._enc.config(op, event.config), float(event.proposed), current, best,
                   bool(event.accepted), int(event.memory)]
-        if event.others or event.early:
+        if event.others or event.early or event.stages:
             record.append([[int(o), self._enc.config(o, c)] for o, c in event.others])
-        if event.early:
-            record.append(True)
+        if event.early or event.stages:
+            record.append(bool(event.early))
+        if event.stages:
+            record.append([[int(p), int(stage)] for p, stage in event.stages])
         self._add(record)
 
     def restart(self, chain: int, iteration: int) -> None:

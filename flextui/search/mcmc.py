@@ -9,7 +9,9 @@ propagation move, ``propagate``). A random config goes, with probability
 With probability ``options.recompute`` (training only, and only while the current
 strategy does not fit its devices' memory or has ops recomputed) a step instead switches
 recomputation for the op and often a run of ops after it (``recompute``); a random
-config keeps the op's recomputation as it was.
+config keeps the op's recomputation as it was. With probability ``options.shard``
+(likewise) a step instead sets the shard stage of a run of parameters, or of all
+(``shard``).
 It simulates the result incrementally and accepts it with probability
 min(1, exp(beta * (cost(S) - cost(S*)))), costs in ms. The random number that decides
 is drawn before simulating, so the cost it would take to accept is known in advance:
@@ -35,9 +37,16 @@ from flextui.search.log import Checkpoint, FrontierPoint
 from flextui.search.options import BETA_SCALE, SearchOptions
 from flextui.search.propagate import propagation
 from flextui.search.recompute import recompute_run
+from flextui.search.shard import shard_run
 from flextui.search.tied import tied_groups
 from flextui.sim import DeltaSimulator
-from flextui.strategy import ParallelConfig, Strategy, count_configs, random_config
+from flextui.strategy import (
+    ParallelConfig,
+    ShardStage,
+    Strategy,
+    count_configs,
+    random_config,
+)
 
 
 def chain_seed(seed: int, chain: int) -> str:
@@ -63,9 +72,12 @@ class _Proposal:
 
     base: Strategy
     changes: tuple[tuple[str, ParallelConfig], ...] = ()
+    stages: tuple[tuple[str, ShardStage], ...] = ()
 
     def strategy(self) -> Strategy:
-        return self.base.replace_all(dict(self.changes)) if self.changes else self.base
+        if not self.changes and not self.stages:
+            return self.base
+        return self.base.replace_all(dict(self.changes)).with_shards(dict(self.stages))
 
 
 class Chain:
@@ -81,11 +93,15 @@ class Chain:
         self.rng = random.Random(chain_seed(options.seed, index))
         self.current_cost = self.sim.reset(initial)
         self.recomputed = _recomputed(initial)   # ops the current strategy recomputes
+        self.sharded = len(initial.shards)       # parameters it shards
         self.initial_cost = self.current_cost
         self.best, self.best_cost = initial, self.current_cost
         self.beta = options.beta if options.beta is not None else default_beta(self.current_cost)
         #: the chance of a recomputation move (none in inference: nothing is kept)
         self.recompute = options.recompute if options.training else 0.0
+        #: the chance of a shard move (none in inference or on one device: no group)
+        self.shard = options.shard if options.training and self.num_devices > 1 else 0.0
+        self.param_index = {name: i for i, name in enumerate(graph.parameters)}
         self.ops = [op for op in graph.ops if count_configs(op, self.num_devices) > 1
                     or (self.recompute and op.type != "input")]
         self.twins = tied_groups(graph)
@@ -128,20 +144,27 @@ class Chain:
             raise RuntimeError("no op has more than one valid config on this cluster")
         op = rng.choice(self.ops)
         base = self.sim.strategy
-        config, others = self._propose(op, base, rng)
+        stages: dict[str, ShardStage] = {}
+        others: list[tuple[Op, ParallelConfig]]
+        if self.shard and self._may_shard() and rng.random() < self.shard:
+            config, others = base[op.name], []
+            stages = shard_run(self.graph, base, rng, CONTINUE_CHANCE)
+        else:
+            config, others = self._propose(op, base, rng)
         changes = [(o.name, c) for o, c in others]
         if config != base[op.name]:
             changes.insert(0, (op.name, config))
         draw = rng.random()
         early = False
-        if not changes:  # no change: the same strategy, the same cost
+        if not changes and not stages:  # no change: the same strategy, the same cost
             proposed, memory, accepted = self.current_cost, self._peak_memory(), True
         else:
-            proposed = self.sim.propose_many(changes, self._limit(draw), deadline)
+            proposed = self.sim.propose_many(changes, self._limit(draw), deadline, stages)
             memory = self._peak_memory()
             early = self.sim.cut_short
             if not early:
-                self.frontier.add(self.sim.makespan, memory, _Proposal(base, tuple(changes)))
+                self.frontier.add(self.sim.makespan, memory,
+                                  _Proposal(base, tuple(changes), tuple(stages.items())))
             accepted = not early and self._accepts(proposed, draw)
             self.sim.accept() if accepted else self.sim.reject()
         self.iteration += 1
@@ -150,13 +173,16 @@ class Chain:
             self.current_cost = proposed
             self.recomputed += sum(c.recompute - base[name].recompute
                                    for name, c in dict(changes).items())
+            self.sharded += sum(bool(stage) - bool(base.shard(name))
+                                for name, stage in stages.items())
             if proposed < self.best_cost:
                 self.improved_iteration, self.improved_elapsed = self.iteration, self.elapsed
             if proposed <= self.best_cost:
                 self.best, self.best_cost = self.sim.strategy, proposed
         return StepEvent(self.index, self.iteration, self.elapsed, op.index, config, proposed,
                          self.current_cost, self.best_cost, accepted, memory,
-                         tuple((o.index, c) for o, c in others), early)
+                         tuple((o.index, c) for o, c in others), early,
+                         tuple((self.param_index[name], stage) for name, stage in stages.items()))
 
     def _propose(self, op: Op, base: Strategy, rng: random.Random
                  ) -> tuple[ParallelConfig, list[tuple[Op, ParallelConfig]]]:
@@ -185,6 +211,11 @@ class Chain:
         splits (RNNLM on 16 GPUs, 3,000 steps: best 36-46 ms with them, 33-37 ms
         without). Asked every step, so both are kept, not recounted."""
         return self.current_cost > self.sim.makespan or self.recomputed > 0
+
+    def _may_shard(self) -> bool:
+        """Whether a shard move is worth making: as ``_may_recompute``, while memory is
+        short or to unshard what an earlier one sharded (kept, not recounted)."""
+        return self.current_cost > self.sim.makespan or self.sharded > 0
 
     def _accepts(self, proposed: float, draw: float) -> bool:
         if proposed <= self.current_cost:
@@ -218,6 +249,7 @@ class Chain:
         """Go back to the best strategy (public FlexFlow restarts chains this way)."""
         self.current_cost = self.sim.reset(self.best)
         self.recomputed = _recomputed(self.best)
+        self.sharded = len(self.best.shards)
         return RestartEvent(self.index, self.iteration)
 
     def converged(self, by_time: bool) -> bool:

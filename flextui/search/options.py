@@ -68,6 +68,11 @@ class SearchOptions:
     the "ignore" memory policy nothing is short) or has ops recomputed, since otherwise
     it can only cost time. 0 turns the move off (inference never makes it).
 
+    ``shard``: the chance that a step sets the shard stage of a run of parameters, or
+    of all of them (ZeRO's stages 1 and 2, ``flextui.search.shard``): made, as
+    recomputation is, only while the current strategy does not fit or has parameters
+    sharded. 0 turns the move off (inference and one device never make it).
+
     ``optimizer``: the update training runs (SGD with momentum, AdamW), whose state
     every device's memory holds beside its parameters and gradients.
 
@@ -87,6 +92,7 @@ class SearchOptions:
     propagation: float = 0.25
     tied: float = 0.5
     recompute: float = 0.1
+    shard: float = 0.1
     converge: bool = True
     min_steps: int = 1000
     training: bool = True
@@ -115,8 +121,8 @@ class SearchOptions:
         unknown = sorted(str(k)[:40] for k in set(data) - known)
         if unknown:
             raise FlextuiError(f"{where}: unknown search options {unknown}")
-        try:   # logs from before early rejection or recomputation ran without them
-            return cls(**{"early_reject": False, "recompute": 0.0, **data})
+        try:   # logs from before early rejection, recomputation or sharding: without
+            return cls(**{"early_reject": False, "recompute": 0.0, "shard": 0.0, **data})
         except FieldError as e:
             raise FlextuiError(f"{where}: options.{e.field}: {e.problem}") from None
 
@@ -238,6 +244,7 @@ _CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "propagation": _fraction,
     "tied": _fraction,
     "recompute": _fraction,
+    "shard": _fraction,
     "converge": lambda f, v: _FIELDS.boolean(v, f),
     "min_steps": lambda f, v: _FIELDS.integer(v, f, 0),
     "training": lambda f, v: _FIELDS.boolean(v, f),

@@ -14,6 +14,7 @@ from flextui.search.log import SearchLog
 from flextui.search.options import SearchOptions
 from flextui.search.runner import SearchResult
 from flextui.strategy import Strategy
+from flextui.strategy.summary import sharded_counts
 
 
 def _frontier(points) -> list[dict[str, float]]:
@@ -43,13 +44,14 @@ def search_summary(result: SearchResult, graph: OpGraph, cluster: Cluster,
 def strategy_figures(strategy: Strategy, graph: OpGraph, cluster: Cluster,
                      cost_model: CostModel, options: SearchOptions) -> dict[str, Any]:
     """A strategy as the search sees it: its simulated cost, the memory of its fullest
-    device and the search's memory budget (None without one), to compare the two, and
-    how many of its ops it recomputes."""
+    device and the search's memory budget (None without one), to compare the two, how
+    many of its ops it recomputes and how many parameters it shards at each stage."""
     timeline = search_simulator(graph, cluster, cost_model, options).simulate(strategy)
     return {"strategy_s": timeline.cost,
             "strategy_memory_bytes": max(d.memory.total for d in timeline.devices),
             "memory_budget_bytes": options.memory_budget,
-            "recomputed_ops": sum(c.recompute for c in strategy.values())}
+            "recomputed_ops": sum(c.recompute for c in strategy.values()),
+            "sharded_params": sharded_counts(strategy)}
 
 
 def best_over_time(log: SearchLog) -> list[dict[str, float]]:

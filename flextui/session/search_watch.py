@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from flextui.graph import OpGraph
 from flextui.search.events import RestartEvent, StepEvent
 from flextui.search.frontier import Frontier
+from flextui.search.log import step_strategy
 from flextui.search.logformat import Checkpoint
 from flextui.session.jobs import JobState
 from flextui.strategy import Strategy
@@ -97,7 +98,7 @@ class SearchWatch:
     def __init__(self, graph: OpGraph, iterations: int | None = None,
                  time_limit: float | None = None, chains: int = 1,
                  history: int = HISTORY_POINTS) -> None:
-        self._names = [op.name for op in graph.ops]
+        self._graph = graph
         self._budget = (iterations * chains if iterations else None, time_limit)
         self.history = CostHistory(history)
         self.frontier = Frontier()
@@ -130,8 +131,7 @@ class SearchWatch:
             if not e.early:   # an early-rejected step's cost is only a lower bound
                 self.frontier.add(e.proposed, e.memory)
             if e.accepted and e.chain in self.current:
-                self.current[e.chain] = self.current[e.chain].replace_all(
-                    {self._names[i]: c for i, c in e.changes})
+                self.current[e.chain] = step_strategy(self._graph, self.current[e.chain], e)
                 if e.best == e.current:
                     self._offer_best(e.chain, e.best, self.current[e.chain])
             self.history.add(HistoryPoint(self.steps, e.elapsed, self.best_cost or e.best,
