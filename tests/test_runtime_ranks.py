@@ -121,6 +121,30 @@ def test_launch_check_passes_on_a_recomputed_strategy_with_adamw(tmp_path):
     assert wait_gone(starts(tmp_path / "check.ffrun").values()) == []
 
 
+#: a transformer whose training state, with AdamW, outweighs its activations at batch 8
+SMALL_GPT = ["-m", "transformer", "-b", "8", "-o", "layers=2", "-o", "width=64", "-o",
+             "heads=4", "-o", "seq_len=16", "-o", "vocab=500"]
+
+
+def test_a_search_under_a_budget_shards_and_its_strategy_passes_launch_check(tmp_path, capsys):
+    """The user's path for a model that does not fit: a search with AdamW under a memory
+    budget below data parallelism's (3.5 MiB a device) shards parameters, and says so;
+    the strategy it exports, launched on 2 ranks, equals one process (--check)."""
+    best = tmp_path / "best.json"
+    assert main(["search", *SMALL_GPT, "-c", "local-cpu-2", "--optimizer", "adamw",
+                 "--budget", "1500", "--memory-budget", "2.4MiB", "--no-log",
+                 "--export-strategy", str(best)]) == 0
+    said = " ".join(capsys.readouterr().out.split())   # as wrapped to the terminal
+    assert "within the 2.4 MiB budget" in said and "parameters sharded (stage" in said
+    assert json.loads(best.read_text())["params"]
+    proc = launch(tmp_path, *SMALL_GPT, "--nproc-per-node", "2", "--strategy", str(best),
+                  "--optimizer", "adamw", "--check", "--run-log", "check.ffrun")
+    out, err = proc.communicate(timeout=HANG_S)
+    assert proc.returncode == 0, err[-3000:] + out
+    assert "check passed: 2 ranks equal one process" in out
+    assert wait_gone(starts(tmp_path / "check.ffrun").values()) == []
+
+
 @dataclass
 class Running:
     """A long launch of 2 LeNet ranks whose ranks have started: the launcher, its run
