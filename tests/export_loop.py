@@ -6,6 +6,7 @@ every step (the mean over ranks) and the local shape of every parameter."""
 
 from __future__ import annotations
 
+import gc
 import importlib.util
 import json
 import os
@@ -67,12 +68,15 @@ def main() -> None:
     dist.init_process_group("gloo")
     result = train(model_path, plan_path, int(steps))
     Path(out, f"rank{dist.get_rank()}.json").write_text(json.dumps(result))
-    # every rank done before any tears its groups down: a rank that tore down a
-    # DeviceMesh's gloo groups and exited while its peers were still finishing aborted
-    # now and then ("terminate called without an active exception", 4 of 50 runs under
-    # load; none of 60 with the barrier)
+    # The model's DTensors and its DeviceMesh hold the mesh's gloo groups in reference
+    # cycles; left to the interpreter's exit, their teardown aborted a rank now and then
+    # ("terminate called without an active exception": 2 of 60 runs under load, with
+    # the barrier below). Collected while the interpreter is whole, and every rank done
+    # before any tears its groups down: 0 of 180.
+    gc.collect()
     dist.barrier()
     dist.destroy_process_group()
+    gc.collect()
 
 
 if __name__ == "__main__":
