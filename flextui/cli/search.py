@@ -56,7 +56,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="start from auto (default: the faster of data-parallel and expert), "
                    "data-parallel, expert, model-parallel, random, or a strategy .json file")
     p.add_argument("--beta", type=float, help="inverse temperature per ms (default: "
-                   f"{BETA_SCALE} / initial cost in ms, see docs/search.md)")
+                   f"{BETA_SCALE} / the initial strategy's makespan in ms, see docs/search.md)")
     p.add_argument("--restart-every", type=int, metavar="N",
                    help="every N iterations, go back to the chain's best strategy")
     p.add_argument("--no-early-stop", action="store_true",

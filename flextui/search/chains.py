@@ -133,6 +133,7 @@ class ChainStart:
     index: int
     strategy: Strategy | None = None
     checkpoint: Checkpoint | None = None
+    initial: Strategy | None = None    # resumed: the chain's initial strategy
     initial_cost: float = 0.0
     last_step: StepEvent | None = None
     where: str = ""
@@ -148,8 +149,9 @@ class ChainStart:
             if self.search_started is not None:
                 chain.set_elapsed(time.monotonic() - self.search_started)
             return chain
+        assert self.initial is not None   # a resumed chain's first checkpoint holds it
         chain = Chain.from_checkpoint(self.checkpoint, graph, cluster, cost_model, options,
-                                      self.initial_cost)
+                                      self.initial, self.initial_cost)
         catch_up(chain, self.last_step, self.where)
         return chain
 
@@ -170,8 +172,9 @@ def chain_starts(options: SearchOptions, graph: OpGraph, cluster: Cluster,
                                                                     c, resume, baselines)))
             continue
         steps = resume.steps_of(c)
-        starts.append(ChainStart(c, None, resume.last_checkpoint(c), first.current_cost,
-                                 steps[-1] if steps else None, str(resume.path)))
+        starts.append(ChainStart(c, None, resume.last_checkpoint(c), first.current,
+                                 first.current_cost, steps[-1] if steps else None,
+                                 str(resume.path)))
     return starts
 
 

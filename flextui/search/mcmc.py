@@ -55,11 +55,12 @@ def chain_seed(seed: int, chain: int) -> str:
     return f"flextui-search:{seed}:{chain}"
 
 
-def default_beta(initial_cost_s: float) -> float:
-    """``BETA_SCALE`` / (initial cost in ms): see ``SearchOptions``."""
-    if not math.isfinite(initial_cost_s) or initial_cost_s <= 0:
+def default_beta(initial_s: float) -> float:
+    """``BETA_SCALE`` / (the initial strategy's makespan, or cost, in ms): see
+    ``SearchOptions``."""
+    if not math.isfinite(initial_s) or initial_s <= 0:
         return 1.0
-    return BETA_SCALE / (initial_cost_s * 1e3)
+    return BETA_SCALE / (initial_s * 1e3)
 
 
 CONTINUE_CHANCE = 0.75  # a propagation walk goes on to a further neighbour this often
@@ -96,7 +97,8 @@ class Chain:
         self.sharded = len(initial.shards)       # parameters it shards
         self.initial_cost = self.current_cost
         self.best, self.best_cost = initial, self.current_cost
-        self.beta = options.beta if options.beta is not None else default_beta(self.current_cost)
+        self.beta = options.beta if options.beta is not None else default_beta(
+            self.sim.makespan if options.beta_of_makespan else self.current_cost)
         #: the chance of a recomputation move (none in inference: nothing is kept)
         self.recompute = options.recompute if options.training else 0.0
         #: the chance of a shard move (none in inference or on one device: no group)
@@ -115,14 +117,21 @@ class Chain:
     @classmethod
     def from_checkpoint(cls, cp: Checkpoint, graph: OpGraph, cluster: Cluster,
                         cost_model: CostModel, options: SearchOptions,
-                        initial_cost: float) -> Chain:
-        """The chain as it was at ``cp`` (a resumed search)."""
+                        initial: Strategy, initial_cost: float) -> Chain:
+        """The chain as it was at ``cp`` (a resumed search that started from ``initial``,
+        of cost ``initial_cost``)."""
         chain = cls(cp.chain, graph, cluster, cost_model, options, cp.current)
         chain.best, chain.best_cost = cp.best, cp.best_cost
         chain.rng.setstate(cp.rng_state)
         chain.iteration = cp.iteration
         chain.initial_cost = initial_cost
-        chain.beta = options.beta if options.beta is not None else default_beta(initial_cost)
+        if options.beta is None:
+            scale = initial_cost
+            if options.beta_of_makespan:   # the initial strategy's makespan, then back
+                chain.sim.reset(initial)
+                scale = chain.sim.makespan
+                chain.sim.reset(cp.current)
+            chain.beta = default_beta(scale)
         chain.set_elapsed(cp.elapsed)
         return chain
 

@@ -17,7 +17,7 @@ from flextui.sim.memory import MemoryPolicy
 
 INITS = ("auto", "data-parallel", "expert", "model-parallel", "random")
 DEFAULT_BUDGET = "30s"
-BETA_SCALE = 300  # the default beta is BETA_SCALE / (the initial cost in ms)
+BETA_SCALE = 300  # the default beta is BETA_SCALE / (the initial makespan in ms)
 #: the smallest memory budget: anything less is a mistake (a size typed without a unit)
 MIN_MEMORY_BUDGET = 2**20
 
@@ -32,7 +32,11 @@ class SearchOptions:
     ``beta`` is the Metropolis-Hastings inverse temperature, per millisecond of cost
     difference: a proposal ``d`` ms worse than the current strategy is accepted with
     probability ``exp(-beta * d)``. Left as None, it is ``BETA_SCALE / C0`` (300 / C0)
-    where ``C0`` is the initial strategy's cost in ms, so a proposal 0.1% of ``C0`` worse
+    where ``C0`` is the initial strategy's makespan in ms (``beta_of_makespan``; its
+    cost with the memory penalty in logs from before: a start far over memory then set
+    the temperature by its penalty, a GPT-2 XL-sized model starting 21 GiB over 16 GiB
+    devices at 96 s where its iterations take 3-9 s, and the chain wandered at 8-12 s
+    and never fit), so a proposal 0.1% of ``C0`` worse
     than the current strategy is accepted with probability 0.74, 0.33% worse with 1/e,
     1% worse with 0.05: the same behaviour whether an iteration takes 1 ms or 1 s (a
     fixed beta, such as public FlexFlow's 0.05, is a random walk on small models and
@@ -100,6 +104,7 @@ class SearchOptions:
     memory_budget: int | None = None
     early_reject: bool = True
     optimizer: OptimizerKind = OptimizerKind.SGD
+    beta_of_makespan: bool = True
 
     def __post_init__(self) -> None:
         """Every field's type and range, checked by the rules the CLI and the Setup form
@@ -121,8 +126,10 @@ class SearchOptions:
         unknown = sorted(str(k)[:40] for k in set(data) - known)
         if unknown:
             raise FlextuiError(f"{where}: unknown search options {unknown}")
-        try:   # logs from before early rejection, recomputation or sharding: without
-            return cls(**{"early_reject": False, "recompute": 0.0, "shard": 0.0, **data})
+        try:   # logs from before early rejection, recomputation, sharding or the makespan's
+            # beta ran without them
+            return cls(**{"early_reject": False, "recompute": 0.0, "shard": 0.0,
+                          "beta_of_makespan": False, **data})
         except FieldError as e:
             raise FlextuiError(f"{where}: options.{e.field}: {e.problem}") from None
 
@@ -201,7 +208,7 @@ def parse_beta(value: float | str | None) -> float | None:
         beta = float(value)
     except ValueError:
         raise FieldError("beta", f"{value!r:.40}: give a positive number, or leave it blank "
-                         f"(auto: {BETA_SCALE} / the initial cost in ms)") from None
+                         f"(auto: {BETA_SCALE} / the initial makespan in ms)") from None
     if not beta > 0 or beta == float("inf"):
         raise FieldError("beta", f"{value!r:.40}: must be a positive number")
     return beta
@@ -251,6 +258,7 @@ _CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "early_reject": lambda f, v: _FIELDS.boolean(v, f),
     "memory": _memory,
     "optimizer": lambda f, v: OptimizerKind(_FIELDS.choice(v, f, tuple(OptimizerKind))),
+    "beta_of_makespan": lambda f, v: _FIELDS.boolean(v, f),
     "memory_budget": _optional(lambda f, v: _FIELDS.integer(v, f, MIN_MEMORY_BUDGET)),
 }
 
