@@ -1,6 +1,6 @@
 """Checkpoints (``launch --save/--resume``, ``export-weights``): 10 steps in one launch
 equal 5 steps, a save, and 5 resumed steps in a second launch, loss for loss and
-parameter for parameter (==); the saved weights load into the user's module; a
+parameter for parameter (==), with the optimizer's state sharded; the saved weights load into the user's module; a
 checkpoint that is missing, damaged or of another strategy is refused (exit 2)."""
 
 import importlib.util
@@ -20,6 +20,7 @@ from flextui.runtime.checkpointing import META, Checkpointing, CheckpointMeta, n
 from flextui.runtime.metrics import Start
 from flextui.runtime.runlog import read_run_log
 from flextui.runtime.spec import LaunchSpec, Training, lr_at
+from flextui.strategy import ShardStage
 from flextui.strategy.builtins import random_strategy
 from flextui.strategy.file import save_strategy
 from helpers import HANG_S
@@ -35,10 +36,13 @@ TRAIN = ["--seed", "5", "--shuffle", "--optimizer", "adamw",
 
 def split_and_replicated(tmp_path: Path) -> str:
     """A strategy file splitting the first layer's parameters over the 2 ranks and
-    holding the second's whole on both (the random strategy of seed 3)."""
+    holding the second's whole on both (the random strategy of seed 3), its training
+    state sharded over the two (ZeRO stage 2: each rank keeps half the AdamW state)."""
     graph, cluster = load_model(str(MODEL)), load_named_cluster("local-cpu-2")
     path = tmp_path / "strategy.json"
-    save_strategy(path, random_strategy(graph, cluster, seed=3), graph, cluster)
+    chosen = random_strategy(graph, cluster, seed=3).with_shards(
+        dict.fromkeys(graph.parameters, ShardStage.GRADIENTS))
+    save_strategy(path, chosen, graph, cluster)
     return str(path)
 
 
