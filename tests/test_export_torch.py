@@ -18,7 +18,7 @@ from flextui.machine import load_named_cluster
 from flextui.runtime.export_plan import mesh_plan
 from flextui.runtime.export_torch import torch_module_text
 from flextui.runtime.export_types import LayerPlan, Layout, TensorParallelStyle
-from flextui.strategy import ParallelConfig, builtin_strategy, save_strategy
+from flextui.strategy import ParallelConfig, ShardStage, builtin_strategy, save_strategy
 from flextui.strategy.builtins import split_dims
 from helpers import HANG_S
 from processes import end, wait_gone
@@ -154,11 +154,11 @@ def run_loop(plan: Path, devices: int, out: Path) -> list[dict]:
 
 
 def refused(capsys, tmp_path, graph, configs: dict[str, ParallelConfig], devices: int = 4,
-            model: str = MODEL):
+            model: str = MODEL, shards: dict[str, ShardStage] | None = None):
     cluster = load_named_cluster(f"local-cpu-{devices}")
     base = builtin_strategy("data-parallel", graph, cluster)
     path, plan = tmp_path / "s.json", tmp_path / "plan.py"
-    save_strategy(path, base.replace_all(configs), graph, cluster)
+    save_strategy(path, base.replace_all(configs).with_shards(shards or {}), graph, cluster)
     code = main(["export", str(path), "--model", model, "-o", str(plan)])
     out, err = capsys.readouterr()
     assert (code, out, plan.exists()) == (2, "", False)
@@ -178,6 +178,13 @@ def test_refuses_a_recomputed_layer(capsys, tmp_path, graph):
     err = refused(capsys, tmp_path, graph,
                   {"blocks.0.up": data_parallel["blocks.0.up"].with_recompute(True)})
     assert "op 'blocks.0.up' is recomputed, which a DeviceMesh plan does not express" in err
+
+
+def test_refuses_a_sharded_parameter(capsys, tmp_path, graph):
+    err = refused(capsys, tmp_path, graph, {},
+                  shards={"blocks.1.down.weight": ShardStage.GRADIENTS})
+    assert "op 'blocks.1.down': its parameter 'blocks.1.down.weight' has its training state " \
+        "sharded (stage 2), which a DeviceMesh plan does not express" in err
 
 
 def test_refuses_two_tensor_parallel_degrees(capsys, tmp_path, graph):

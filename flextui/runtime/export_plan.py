@@ -42,6 +42,14 @@ def mesh_plan(graph: OpGraph, strategy: Strategy, devices: int) -> MeshPlan:
                                  "not express: run the strategy with `flextui launch`, or "
                                  "export it without recomputation and wrap those layers in "
                                  "torch.utils.checkpoint in your loop")
+        sharded = [p.name for p in op.params if strategy.shard(p.name)]
+        if sharded:
+            raise NotExpressible(f"op {op.name!r}: its parameter {sharded[0]!r} has its "
+                                 f"training state sharded (stage "
+                                 f"{int(strategy.shard(sharded[0]))}), which a DeviceMesh plan "
+                                 "does not express: run the strategy with `flextui launch`, or "
+                                 "export it without sharding and shard the optimizer in your "
+                                 "loop (torch's ZeroRedundancyOptimizer, FSDP)")
     tensor = _tensor_degree(graph, strategy)
     if devices % tensor:
         raise NotExpressible(f"the strategy splits Linear layers {tensor} ways on {devices} "
