@@ -11,8 +11,8 @@ from flextui.cost.choose import choose_cost_model
 from flextui.cost.localdevice import cpu_name
 from flextui.cost.signatures import Measurement
 from flextui.graph.library import load_model
+from flextui.graph.region import region_shape
 from flextui.machine import load_named_cluster
-from flextui.runtime.engine import shape_of
 from flextui.runtime.metrics import Tasks
 from flextui.runtime.recording import merged_times
 from flextui.runtime.runlog import read_run_log
@@ -63,5 +63,5 @@ def test_recorded_task_times_are_used_by_the_next_search(tmp_path, monkeypatch):
               if t.kind == TaskKind.FORWARD and t.op == "images"]
     images = graph.op("images")
     assert making and all(
-        t.end - t.start == measured[(images.index, shape_of(
+        t.end - t.start == measured[(images.index, region_shape(
             expert["images"].task_region(images, t.part)))][0] for t in making)

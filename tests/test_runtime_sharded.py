@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from flextui.errors import FlextuiError
-from flextui.graph import full_region
+from flextui.graph import full_region, region_volume
 from flextui.machine import load_named_cluster
 from flextui.runtime.plan import compile_plan
 from flextui.runtime.spec import LaunchSpec, Training
@@ -41,7 +41,7 @@ def test_a_rank_counts_each_element_of_the_norm_once_sharded_or_not():
     parameter's elements exactly once between them."""
     graph, cluster = small("mlp"), load_named_cluster("local-cpu-2")
     plan = compile_plan(graph, strategy("zero2-random-3", graph, cluster), 2)
-    counted = {name: sum(_volume(c) for cells in per_rank.values() for c in cells)
+    counted = {name: sum(region_volume(c) for cells in per_rank.values() for c in cells)
                for name, per_rank in plan.norm_cells.items()}
     for bucket in plan.buckets:
         if bucket[0].stage:
@@ -54,13 +54,6 @@ def test_a_rank_counts_each_element_of_the_norm_once_sharded_or_not():
              for rank, cells in per_rank.items() for cell in cells]
     assert alone and all(cell in plan.norm_cells[name][rank] for name, rank, cell in alone)
     assert shard_numel(9, 2) == 5 and shard_numel(8, 4) == 2
-
-
-def _volume(cell):
-    size = 1
-    for lo, hi in cell:
-        size *= hi - lo
-    return size
 
 
 def test_the_launch_plan_carries_the_shard_stages():

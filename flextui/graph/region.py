@@ -11,6 +11,10 @@ def full_region(shape: tuple[int, ...]) -> Region:
     return tuple((0, size) for size in shape)
 
 
+def region_shape(region: Region) -> tuple[int, ...]:
+    return tuple(stop - start for start, stop in region)
+
+
 def region_volume(region: Region) -> int:
     return math.prod(stop - start for start, stop in region)
 

@@ -42,7 +42,7 @@ import torch
 from flextui.graph import Op, Region
 from flextui.graph.kernels import kernel_for
 from flextui.graph.kernels.positional import key_of
-from flextui.graph.region import within
+from flextui.graph.region import region_shape, within
 from flextui.graph.tensor import FLOAT_DTYPES
 from flextui.runtime.comm import Comm, PendingSums, Transfer
 from flextui.runtime.computeclock import ComputeClock, TaskKind
@@ -79,10 +79,6 @@ class StepResult:
 def kernel_seed(seed: int, step: int) -> int:
     """The seed a step's stochastic kernels (dropout) get, the same on every rank."""
     return key_of("kernels", seed, step)
-
-
-def shape_of(region: Region) -> tuple[int, ...]:
-    return tuple(stop - start for start, stop in region)
 
 
 class RankProgram:
@@ -197,7 +193,7 @@ class RankProgram:
         counts: dict[tuple[int, tuple[int, ...]], int] = {}
         for op in self.ops:
             for k in self.tasks[op.index]:
-                kind = (op.index, shape_of(self.plan.region(op, k)))
+                kind = (op.index, region_shape(self.plan.region(op, k)))
                 counts[kind] = counts.get(kind, 0) + 1
         return counts
 
@@ -274,7 +270,7 @@ class RankProgram:
         time the rank takes to make, or read, its block of the batch)."""
         if not self.record_tasks:
             return None
-        return op.index, shape_of(region), backward
+        return op.index, region_shape(region), backward
 
     def _shard(self, name: str, region: Region) -> torch.Tensor:
         """A task's shard of a parameter: a view of the rank's box, or the box itself
@@ -292,10 +288,10 @@ class RankProgram:
             and tensor.producer.type != "input"
         if len(mine) == 1 and mine[0].local:
             whole = self._producer_block(mine[0], state)
-            if tuple(whole.shape) == shape_of(need):  # the producer's block, as it is
+            if tuple(whole.shape) == region_shape(need):  # the producer's block, as it is
                 return whole.detach().requires_grad_(grad)
         first = self._piece_value(mine[0], received, state)
-        block = torch.empty(shape_of(need), dtype=first.dtype, device=self.device)
+        block = torch.empty(region_shape(need), dtype=first.dtype, device=self.device)
         for p in mine:
             block[within(p.region, need)] = self._piece_value(p, received, state)
         return block.requires_grad_(grad)
@@ -361,7 +357,7 @@ class RankProgram:
         if len(mine) == 1 and mine[0].region == out_region:  # the whole block, as it came
             p = mine[0]
             return received[p] if p in received else state.grads.pop(p)
-        total = torch.zeros(shape_of(out_region), dtype=self.dtype, device=self.device)
+        total = torch.zeros(region_shape(out_region), dtype=self.dtype, device=self.device)
         for p in mine:
             total[within(p.region, out_region)] += received[p] if p in received \
                 else state.grads.pop(p)
@@ -381,11 +377,12 @@ class RankProgram:
             if self.rank == sender:
                 value = self._producer_slice(p, state) if forward else state.grads.pop(p, None)
                 if value is None:  # a consumer block whose input has no gradient
-                    value = torch.zeros(shape_of(p.region), dtype=self.dtype, device=self.device)
+                    value = torch.zeros(region_shape(p.region), dtype=self.dtype,
+                                        device=self.device)
                 transfers.append(Transfer(True, receiver, value.contiguous()))
             else:
                 dtype = self._piece_dtype(p) if forward else self.dtype
-                buffer = torch.empty(shape_of(p.region), dtype=dtype, device=self.device)
+                buffer = torch.empty(region_shape(p.region), dtype=dtype, device=self.device)
                 received[p] = buffer
                 transfers.append(Transfer(False, sender, buffer))
         self.comm.exchange(transfers)

@@ -20,7 +20,7 @@ from collections.abc import Callable
 import torch
 
 from flextui.graph import Region
-from flextui.graph.region import within
+from flextui.graph.region import region_shape, within
 from flextui.runtime.comm import Comm, PendingSums
 from flextui.runtime.optimizer import Optimizer
 from flextui.runtime.optimizer_steps import optimizer_step
@@ -38,10 +38,11 @@ class ShardedState:
                  boxes: dict[str, Region], states: int) -> None:
         self.rank, self.comm, self.params, self.boxes = rank, comm, params, boxes
         self.buckets = [b for b in plan.buckets if rank in b[0].ranks and b[0].stage]
-        #: per sharded bucket: its length and the part's length
-        self.sizes = [(sum(s.numel for s in b), shard_numel(sum(s.numel for s in b),
-                                                            len(b[0].ranks)))
-                      for b in self.buckets]
+        #: each sharded bucket's index, and its length and the part's length
+        self.index = {bucket: b for b, bucket in enumerate(self.buckets)}
+        lengths = [sum(s.numel for s in b) for b in self.buckets]
+        self.sizes = [(length, shard_numel(length, len(b[0].ranks)))
+                      for length, b in zip(lengths, self.buckets)]
         like = next(iter(params.values()), None)
         self.dtype = dtype = like.dtype if like is not None else torch.float32
         device = like.device if like is not None else comm.device
@@ -49,7 +50,7 @@ class ShardedState:
                         for _, part in self.sizes]
         self.alone = [(name, cell) for name, per_rank in plan.alone_cells.items()
                       for cell in per_rank.get(rank, ())]
-        self.cell_moments = [[torch.zeros(_shape(cell), dtype=dtype, device=device)
+        self.cell_moments = [[torch.zeros(region_shape(cell), dtype=dtype, device=device)
                               for _ in range(states)] for _, cell in self.alone]
         self.sharded = {s.param for b in self.buckets for s in b} | {n for n, _ in self.alone}
         #: this step's reduced gradient part of each sharded bucket, by its index
@@ -60,7 +61,7 @@ class ShardedState:
     def start(self, bucket: Bucket, grad: Callable[[str], torch.Tensor],
               pending: PendingSums) -> None:
         """Start the reduce-scatter of ``bucket``'s gradients into this rank's part."""
-        b = self.buckets.index(bucket)
+        b = self.index[bucket]
         length, part = self.sizes[b]
         ranks = bucket[0].ranks
         flat = torch.cat([grad(s.param)[within(cell, self.boxes[s.param])].reshape(-1)
@@ -86,12 +87,11 @@ class ShardedState:
                ) -> None:
         """The optimizer's step on this rank's parts and its cells alone (no_grad)."""
         for b, bucket in enumerate(self.buckets):
-            length, part = self.sizes[b]
+            part = self.sizes[b][1]
             i = bucket[0].ranks.index(self.rank)
             flat = torch.cat([self._value(s.param, cell).reshape(-1)
-                              for s in bucket for cell in s.cells])
-            mine = torch.nn.functional.pad(flat, (0, part * len(bucket[0].ranks) - length)
-                                           )[i * part:(i + 1) * part].clone()
+                              for s in bucket for cell in s.cells])[i * part:(i + 1) * part]
+            mine = torch.nn.functional.pad(flat, (0, part - len(flat)))   # a copy
             optimizer_step(opt, mine, self.grads.pop(b), self.moments[b], lr, t)
             self.updated[b] = mine
         for (name, cell), moments in zip(self.alone, self.cell_moments):
@@ -126,8 +126,4 @@ class ShardedState:
 
     def _value(self, name: str, cell: Region) -> torch.Tensor:
         return self.params[name][within(cell, self.boxes[name])]
-
-
-def _shape(region: Region) -> tuple[int, ...]:
-    return tuple(stop - start for start, stop in region)
 

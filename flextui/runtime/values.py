@@ -19,9 +19,9 @@ import math
 import torch
 
 from flextui.graph import Op, OpGraph, Parameter, Region
-from flextui.graph.kernels.base import region_shape
 from flextui.graph.kernels.positional import block_hash, block_uniform, key_of
 from flextui.graph.ops.basic import InputFill
+from flextui.graph.region import region_shape
 
 
 def parameter_block(param: Parameter, role: str, region: Region, seed: int,

@@ -184,9 +184,11 @@ class SearchLog:
 
 def step_strategy(graph: OpGraph, before: Strategy, step: StepEvent) -> Strategy:
     """The strategy ``step`` proposed, from the one before it."""
+    after = before.replace_all({graph.ops[op].name: config for op, config in step.changes})
+    if not step.stages:
+        return after
     params = list(graph.parameters)
-    return before.replace_all({graph.ops[op].name: config for op, config in step.changes}
-                              ).with_shards({params[p]: stage for p, stage in step.stages})
+    return after.with_shards({params[p]: stage for p, stage in step.stages})
 
 
 def _op_index(value: Any, num_ops: int, what: str) -> int:

@@ -37,9 +37,9 @@ from flextui.graph.kernels import (  # noqa: F401
     opaque,
     recurrent,
 )
-from flextui.graph.kernels.base import KERNELS, Kernel, Tensors, kernel_for, region_shape
+from flextui.graph.kernels.base import KERNELS, Kernel, Tensors, kernel_for
 from flextui.graph.op import Op
-from flextui.graph.region import Region
+from flextui.graph.region import Region, region_shape
 from flextui.graph.tensor import FLOAT_DTYPES, DType
 
 __all__ = ["KERNELS", "Kernel", "backward_block", "block_tensors", "forward_block", "kernel_for",

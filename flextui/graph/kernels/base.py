@@ -74,7 +74,3 @@ def kernel_for(op_type_name: str) -> Kernel:
         known = ", ".join(sorted(KERNELS))
         raise GraphError(f"no kernel for op type {op_type_name!r}; kernels exist for: "
                          f"{known}") from None
-
-
-def region_shape(region: Region) -> tuple[int, ...]:
-    return tuple(stop - start for start, stop in region)
