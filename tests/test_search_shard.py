@@ -36,15 +36,19 @@ def test_a_run_sets_one_new_stage_and_a_quarter_of_moves_set_every_parameter():
     base = builtin_strategy("data-parallel", graph, cluster)
     names = list(graph.parameters)
     wholes = 0
+    drawn = set()
     for seed in range(40):
         stages = shard_run(graph, base, random.Random(seed), 0.75)
         assert stages and len(set(stages.values())) == 1
-        assert next(iter(stages.values())) in (ShardStage.OPTIMIZER, ShardStage.GRADIENTS)
+        drawn |= set(stages.values())
         chosen = [n for n in names if n in stages]
         first = names.index(chosen[0])
         assert chosen == names[first:first + len(chosen)]   # consecutive
         wholes += len(chosen) == len(names)
     assert 0 < wholes < 40
+    assert drawn == {ShardStage.OPTIMIZER, ShardStage.GRADIENTS, ShardStage.PARAMETERS}
+    assert all(max(shard_run(graph, base, random.Random(seed), 0.75, top=2).values()) <= 2
+               for seed in range(40))   # as a log from before stage 3 replays
     every = base.with_shards(dict.fromkeys(names, ShardStage.GRADIENTS))
     for seed in range(10):   # never the stage a run's first parameter has
         assert ShardStage.GRADIENTS not in shard_run(graph, every, random.Random(seed),
@@ -95,7 +99,7 @@ def test_options_from_a_log_from_before_make_no_shard_moves():
     assert SearchOptions.from_dict(old, "log").shard == 0.0
 
 
-def test_a_logged_stage_not_built_is_refused_naming_the_record(tmp_path):
+def test_a_logged_stage_out_of_range_is_refused_naming_the_record(tmp_path):
     graph, cluster = wide(), load_named_cluster("local-cpu-2")
     path = tmp_path / "run.ffsearch"
     run_search(graph, cluster, AnalyticCostModel(), SearchOptions(iterations=5, seed=0),
@@ -103,10 +107,10 @@ def test_a_logged_stage_not_built_is_refused_naming_the_record(tmp_path):
     data = path.read_bytes()
     (length,) = struct.unpack_from("<I", data, len(MAGIC))
     header = data[:len(MAGIC) + 10 + length]   # the magic line and the header's frame
-    step = [1, 0, 1, 0.1, 1, [[1, 1], 0], 1.0, None, None, True, 1, [], False, [[0, 3]]]
+    step = [1, 0, 1, 0.1, 1, [[1, 1], 0], 1.0, None, None, True, 1, [], False, [[0, 4]]]
     path.write_bytes(header + frame(msgpack.packb(step)))
-    with pytest.raises(SearchLogError, match=r"record 1 .*step stage 0: stage 3 is not one "
-                                             r"flextui builds \(0, 1, 2\)"):
+    with pytest.raises(SearchLogError, match=r"record 1 .*step stage 0: stage 4 is not one "
+                                             r"of 0\.\.3"):
         read_search_log(path)
     step[-1] = [[len(graph.parameters), 1]]
     path.write_bytes(header + frame(msgpack.packb(step)))

@@ -80,4 +80,5 @@ def test_bad_strategy_for_simulate(capsys):
 
 
 def test_task_kinds_are_named_in_the_trace():
-    assert [k.name.lower() for k in TaskKind] == ["forward", "backward", "transfer", "sync", "update"]
+    assert [k.name.lower() for k in TaskKind] == ["forward", "backward", "transfer", "sync", "update",
+                                                 "gather"]

@@ -13,7 +13,7 @@ from flextui.graph.library import model_names
 from flextui.machine import parse_cluster
 from flextui.sim import DeltaSimulator, Simulator
 from flextui.strategy import ShardStage, builtin_strategy, random_config
-from flextui.strategy.shards import BUILT_STAGES
+from flextui.strategy.shards import stages_for
 from helpers import cluster, model
 
 # smaller unrollings keep the full simulations this test compares against quick
@@ -35,10 +35,11 @@ def proposed_config(op, where, rng, strategy):
 
 
 def random_stages(graph, rng):
-    """A quarter of the time, 1..3 random parameters' shard stages (any built one)."""
+    """A quarter of the time, 1..3 random parameters' shard stages (any the parameter
+    may use: up to 3, or 2 for a shared one)."""
     if not graph.parameters or rng.random() >= 0.25:
         return {}
-    return {name: rng.choice(BUILT_STAGES)
+    return {name: rng.choice(stages_for(name in graph.shared_parameters))
             for name in rng.sample(sorted(graph.parameters), min(3, len(graph.parameters)))[
                 :rng.randint(1, 3)]}
 

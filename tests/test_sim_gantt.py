@@ -9,6 +9,7 @@ from flextui.machine import load_named_cluster
 from flextui.machine.units import format_bytes
 from flextui.session.gantt import (
     IDLE_CELL,
+    KIND_GLYPHS,
     Cell,
     View,
     build_lanes,
@@ -188,6 +189,25 @@ def test_a_sharded_parameters_sync_says_it_reduce_scatters_and_all_gathers():
     assert sharded[0]["sharded"] == "stage 2: each device keeps its part of the optimizer " \
         "state and gradients"
     assert sum("collectives" in rows for rows in syncs.values()) == 1
+
+
+def test_a_stage_3_parameters_gathers_are_named_and_its_sync_says_reduce_scatter():
+    graph = model("lenet")
+    cluster = load_named_cluster("p100-4x4", nodes=1)
+    strategy = builtin_strategy("data-parallel", graph, cluster).with_shards(
+        {"fc1.weight": ShardStage.PARAMETERS})
+    timeline = Simulator(graph, cluster, AnalyticCostModel()).simulate(strategy)
+    gathers = [task_details(t, graph, strategy) for t in timeline.tasks
+               if t.kind == TaskKind.GATHER]
+    assert [d.title for d in gathers] == ["gather fc1.weight for fc1's forward · group 0",
+                                          "gather fc1.weight for fc1's backward · group 0"]
+    assert all(dict(d.rows)["bytes"] == dict(gathers[0].rows)["bytes"] for d in gathers)
+    sync = next(dict(task_details(t, graph, strategy).rows) for t in timeline.tasks
+                if t.kind == TaskKind.SYNC and "sharded" in dict(task_details(t, graph,
+                                                                              strategy).rows))
+    assert sync["collectives"].startswith("a reduce-scatter (the parameter is gathered")
+    assert KIND_GLYPHS[TaskKind.GATHER] not in {KIND_GLYPHS[k] for k in TaskKind
+                                                if k != TaskKind.GATHER}
 
 
 def test_transfer_blocks_carry_their_bytes(lenet_model_parallel):

@@ -41,6 +41,24 @@ def test_fifo_on_a_shared_resource_with_ties_broken_by_key(store_type):
 
 
 @pytest.mark.parametrize("store_type", STORES)
+def test_a_gather_runs_between_its_preds_and_succs_and_moves_its_bytes(store_type):
+    store = store_type(3)                     # devices 0, 1 and a link, resource 2
+    a = store.add((0,), 1.0, (0, 0))
+    b = store.add((1,), 1.0, (0, 1))
+    gather = store.add_gather(4, 1, 2, 0.5, 96, (0, 4, 0, -1, 0, 1), [a], [b])
+    assert store.info(gather)[:5] == (5, 4, 1, 2, 96)   # GATHER, op 4, group 1, rset, bytes
+    assert store.preds(gather) == [a] and store.succs(gather) == [b]
+    ready, start, end, order = columns(len(store))
+    assert store.reschedule(ready, start, end, order, -1.0, [], []) == 2.5
+    assert (start[gather], end[gather], start[b]) == (1.0, 1.5, 1.5)
+    assert list(store.resource_usage(start, end, 2)[1]) == [0, 0, 96]
+    with pytest.raises(IndexError):
+        store.add_gather(4, 1, 2, 0.5, 96, (0,), [99], [])
+    with pytest.raises(IndexError):
+        store.add_gather(4, 1, 7, 0.5, 96, (0,), [], [])
+
+
+@pytest.mark.parametrize("store_type", STORES)
 def test_ids_are_reused_last_freed_first_and_edges_follow(store_type):
     store = store_type(1)
     ids = [store.add((0,), 1.0, (i,)) for i in range(4)]

@@ -61,6 +61,14 @@ class CostModel(Protocol):
         return ring_allreduce_s(nbytes, devices, cluster)
 
 
+def allgather_s(model: CostModel, nbytes: float, devices: tuple[int, ...],
+                cluster: Cluster) -> float:
+    """A ring all-gather (or reduce-scatter) of a group's ``nbytes`` over ``devices``:
+    one of the two passes of its ring all-reduce, so half of ``allreduce_s`` (not
+    calibrated on its own: what a cost model measures is the all-reduce)."""
+    return model.allreduce_s(nbytes, devices, cluster) / 2
+
+
 def transfer_terms(model: object, link: Link) -> LinkTerms | None:
     """``model.transfer_terms(link)``, or None for a model without it. A cost model may
     have that optional member: the link's latency and bandwidth when its

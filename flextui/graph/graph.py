@@ -71,6 +71,16 @@ class OpGraph:
         """Every distinct parameter, by name (a shared parameter appears once)."""
         return {p.name: p for op in self.ops for p in op.params}
 
+    @cached_property
+    def shared_parameters(self) -> frozenset[str]:
+        """The parameters more than one op uses (a tied embedding, an unrolled RNN's)."""
+        seen: set[str] = set()
+        shared: set[str] = set()
+        for op in self.ops:
+            for name in dict.fromkeys(p.name for p in op.params):
+                (shared if name in seen else seen).add(name)
+        return frozenset(shared)
+
     @property
     def param_count(self) -> int:
         return sum(p.numel for p in self.parameters.values())

@@ -72,7 +72,7 @@ from flextui.machine import Cluster
 from flextui.search.events import StopReason
 from flextui.search.options import SearchOptions
 from flextui.strategy import ParallelConfig, ShardStage, Strategy
-from flextui.strategy.shards import BUILT_STAGES
+from flextui.strategy.shards import stage_refusal
 
 FORMAT_VERSION = 5  # v2: step records may set other ops than the picked one; v3: a
                     # step may be marked early-rejected; v4: a config may be recomputed;
@@ -230,6 +230,7 @@ class Decoder:
         self.ops = graph.ops
         self.names = [op.name for op in graph.ops]
         self.params = list(graph.parameters)
+        self.shared = graph.shared_parameters
         self.num_devices = cluster.num_devices
         self._configs: dict[tuple, ParallelConfig] = {}
 
@@ -297,9 +298,12 @@ class Decoder:
             if p >= len(self.params):
                 raise BadRecord(f"{where}: parameter {p} out of range; the graph has "
                                 f"{len(self.params)}")
-            if stage not in BUILT_STAGES:
-                raise BadRecord(f"{where}: stage {stage} is not one flextui builds "
-                                f"({', '.join(str(int(s)) for s in BUILT_STAGES)})")
+            if stage not in tuple(ShardStage):
+                raise BadRecord(f"{where}: stage {stage} is not one of 0..3")
+            refusal = stage_refusal(self.params[p], ShardStage(stage),
+                                    self.params[p] in self.shared)
+            if refusal:
+                raise BadRecord(f"{where}: {refusal}")
             out.append((p, ShardStage(stage)))
         return out
 

@@ -103,6 +103,7 @@ class Chain:
         self.recompute = options.recompute if options.training else 0.0
         #: the chance of a shard move (none in inference or on one device: no group)
         self.shard = options.shard if options.training and self.num_devices > 1 else 0.0
+        self.top_shard_stage = options.top_shard_stage
         self.param_index = {name: i for i, name in enumerate(graph.parameters)}
         self.ops = [op for op in graph.ops if count_configs(op, self.num_devices) > 1
                     or (self.recompute and op.type != "input")]
@@ -157,7 +158,7 @@ class Chain:
         others: list[tuple[Op, ParallelConfig]]
         if self.shard and self._may_shard() and rng.random() < self.shard:
             config, others = base[op.name], []
-            stages = shard_run(self.graph, base, rng, CONTINUE_CHANCE)
+            stages = shard_run(self.graph, base, rng, CONTINUE_CHANCE, self.top_shard_stage)
         else:
             config, others = self._propose(op, base, rng)
         changes = [(o.name, c) for o, c in others]

@@ -73,9 +73,10 @@ class SearchOptions:
     it can only cost time. 0 turns the move off (inference never makes it).
 
     ``shard``: the chance that a step sets the shard stage of a run of parameters, or
-    of all of them (ZeRO's stages 1 and 2, ``flextui.search.shard``): made, as
-    recomputation is, only while the current strategy does not fit or has parameters
-    sharded. 0 turns the move off (inference and one device never make it).
+    of all of them (ZeRO's stages, ``flextui.search.shard``): made, as recomputation
+    is, only while the current strategy does not fit or has parameters sharded. 0 turns
+    the move off (inference and one device never make it). ``top_shard_stage``: the
+    highest stage it sets (3; logs from before stage 3 was built read 2).
 
     ``optimizer``: the update training runs (SGD with momentum, AdamW), whose state
     every device's memory holds beside its parameters and gradients.
@@ -105,6 +106,7 @@ class SearchOptions:
     early_reject: bool = True
     optimizer: OptimizerKind = OptimizerKind.SGD
     beta_of_makespan: bool = True
+    top_shard_stage: int = 3
 
     def __post_init__(self) -> None:
         """Every field's type and range, checked by the rules the CLI and the Setup form
@@ -129,7 +131,7 @@ class SearchOptions:
         try:   # logs from before early rejection, recomputation, sharding or the makespan's
             # beta ran without them
             return cls(**{"early_reject": False, "recompute": 0.0, "shard": 0.0,
-                          "beta_of_makespan": False, **data})
+                          "beta_of_makespan": False, "top_shard_stage": 2, **data})
         except FieldError as e:
             raise FlextuiError(f"{where}: options.{e.field}: {e.problem}") from None
 
@@ -259,6 +261,7 @@ _CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "memory": _memory,
     "optimizer": lambda f, v: OptimizerKind(_FIELDS.choice(v, f, tuple(OptimizerKind))),
     "beta_of_makespan": lambda f, v: _FIELDS.boolean(v, f),
+    "top_shard_stage": lambda f, v: _FIELDS.integer(v, f, 1, 3),
     "memory_budget": _optional(lambda f, v: _FIELDS.integer(v, f, MIN_MEMORY_BUDGET)),
 }
 

@@ -3,8 +3,9 @@ of a parameter's replica groups, ``strategy.shards``), or of every parameter at 
 
 Sharding trades a little for memory: the sync moves the all-reduce's bytes (as a
 reduce-scatter and an all-gather) and each device updates less, so the simulator
-finds it no slower; what it saves is the optimizer's state and (stage 2) the
-gradients. Like recomputation the move is made only where memory is short. A run is
+finds it no slower; what it saves is the optimizer's state, (stage 2) the
+gradients and (stage 3, for a parameter one op uses) the parameter, gathered before each
+pass of its op. Like recomputation the move is made only where memory is short. A run is
 consecutive parameters in the graph's order (a layer's, then the next layer's), as
 sharding is applied to a model's layers; a quarter of the moves set every parameter,
 as a whole-model ZeRO stage.
@@ -16,21 +17,25 @@ import random
 
 from flextui.graph import OpGraph
 from flextui.strategy import ShardStage, Strategy
-from flextui.strategy.shards import BUILT_STAGES
+from flextui.strategy.shards import stages_for
 
 #: the chance that a shard move sets every parameter's stage
 WHOLE_MODEL = 0.25
 
 
 def shard_run(graph: OpGraph, strategy: Strategy, rng: random.Random,
-              continue_chance: float) -> dict[str, ShardStage]:
+              continue_chance: float, top: int = ShardStage.PARAMETERS,
+              ) -> dict[str, ShardStage]:
     """The parameters the move sets to a new stage (one other than the first's), each
-    with that stage (those already at it are left out)."""
+    with that stage (those already at it, and shared ones it may not apply to, are left
+    out); stages up to ``top``."""
     names = list(graph.parameters)
     if not names:
         return {}
     start = rng.randrange(len(names))
-    stage = rng.choice([s for s in BUILT_STAGES if s != strategy.shard(names[start])])
+    first = names[start]
+    stage = rng.choice([s for s in stages_for(first in graph.shared_parameters)
+                        if s != strategy.shard(first) and s <= top])
     if rng.random() < WHOLE_MODEL:
         chosen = names
     else:
@@ -38,4 +43,6 @@ def shard_run(graph: OpGraph, strategy: Strategy, rng: random.Random,
         while end < len(names) and rng.random() < continue_chance:
             end += 1
         chosen = names[start:end]
-    return {name: stage for name in chosen if strategy.shard(name) != stage}
+    shared = graph.shared_parameters
+    return {name: stage for name in chosen if strategy.shard(name) != stage
+            and stage in stages_for(name in shared)}

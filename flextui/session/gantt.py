@@ -19,12 +19,12 @@ from flextui.graph import OpGraph, Region, intersect
 from flextui.machine.units import format_bytes
 from flextui.sim.taskgraph import TaskKind
 from flextui.sim.timeline import TaskTiming, Timeline
-from flextui.strategy import Strategy
+from flextui.strategy import ShardStage, Strategy
 
 #: one glyph per kind, so kinds read apart without colour (NO_COLOR, 16 colours)
 KIND_GLYPHS: dict[TaskKind, str] = {
     TaskKind.FORWARD: "█", TaskKind.BACKWARD: "▓", TaskKind.TRANSFER: "░",
-    TaskKind.SYNC: "≡", TaskKind.UPDATE: "▪",
+    TaskKind.SYNC: "≡", TaskKind.UPDATE: "▪", TaskKind.GATHER: "⇣",
 }
 IDLE_GLYPH = " "
 SELECTED_GLYPH = "◆"
@@ -275,7 +275,13 @@ def task_details(task: TaskTiming, graph: OpGraph | None = None,
     if stage:
         groups.append([("sharded", f"stage {int(stage)}: each device keeps its part of the "
                                    f"{stage.label}"),
-                       ("collectives", "a reduce-scatter, and an all-gather after the update")])
+                       ("collectives", "a reduce-scatter, and an all-gather after the update"
+                        if stage < ShardStage.PARAMETERS else
+                        "a reduce-scatter (the parameter is gathered before each pass of its "
+                        "op)")])
+    if task.kind == TaskKind.GATHER:
+        groups.append([("gathers", "the group's parameter, freed after the op's tasks use "
+                                   "it (stage 3)")])
     return TaskDetails(_title(task, graph, len(bucket)), groups)
 
 
@@ -284,6 +290,10 @@ def _title(task: TaskTiming, graph: OpGraph | None, bucket: int = 0) -> str:
         return f"transfer to {task.op} · part {task.part}"
     if task.kind in (TaskKind.FORWARD, TaskKind.BACKWARD):
         return f"{task.kind.name.lower()} {task.op} · part {task.part}"
+    if task.kind == TaskKind.GATHER:   # key (pass, ±op, 0, -1, parameter index, group)
+        name = graph.op(task.op).params[task.key[4]].name if graph else "parameter"
+        stage = "forward" if task.key[0] == 0 else "backward"
+        return f"gather {name} for {task.op}'s {stage} · group {task.part}"
     what = (_parameter(task, graph) if graph else "") or "parameter"
     if bucket > 1:
         what += f" and {bucket - 1} more"

@@ -46,13 +46,14 @@ def sync_order(users: Mapping[str, Sequence[tuple[Op, int]]]) -> list[str]:
 
 def bucket_starts(syncs: Iterable[tuple[Hashable, int]], limit: int) -> list[bool]:
     """For each replica group's all-reduce in issue order, given as (its rank set, or
-    anything equal exactly for equal rank sets; its bytes), whether it starts a new
-    bucket (True) or joins the one before."""
+    anything equal exactly for equal rank sets; None for a group summed alone, as a
+    parameter's at shard stage 3 is: its sum is what its devices keep; its bytes),
+    whether it starts a new bucket (True) or joins the one before."""
     starts: list[bool] = []
     open_ranks: Hashable | None = None   # the rank set of a bucket still filling
     filled = 0
     for ranks, nbytes in syncs:
-        small = nbytes < limit
+        small = nbytes < limit and ranks is not None
         joins = small and ranks == open_ranks and filled + nbytes <= limit
         starts.append(not joins)
         filled = filled + nbytes if joins else nbytes

@@ -31,7 +31,7 @@ from flextui.sim.simulator import Simulator
 from flextui.sim.taskgraph import Change, TaskGraph
 from flextui.sim.timeline import Timeline, build_timeline
 from flextui.strategy import ParallelConfig, ShardStage, Strategy
-from flextui.strategy.shards import BUILT_STAGES
+from flextui.strategy.shards import stage_refusal
 
 
 class DeltaSimulator:
@@ -83,8 +83,9 @@ class DeltaSimulator:
         for name, stage in (stages or {}).items():
             if name not in self.graph.parameters:
                 raise ValueError(f"graph {self.graph.name!r} has no parameter {name!r}")
-            if stage not in BUILT_STAGES:
-                raise ValueError(f"shard stage {int(stage)} is not built yet")
+            refusal = stage_refusal(name, stage, name in self.graph.shared_parameters)
+            if refusal:
+                raise ValueError(refusal)
         resolved = []
         for op, config in changes:
             op = self.graph.op(op) if isinstance(op, str) else op

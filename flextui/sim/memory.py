@@ -6,6 +6,8 @@ averages, two) -- of a sharded parameter's replica group only its part of them
 (``strategy.shards``), + the activations kept for backward (every forward
 task's outputs, but a recomputed op's, and every input block received from another
 device; in inference too, an upper bound) + the largest workspace of any of its tasks.
+A parameter at shard stage 3 counts its part on each device, and the groups its op
+gathers count in that op's workspace (held while the op's tasks run).
 
 Over capacity, a strategy is penalised (FlexFlow's rule: +1 ms per MB over, summed
 over devices) or rejected (infinite cost), by the simulator's ``memory`` option (a

@@ -34,7 +34,7 @@ from array import array
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from flextui.cost.model import CostModel, transfer_terms
+from flextui.cost.model import CostModel, allgather_s, transfer_terms
 from flextui.errors import ClusterError
 from flextui.graph import Op, OpGraph, region_volume
 from flextui.graph.tensor import dtype_bytes
@@ -290,9 +290,11 @@ class Planner:
     def _param(self, name: str, users: list[tuple[Op, int]],
                configs: tuple[ParallelConfig, ...], stage: ShardStage) -> ParamPlan:
         """The parameter's replica groups; a group on several devices sums its gradients
-        (an all-reduce, or for a sharded stage a reduce-scatter and an all-gather of the
-        same bytes: the same time), and each of its devices keeps a shard's gradient
-        (stage 2) and updates and keeps the state of a shard (stages 1 and 2)."""
+        (an all-reduce, or for stages 1 and 2 a reduce-scatter and an all-gather of the
+        same bytes: the same time; for stage 3 the reduce-scatter alone, and an
+        all-gather before each pass of the op), and each of its devices keeps a shard's
+        gradient (stage 2 and up) and updates and keeps the state of a shard (stage 1
+        and up), and at stage 3 keeps only that shard of the parameter."""
         blocks = tuple((region, config.devices[k])
                        for (op, i), config in zip(users, configs)
                        for k, region in enumerate(self._param_blocks(op, i, config)))
@@ -301,7 +303,8 @@ class Planner:
         gdevs, gdevices, gblocks, gblockids = array("i", [0]), array("i"), array("i", [0]), \
             array("i")
         grsets, gdurations, gnbytes = array("i"), array("d"), array("q")
-        syncs = []
+        gathers = array("d")
+        syncs: list[tuple[int | None, int]] = []
         held: dict[int, list[int]] = {}   # device -> [bytes, gradient bytes, state bytes]
         for devices, numel, block_ids in replica_plan(blocks):
             nbytes = numel * width
@@ -312,19 +315,23 @@ class Planner:
             gnbytes.append(nbytes)
             sharded = stage if len(devices) > 1 else ShardStage.NONE
             part = shard_numel(numel, len(devices)) * width if sharded else nbytes
+            full = sharded == ShardStage.PARAMETERS
             for d in devices:
                 sums = held.setdefault(d, [0, 0, 0])
-                sums[0] += nbytes
+                sums[0] += part if full else nbytes
                 sums[1] += part if sharded >= ShardStage.GRADIENTS else nbytes
                 sums[2] += part
+            grsets.append(self._ring(name, devices) if len(devices) > 1 else -1)
+            gathers.append(allgather_s(self.cost, nbytes, devices, self.cluster)
+                           if full else 0.0)
             if len(devices) > 1 and self.training:
-                grsets.append(self._ring(name, devices))
-                gdurations.append(self.cost.allreduce_s(nbytes, devices, self.cluster))
-                # buckets hold groups of one device set and one stage
-                syncs.append((self._device_sets.setdefault((devices, sharded),
-                                                           len(self._device_sets)), nbytes))
+                gdurations.append(gathers[-1] if full else
+                                  self.cost.allreduce_s(nbytes, devices, self.cluster))
+                # buckets hold groups of one device set and one stage; at stage 3 a
+                # group is summed alone
+                syncs.append((None if full else self._device_sets.setdefault(
+                    (devices, sharded), len(self._device_sets)), nbytes))
             else:
-                grsets.append(-1)
                 gdurations.append(0.0)
         shards = shards_of(held)
         udurations = array("d")
@@ -333,7 +340,7 @@ class Planner:
                 # timed once per kind of device and shard size
                 udurations.append(self._update_s(states, d))
         return ParamPlan(gdevs, gdevices, gblocks, gblockids, grsets, gdurations, gnbytes,
-                         shards, udurations, tuple(syncs))
+                         shards, udurations, tuple(syncs), gathers)
 
     def unit(self, plans: list[ParamPlan], blocks: list[int],
              ) -> tuple[ParamPlan, list[list[int]]]:

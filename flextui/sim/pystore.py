@@ -40,7 +40,7 @@ from flextui.sim import pyloop
 from flextui.sim.pyloop import work_of
 
 #: taskgraph.TaskKind's values, which the bulk builders make
-FORWARD, BACKWARD, TRANSFER, SYNC, UPDATE = range(5)
+FORWARD, BACKWARD, TRANSFER, SYNC, UPDATE, GATHER = range(6)
 
 KEY_LEN = 8
 
@@ -244,7 +244,7 @@ class PyTaskStore:
         for t, alive in enumerate(self._alive):
             if not alive:
                 continue
-            moving = self.kind[t] in (TRANSFER, SYNC)
+            moving = self.kind[t] in (TRANSFER, SYNC, GATHER)
             for r in self.rsets[self.rset[t]]:
                 if moving:
                     moved[r] += self.nbytes[t]
@@ -372,6 +372,22 @@ class PyTaskStore:
             for t in dict.fromkeys(ready_on[d]):
                 self.link(t, update)
         return made
+
+    def add_gather(self, op: int, part: int, rset: int, duration: float, nbytes: int,
+                   key: tuple[int, ...], preds: Sequence[int], succs: Sequence[int]) -> int:
+        """An all-gather of a parameter's replica group (stage 3) before op ``op``'s
+        tasks ``succs``, after ``preds``, holding ``rset`` and moving ``nbytes``."""
+        if len(key) > KEY_LEN:
+            raise ValueError("a task key has at most 8 ints")
+        self._rset(rset)
+        self._ids(preds)
+        self._ids(succs)
+        t = self._new(GATHER, op, part, rset, duration, key, nbytes)
+        for p in preds:
+            self.link(p, t)
+        for s in succs:
+            self.link(t, s)
+        return t
 
     # -- the event loop ---------------------------------------------------------------
 

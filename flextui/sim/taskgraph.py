@@ -11,7 +11,14 @@ all-reduce on the links joining the group, timed by the cost model's
 each group's gradients by a reduce-scatter and gathers the updated elements by an
 all-gather: one sync task of the all-reduce's bytes and time (the all-gather, after the
 update in a run, is folded into it: the same sum along the chain), and each device
-updates its part of the group's elements alone. On a cluster whose devices drive their
+updates its part of the group's elements alone. At stage 3 (a parameter one op uses)
+the sync is the reduce-scatter alone (half the all-reduce's time, ``allgather_s``),
+every group on several devices is summed alone (never bucketed), and before the op's
+tasks on the group's devices run, forward and again backward, an all-gather task of
+the group's bytes on its ring runs after what those tasks wait for (their inputs, or
+their outputs' gradients): the rank gathers once its inputs are there, as the runtime
+does; each device keeps its part of the parameter, and the gathered bytes count in
+the op's workspace (held while it runs). On a cluster whose devices drive their
 own communication (``Cluster.host_driven_comm``: CPU ranks with no core to spare), a
 transfer hop also holds the device at either end of its link, and an all-reduce every
 device of its group: communication then takes the devices' time as well as the links'.
@@ -27,15 +34,18 @@ within backward, by reverse topological index likewise. The keys:
   ``h``: ``(0, consumer, 0, k, slot, m, h)``; its gradient back ``(1, -producer, 0, m,
   consumer, slot, k, h)``;
 - the all-reduce of bucket ``g`` of the unit whose first parameter is number ``p``
-  ``(2, p, g)``, the unit's update on device ``d`` ``(3, p, d)``.
+  ``(2, p, g)``, the unit's update on device ``d`` ``(3, p, d)``;
+- the all-gather of group ``g`` of the op's parameter ``i`` before its forward tasks
+  ``(0, op, 0, -1, i, g)``, before its backward tasks ``(1, -op, 0, -1, i, g)``.
 
 The tasks live in a task store (``taskstore``: C arrays, or the pure-Python twin), made
 in bulk from plans (``plans``) Python computes once per op and config. The graph keeps
 which tasks each op, edge and parameter owns, as ``array('i')`` of ids.
 
 ``replace_ops`` swaps some ops' configs, rebuilding only those ops' tasks, the transfers
-on their edges and the gradient syncs and updates of the units their parameters are in,
-or whose buckets the change moved; delta simulation uses it.
+on their edges, the gathers of the ops at either end of those edges and the gradient
+syncs and updates of the units their parameters are in, or whose buckets the change
+moved; delta simulation uses it.
 """
 
 from __future__ import annotations
@@ -63,6 +73,7 @@ class TaskKind(enum.IntEnum):
     TRANSFER = 2
     SYNC = 3
     UPDATE = 4
+    GATHER = 5
 
 
 def _ids(*parts: Sequence[int]) -> array:
@@ -86,6 +97,8 @@ class TaskGraph:
         self.forward: dict[int, array] = {}
         self.backward: dict[int, array] = {}
         self.edge_tasks: dict[tuple[int, int], array] = {}
+        #: per op with parameters at stage 3, its all-gather tasks
+        self.gathers: dict[int, array] = {}
         self.param_plans: dict[str, ParamPlan] = {}
         self.param_shards: dict[str, Shards] = {}
         self.param_users: dict[str, list[tuple[Op, int]]] = {}
@@ -99,12 +112,16 @@ class TaskGraph:
         #: in training, the units (``buckets``) and their syncs' and updates' tasks
         self.units: dict[tuple[str, ...], Unit] = {}
         for op in graph.ops:
+            self.configs[op.index] = strategy[op.name]
+        for name in self.param_users:
+            self._plan_param(name)
+        for op in graph.ops:
             self._add_op_tasks(op, strategy[op.name])
         for op in graph.ops:
             for producer in graph.predecessors(op):
                 self._add_edge(producer, op)
-        for name in self.param_users:
-            self._plan_param(name)
+        for op in graph.ops:
+            self._add_gathers(op)
         for unit in self._cut_units():
             self._add_unit(unit)
         self.store.trim()
@@ -122,12 +139,52 @@ class TaskGraph:
     # -- building ------------------------------------------------------------------
 
     def _add_op_tasks(self, op: Op, config: ParallelConfig) -> array:
+        """The op's tasks (its parameters planned first: what it gathers is held in its
+        workspace)."""
         self.configs[op.index] = config
         plan = self.plans.op(op, config)
+        gathered: dict[int, int] = {}   # device -> bytes of the groups it gathers
+        for _, plan_ in self._gathered(op):
+            for g in range(len(plan_.gnbytes)):
+                for d in plan_.gdevices[plan_.gdevs[g]:plan_.gdevs[g + 1]]:
+                    gathered[d] = gathered.get(d, 0) + plan_.gnbytes[g]
         fwd, bwd = self.store.add_op(op.index, plan.devices, plan.forward, plan.backward,
-                                     plan.kept, plan.workspace)
+                                     plan.kept,
+                                     plan.workspace + max(gathered.values(), default=0))
         self.forward[op.index], self.backward[op.index] = fwd, bwd
         return _ids(fwd, bwd)
+
+    def _gathered(self, op: Op) -> list[tuple[int, ParamPlan]]:
+        """(index, plan) of each of ``op``'s parameters at stage 3 (one op uses it: this)."""
+        return [(i, self.param_plans[p.name]) for i, p in enumerate(op.params)
+                if self.stages.get(p.name) == ShardStage.PARAMETERS]
+
+    def _add_gathers(self, op: Op) -> array:
+        """The all-gathers of ``op``'s stage-3 parameters' groups on several devices, each
+        after what the op's tasks on those devices wait for, before those tasks: once
+        before its forward tasks and, in training, once before its backward tasks."""
+        made = array("i")
+        config = self.configs[op.index]
+        passes = [(0, op.index, self.forward[op.index])]
+        if self.training:
+            passes.append((1, -op.index, self.backward[op.index]))
+        for i, plan in self._gathered(op):
+            for g in range(len(plan.gnbytes)):
+                devices = set(plan.gdevices[plan.gdevs[g]:plan.gdevs[g + 1]])
+                if len(devices) < 2:
+                    continue
+                for phase, order, tasks in passes:
+                    mine = [t for k, t in enumerate(tasks) if config.devices[k] in devices]
+                    preds = sorted({p for t in mine for p in self.store.preds(t)}
+                                   - set(made))
+                    made.append(self.store.add_gather(
+                        op.index, g, plan.grsets[g], plan.gathers[g], plan.gnbytes[g],
+                        (phase, order, 0, -1, i, g), preds, mine))
+        if made:
+            self.gathers[op.index] = made
+        else:
+            self.gathers.pop(op.index, None)
+        return made
 
     def _add_edge(self, producer: Op, consumer: Op) -> array:
         """Dependencies and transfers for every input of ``consumer`` made by ``producer``."""
@@ -203,17 +260,26 @@ class TaskGraph:
         passes ``deadline`` (looked at between edges and parameters) it undoes what it
         did and raises TimeoutError."""
         new = {op.index: (op, config) for op, config in changes}
+        stages = dict(stages or {})
+        full = ShardStage.PARAMETERS
+        for name, stage in stages.items():   # into or out of stage 3: its op's tasks change
+            if (stage == full) != (self.stages.get(name) == full):
+                for op, _ in self.param_users[name]:
+                    new.setdefault(op.index, (op, self.configs[op.index]))
         ops = [op for op, _ in new.values()]
         edges = list(dict.fromkeys(
             [(p.index, op.index) for op in ops for p in self.graph.predecessors(op)] +
             [(op.index, c.index) for op in ops for c in self.graph.successors(op)]))
-        stages = dict(stages or {})
         params = list(dict.fromkeys([p.name for op in ops for p in op.params] + list(stages)))
+        # gathers wait for what their op's tasks wait for: the ops at either end of a
+        # rebuilt edge gather anew
+        regather = list(dict.fromkeys([i for e in edges for i in e] + list(new)))
         change = Change({i: (self.configs[i], self.forward[i], self.backward[i]) for i in new},
                         {e: self.edge_tasks[e] for e in edges},
                         {name: self.param_plans[name] for name in params},
                         {name: self.param_shards[name] for name in params},
-                        {name: self.stages.get(name, ShardStage.NONE) for name in stages})
+                        {name: self.stages.get(name, ShardStage.NONE) for name in stages},
+                        {i: self.gathers.get(i, array("i")) for i in regather})
         for op, config in new.values():
             self.configs[op.index] = config
         self._set_stages(stages)
@@ -229,7 +295,8 @@ class TaskGraph:
             del self.units[u]
         change.removed = _ids(*(part for _, fwd, bwd in change.ops.values()
                                 for part in (fwd, bwd)),
-                              *change.edges.values(), *(u.tasks for u in change.units.values()))
+                              *change.edges.values(), *(u.tasks for u in change.units.values()),
+                              *change.gathers.values())
         self.store.detach(change.removed)
         try:
             for op, config in new.values():
@@ -237,6 +304,8 @@ class TaskGraph:
             for a, b in edges:
                 check_deadline(deadline, "the task graph's edit")
                 change.added.extend(self._add_edge(self.graph.ops[a], self.graph.ops[b]))
+            for i in regather:
+                change.added.extend(self._add_gathers(self.graph.ops[i]))
             for u in units:
                 check_deadline(deadline, "the task graph's edit")
                 change.added.extend(self._add_unit(u))
@@ -261,6 +330,11 @@ class TaskGraph:
         self.param_plans.update(change.param_plans)
         self.param_shards.update(change.param_shards)
         self._set_stages(change.stages)
+        for i, gathers in change.gathers.items():
+            if gathers:
+                self.gathers[i] = gathers
+            else:
+                self.gathers.pop(i, None)
 
     def _set_stages(self, stages: Mapping[str, ShardStage]) -> None:
         for name, stage in stages.items():
@@ -280,6 +354,7 @@ class Change:
     param_plans: dict[str, ParamPlan]
     param_shards: dict[str, Shards]
     stages: dict[str, ShardStage]     # the restaged parameters' old stages
+    gathers: dict[int, array]         # op index -> its old gathers (stage 3), maybe none
     units: dict[tuple[str, ...], Unit] = field(default_factory=dict)   # the ones removed
     new_units: list[tuple[str, ...]] = field(default_factory=list)     # the ones built
     removed: array = field(default_factory=lambda: array("i"))

@@ -34,9 +34,11 @@ class ParamPlan:
     """Replica group ``g``: devices ``gdevices[gdevs[g]..gdevs[g+1]]``, gradients from
     the blocks ``gblockids[gblocks[g]..gblocks[g+1]]`` of the users' tasks; held by more
     than one device, an all-reduce of ``gnbytes[g]`` over ``grsets[g]`` taking
-    ``gdurations[g]``. Then an update per device of ``shards``, taking ``udurations``.
-    ``syncs``: per group that is all-reduced, in order, (an id of its device set, its
-    bytes), what buckets are decided from."""
+    ``gdurations[g]`` (at shard stage 3, a reduce-scatter). Then an update per device of
+    ``shards``, taking ``udurations``. ``syncs``: per group that is all-reduced, in
+    order, (an id of its device set and stage, None for a group summed alone; its
+    bytes), what buckets are decided from. ``gathers[g]``: at stage 3, the seconds of
+    the all-gather of group ``g`` before each pass of the parameter's op (0 else)."""
 
     gdevs: array
     gdevices: array
@@ -47,7 +49,8 @@ class ParamPlan:
     gnbytes: array
     shards: Shards
     udurations: array
-    syncs: tuple[tuple[int, int], ...]
+    syncs: tuple[tuple[int | None, int], ...]
+    gathers: array   # 'd'
 
 
 @dataclass
@@ -114,8 +117,10 @@ def merge_unit(plans: list[ParamPlan], blocks: list[int], limit: int,
             sums[1] += grads
             sums[2] += states
             seconds[d] = seconds.get(d, 0.0) + s
+    # a parameter at stage 3 is a unit of its own (its groups are summed alone)
     merged = ParamPlan(gdevs, gdevices, gblocks, gblockids, grsets, gdurations, gnbytes,
-                       shards_of(held), array("d", [seconds[d] for d in sorted(held)]), ())
+                       shards_of(held), array("d", [seconds[d] for d in sorted(held)]), (),
+                       array("d", bytes(8 * len(gnbytes))))
     return merged, [bucket.members for bucket in buckets]
 
 

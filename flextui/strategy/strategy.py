@@ -8,7 +8,7 @@ from collections.abc import Iterator, Mapping
 from flextui.errors import StrategyError
 from flextui.graph import OpGraph
 from flextui.strategy.config import ParallelConfig
-from flextui.strategy.shards import BUILT_STAGES, ShardStage
+from flextui.strategy.shards import ShardStage, stage_refusal
 
 
 class Strategy(Mapping[str, ParallelConfig]):
@@ -83,6 +83,6 @@ class Strategy(Mapping[str, ParallelConfig]):
                 raise StrategyError(f"strategy shards parameter {param!r:.80}, which graph "
                                     f"{graph.name!r} does not have (`flextui show --json` "
                                     "lists each op's params)")
-            if stage not in BUILT_STAGES:
-                raise StrategyError(f"parameter {param!r}: shard stage {int(stage)} (the "
-                                    f"{stage.label}) is not supported yet; use 1 or 2")
+            refusal = stage_refusal(param, stage, param in graph.shared_parameters)
+            if refusal:
+                raise StrategyError(f"{refusal}; set it to 1 or 2 in the strategy's params")

@@ -388,3 +388,43 @@ done:
     arrs_release(a, 11);
     return result;
 }
+
+/* add_gather(op, part, rset, duration, nbytes, key, preds, succs) -> id: an all-gather
+ * of a parameter's replica group before op's tasks succs (a sharded parameter's, stage
+ * 3), after preds, on the resource set rset, moving nbytes */
+PyObject *
+Store_add_gather(Store *s, PyObject *args)
+{
+    int op, part, rset;
+    double duration;
+    long long nbytes;
+    PyObject *key_o, *preds_o, *succs_o;
+    if (!PyArg_ParseTuple(args, "iiidLO!OO", &op, &part, &rset, &duration, &nbytes,
+                          &PyTuple_Type, &key_o, &preds_o, &succs_o))
+        return NULL;
+    Key key;
+    if (key_arg(key_o, &key) < 0 || rset_check(s, rset) < 0)
+        return NULL;
+    Ids preds, succs;
+    if (ids_get(s, preds_o, &preds, 1) < 0)
+        return NULL;
+    PyObject *result = NULL;
+    if (ids_get(s, succs_o, &succs, 1) < 0) {
+        ids_release(&preds);
+        return NULL;
+    }
+    Spec init = {.duration = duration, .nbytes = nbytes, .rset = rset, .op = op,
+                 .part = part, .keeps = -1, .kind = K_GATHER};
+    int32_t t;
+    if (make(s, &init, &key, NULL, &t) < 0)
+        goto done;
+    for (Py_ssize_t i = 0; i < preds.n; i++)
+        if (link_tasks(s, preds.v[i], t) < 0) goto done;
+    for (Py_ssize_t i = 0; i < succs.n; i++)
+        if (link_tasks(s, t, succs.v[i]) < 0) goto done;
+    result = PyLong_FromLong(t);
+done:
+    ids_release(&preds);
+    ids_release(&succs);
+    return result;
+}

@@ -428,6 +428,25 @@ Store_init(Store *s, PyObject *args, PyObject *kw)
     return 0;
 }
 
+/* a task key from a tuple of at most KEY_LEN ints */
+int
+key_arg(PyObject *tuple, Key *key)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(tuple);
+    if (n > KEY_LEN) {
+        PyErr_Format(PyExc_ValueError, "a task key has at most %d ints", KEY_LEN);
+        return -1;
+    }
+    memset(key, 0, sizeof(*key));
+    key->len = (uint8_t)n;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        key->v[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(tuple, i));
+        if (key->v[i] == -1 && PyErr_Occurred())
+            return -1;
+    }
+    return 0;
+}
+
 /* add(resources, duration, key) -> id: a task of no op, for tests and tools */
 static PyObject *
 Store_add(Store *s, PyObject *args)
@@ -437,15 +456,9 @@ Store_add(Store *s, PyObject *args)
     if (!PyArg_ParseTuple(args, "O!dO!", &PyTuple_Type, &resources, &duration, &PyTuple_Type,
                           &key))
         return NULL;
-    Py_ssize_t nkey = PyTuple_GET_SIZE(key);
-    if (nkey > KEY_LEN)
-        return PyErr_Format(PyExc_ValueError, "a task key has at most %d ints", KEY_LEN);
-    Key full = {{0}, (uint8_t)nkey};
-    for (Py_ssize_t i = 0; i < nkey; i++) {
-        full.v[i] = PyLong_AsLongLong(PyTuple_GET_ITEM(key, i));
-        if (full.v[i] == -1 && PyErr_Occurred())
-            return NULL;
-    }
+    Key full;
+    if (key_arg(key, &full) < 0)
+        return NULL;
     int rset = rset_arg(s, resources);
     if (rset < 0)
         return NULL;
@@ -824,7 +837,7 @@ Store_resource_usage(Store *s, PyObject *args)
     for (Py_ssize_t t = 0; t < s->n; t++) {
         const Task *task = &s->tasks[t];
         if (!task->alive) continue;
-        int moving = task->kind == K_TRANSFER || task->kind == K_SYNC;
+        int moving = task->kind == K_TRANSFER || task->kind == K_SYNC || task->kind == K_GATHER;
         int32_t count;
         const int32_t *res = rset_items(s, task->rset, &count);
         for (int32_t j = 0; j < count; j++) {
@@ -910,6 +923,8 @@ static PyMethodDef Store_methods[] = {
      "add_edge(producer, consumer, pfwd, cfwd, pbwd, cbwd, plan...) -> transfer ids"},
     {"add_param", (PyCFunction)Store_add_param, METH_VARARGS,
      "add_param(order, producers, plan...) -> sync and update ids"},
+    {"add_gather", (PyCFunction)Store_add_gather, METH_VARARGS,
+     "add_gather(op, part, rset, duration, nbytes, key, preds, succs) -> id"},
     {"earliest_ready", (PyCFunction)Store_earliest_ready, METH_VARARGS,
      "earliest_ready(ready, end, added, removed) -> t0"},
     {"reschedule", (PyCFunction)Store_reschedule, METH_VARARGS | METH_KEYWORDS,

@@ -19,7 +19,7 @@
 #define KEY_FIELD 16383  /* keys with every int within +-this pack into 128 bits */
 
 /* taskgraph.TaskKind */
-enum { K_FORWARD = 0, K_BACKWARD = 1, K_TRANSFER = 2, K_SYNC = 3, K_UPDATE = 4 };
+enum { K_FORWARD = 0, K_BACKWARD = 1, K_TRANSFER = 2, K_SYNC = 3, K_UPDATE = 4, K_GATHER = 5 };
 
 /* a task's predecessors or successors: up to VEC_INLINE held in place (most tasks have
  * one or two, and the event loop reads them without another cache miss), more in a
@@ -149,6 +149,7 @@ void vec_free(Vec *v);
 int check_id(Store *s, Py_ssize_t t);
 int ids_get(Store *s, PyObject *obj, Ids *ids, int check);
 void ids_release(Ids *ids);
+int key_arg(PyObject *tuple, Key *key);
 int pack_key(Task *t, const Key *key);
 void unpack_key(const Task *t, Key *key);
 int new_task(Store *s, const Spec *spec, const Key *key, int32_t *id);
@@ -171,6 +172,7 @@ PyObject *new_array(const char *code, const void *data, Py_ssize_t n, Py_ssize_t
 PyObject *Store_add_op(Store *s, PyObject *args);
 PyObject *Store_add_edge(Store *s, PyObject *args);
 PyObject *Store_add_param(Store *s, PyObject *args);
+PyObject *Store_add_gather(Store *s, PyObject *args);
 
 /* plan.c */
 PyObject *plan_overlaps(PyObject *module, PyObject *args);

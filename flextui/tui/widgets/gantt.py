@@ -56,6 +56,7 @@ class Gantt(Widget, can_focus=True):
     Gantt > .gantt--transfer { color: $warning; }
     Gantt > .gantt--sync { color: $error; }
     Gantt > .gantt--update { color: $success; }
+    Gantt > .gantt--gather { color: $error 70%; }
     Gantt > .gantt--selected { color: $accent; text-style: bold; }
     Gantt > .gantt--label { color: $text-muted; }
     Gantt > .gantt--lane-cursor { color: $text; background: $accent 30%; text-style: bold; }
