@@ -43,9 +43,11 @@ def main() -> None:
             dist.all_reduce(losses)
             loss_error = max(abs(a - b) / abs(b) for a, b in zip(losses.tolist(),
                                                                   reference.losses))
-            param_error = max((relative_error(program.params[p].detach(), reference.params[p][
-                within(box, full_region(reference.params[p].shape))])
-                for p, box in program.boxes.items()), default=0.0)
+            with program.whole_params():
+                param_error = max((relative_error(program.params[p].detach(),
+                                                  reference.params[p][within(
+                                                      box, full_region(reference.params[p].shape))])
+                                   for p, box in program.boxes.items()), default=0.0)
             device = simulator.simulate(s).devices[rank]
             buckets = [b for b in simulator.task_graph(s).buckets() if rank in b.devices]
             in_float32 = RankProgram(plan, rank, Comm(rank, plan.sync_groups(), cpu)).step(0)

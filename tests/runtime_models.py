@@ -1,7 +1,7 @@
 """The small models and the strategies the runtime is checked on: the issue's LeNet,
 MLP, RNN (rnnlm), transformer and DLRM at a batch every strategy on up to 4 devices
 divides, under data-parallel, model-parallel, expert and five random strategies, two
-of them with ops recomputed and three with parameters' training state sharded."""
+of them with ops recomputed and five with parameters' training state sharded."""
 
 from flextui.graph.library import load_model
 from flextui.strategy import (
@@ -21,7 +21,8 @@ SMALL_MODELS = {
 }
 STRATEGIES = ["data-parallel", "model-parallel", "expert", "random-1", "random-2", "random-3",
               "random-4", "random-5", "recompute-data-parallel", "recompute-random-2",
-              "zero1-data-parallel", "zero2-random-3", "zero2-recompute-random-2"]
+              "zero1-data-parallel", "zero2-random-3", "zero2-recompute-random-2",
+              "zero3-random-3", "zero3-recompute-data-parallel"]
 
 
 def small(name):
@@ -32,12 +33,16 @@ def strategy(name, graph, cluster):
     """A test strategy by name; ``recompute-NAME``: NAME with every other op that has a
     backward pass recomputed (every one under data parallelism); ``zero1-NAME``: NAME
     with every parameter's training state sharded at stage 1; ``zero2-NAME``: every
-    other parameter's at stage 2 (in the graph's order), the rest at stage 1."""
-    if name.startswith(("zero1-", "zero2-")):
+    other parameter's at stage 2 (in the graph's order), the rest at stage 1;
+    ``zero3-NAME``: every parameter at stage 3 but those several ops share, at 2."""
+    if name.startswith(("zero1-", "zero2-", "zero3-")):
         base = strategy(name[len("zero1-"):], graph, cluster)
         names = list(graph.parameters)
         if name.startswith("zero1-"):
             return base.with_shards(dict.fromkeys(names, ShardStage.OPTIMIZER))
+        if name.startswith("zero3-"):
+            return base.with_shards({n: ShardStage.GRADIENTS if n in graph.shared_parameters
+                                     else ShardStage.PARAMETERS for n in names})
         return base.with_shards({n: ShardStage.GRADIENTS if i % 2 == 0 else
                                  ShardStage.OPTIMIZER for i, n in enumerate(names)})
     if name.startswith("recompute-"):

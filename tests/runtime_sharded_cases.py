@@ -4,8 +4,8 @@ that shard parameters' training state (alone, and among op splits and recomputat
 with momentum and weight decay, on this launch's ranks (gloo, float64), against the
 whole graph trained by torch.optim's own optimizer and clip_grad_norm_ in this process.
 Each rank prints one JSON line per case: the largest relative error of the losses and of
-its parameter shards, and the optimizer state it keeps against what it would keep
-unsharded."""
+its parameter shards, the optimizer state it keeps against what it would keep
+unsharded, and the parameter elements it keeps between steps against its boxes'."""
 
 import json
 import sys
@@ -25,7 +25,8 @@ from flextui.runtime.worker import relative_error
 from runtime_models import small, strategy
 
 MODELS = ["mlp", "transformer"]
-STRATEGIES = ["zero1-data-parallel", "zero2-random-3", "zero2-recompute-random-2"]
+STRATEGIES = ["zero1-data-parallel", "zero2-random-3", "zero2-recompute-random-2",
+              "zero3-data-parallel", "zero3-random-3", "zero3-recompute-random-2"]
 UPDATES = {
     "adamw-cosine-clip": Optimizer(kind=OptimizerKind.ADAMW, lr=0.02, betas=(0.8, 0.99),
                                    eps=1e-7, weight_decay=0.1, schedule=LrSchedule.COSINE,
@@ -60,16 +61,21 @@ def main() -> None:
                 dist.all_reduce(losses)
                 loss_error = max(abs(a - b) / abs(b) for a, b in zip(losses.tolist(),
                                                                       reference.losses))
-                param_error = max((relative_error(
-                    program.params[p].detach(),
-                    reference.params[p][within(box, full_region(reference.params[p].shape))])
-                    for p, box in program.boxes.items()), default=0.0)
-                unsharded = sum(p.numel() for p in program.params.values()) * \
-                    settings.kind.states
+                kept = sum(p.untyped_storage().size() // p.element_size()
+                           for p in program.params.values()) + \
+                    sum(part.numel() for part in program.sharded.parts.values())
+                with program.whole_params():
+                    param_error = max((relative_error(
+                        program.params[p].detach(),
+                        reference.params[p][within(box, full_region(reference.params[p].shape))])
+                        for p, box in program.boxes.items()), default=0.0)
+                whole = sum(p.numel() for p in program.params.values())
+                unsharded = whole * settings.kind.states
                 line = json.dumps({"model": model, "update": update, "strategy": name,
                                    "rank": rank, "loss_error": loss_error,
                                    "param_error": param_error,
-                                   "state": state_elements(program), "unsharded": unsharded})
+                                   "state": state_elements(program), "unsharded": unsharded,
+                                   "params_kept": kept, "params_whole": whole})
                 sys.stdout.write(line + "\n")  # one write: ranks share the pipe
                 sys.stdout.flush()
     dist.barrier()

@@ -37,11 +37,14 @@ TRAIN = ["--seed", "5", "--shuffle", "--optimizer", "adamw",
 def split_and_replicated(tmp_path: Path) -> str:
     """A strategy file splitting the first layer's parameters over the 2 ranks and
     holding the second's whole on both (the random strategy of seed 3), its training
-    state sharded over the two (ZeRO stage 2: each rank keeps half the AdamW state)."""
+    state sharded over the two: the first layer's at ZeRO stage 2 (each rank keeps half
+    the AdamW state), the second's at stage 3 (and half the parameters, gathered for
+    each pass: a checkpoint saves them whole, a resume keeps its half)."""
     graph, cluster = load_model(str(MODEL)), load_named_cluster("local-cpu-2")
     path = tmp_path / "strategy.json"
     chosen = random_strategy(graph, cluster, seed=3).with_shards(
-        dict.fromkeys(graph.parameters, ShardStage.GRADIENTS))
+        {name: ShardStage.PARAMETERS if name.startswith("2.") else ShardStage.GRADIENTS
+         for name in graph.parameters})
     save_strategy(path, chosen, graph, cluster)
     return str(path)
 

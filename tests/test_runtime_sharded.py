@@ -1,9 +1,9 @@
 """Sharded training state in the runtime: on 2 and 4 gloo ranks, strategies that shard
-parameters (stage 1 under data parallelism; stages 1 and 2 among op splits and with
-recomputation) train as the whole graph does under torch.optim's AdamW with
+parameters (stages 1 and 3 under data parallelism; stages 1 to 3 among op splits and
+with recomputation) train as the whole graph does under torch.optim's AdamW with
 clip_grad_norm_ and SGD (tests/runtime_sharded_cases.py), each rank keeping less
-optimizer state; the launch plan carries the stages; the norm counts every element
-once."""
+optimizer state (stage 3: and its part of the parameters between steps); the launch
+plan carries the stages; the norm counts every element once."""
 
 from pathlib import Path
 
@@ -34,6 +34,13 @@ def test_sharded_strategies_train_as_torchs_optimizer_on_the_whole_graph(ranks):
         assert row["state"] < row["unsharded"], row
         if row["strategy"] == "zero1-data-parallel":   # about 1/n of it, padded
             assert row["state"] <= row["unsharded"] / ranks + 2 * ranks, row
+        if row["strategy"] == "zero3-data-parallel":   # and of the parameters too
+            graph = small(row["model"])
+            assert row["params_kept"] == sum(
+                p.numel if name in graph.shared_parameters else shard_numel(p.numel, ranks)
+                for name, p in graph.parameters.items()), row
+        elif not row["strategy"].startswith("zero3-"):
+            assert row["params_kept"] == row["params_whole"], row
 
 
 def test_a_rank_counts_each_element_of_the_norm_once_sharded_or_not():

@@ -39,7 +39,8 @@ def _state(program: RankProgram) -> dict[str, torch.Tensor]:
 def save(spec: LaunchSpec, program: RankProgram, step: int) -> None:
     """Save the state after ``step`` steps into ``--save``'s folder (every rank)."""
     folder = Path(spec.training.checkpoint.save) / STEP_DIR.format(step)
-    dcp.save(_state(program), checkpoint_id=folder)
+    with program.whole_params():   # stage-3 parameters gathered: whole boxes are saved
+        dcp.save(_state(program), checkpoint_id=folder)
     dist.barrier()  # every rank's shards are written
     if program.rank == 0:
         graph = spec.graph
@@ -59,7 +60,8 @@ def resume(spec: LaunchSpec, program: RankProgram) -> None:
     saving = spec.training.checkpoint
     folder = Path(saving.resume) / STEP_DIR.format(saving.start)
     meta = CheckpointMeta.read(folder)
-    dcp.load(_state(program), checkpoint_id=folder)
+    with program.whole_params():   # and the parts of stage-3 parameters taken from them
+        dcp.load(_state(program), checkpoint_id=folder)
     program.updates = meta.updates
 
 

@@ -107,8 +107,13 @@ class Comm:
         pending.works.append(_reduce_scatter(out, flat, group=self._groups[ranks],
                                              async_op=True))
 
-    def gather(self, ranks: tuple[int, ...], out: torch.Tensor, part: torch.Tensor) -> None:
-        """Gather every rank's ``part`` of ``ranks`` into ``out``, in rank order, now."""
+    def gather(self, ranks: tuple[int, ...], out: torch.Tensor, part: torch.Tensor,
+               nbytes: int = 0) -> None:
+        """Gather every rank's ``part`` of ``ranks`` into ``out``, in rank order, now;
+        counted as ``nbytes`` each way (a stage-3 parameter's group: its bytes, as the
+        simulator's gather task moves them; 0: folded into its reduce-scatter's count)."""
+        self.traffic.sent += nbytes
+        self.traffic.received += nbytes
         started = time.perf_counter()
         _all_gather(out, part, group=self._groups[ranks])
         if self._synchronize:

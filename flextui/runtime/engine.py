@@ -4,7 +4,10 @@ plan's pieces moved between ranks, replica groups' gradients summed, then the up
 (``optimizer``: SGD or AdamW at the step's learning rate, after clipping the global
 gradient norm) on the shards this rank holds, element by element as torch's optimizer
 does it on the whole parameter; a sharded parameter's groups are reduce-scattered,
-updated in parts and all-gathered (``sharded``).
+updated in parts and all-gathered (``sharded``); a parameter at stage 3 is gathered
+before its op's forward tasks and again before its backward tasks (after the op's
+pieces have moved, as the simulator's gather task waits for them) and freed after
+them.
 
 The global gradient norm is every parameter element's gradient counted once: each rank
 sums the squares of the cells it counts (``Plan.norm_cells``: a replicated element on
@@ -34,6 +37,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -129,6 +133,13 @@ class RankProgram:
             for name in self.params}
         self.bucket_ready = [min(self.ready_after[s.param] for s in bucket)
                              for bucket in self.buckets]
+        #: the recomputed ops a later op's backward re-runs on this rank (the chain of
+        #: ``_made_again``): their stage-3 parameters stay gathered until their backward
+        self.rerun_later = {p.producer for op in self.ops for k in self.tasks[op.index]
+                            for slot in range(len(op.inputs))
+                            if plan.configs[op.index].recompute
+                            and self._from_recomputed(op, k, slot)
+                            for p in self.into[(op.index, k, slot)]}
         #: per op, the recomputed ops whose outputs nothing reads after its forward
         self.drop_after: dict[int, list[int]] = {}
         for op in self.ops:
@@ -200,6 +211,7 @@ class RankProgram:
     def _forward(self, op: Op, step: int, state: _StepState) -> None:
         pieces = self.plan.pieces_into[op.index]
         received = self._move(pieces, forward=True, state=state)
+        self._gather(op)
         for k in self.tasks[op.index]:
             region = self.plan.region(op, k)
             began = state.clock.start()
@@ -226,6 +238,32 @@ class RankProgram:
                 if not recompute:
                     state.losses[(op.index, k)] = loss
                 state.loss_share += float(loss.detach())
+        if op.index not in self.rerun_later:
+            self._release(op)
+
+    def _gather(self, op: Op) -> None:
+        """Gather ``op``'s stage-3 parameters (``sharded``) before its tasks run."""
+        with torch.no_grad():
+            for p in op.params:
+                self.sharded.gather_param(p.name)
+
+    def _release(self, op: Op) -> None:
+        for p in op.params:
+            self.sharded.release_param(p.name)
+
+    @contextlib.contextmanager
+    def whole_params(self) -> Iterator[None]:
+        """Every box of this rank filled while the block runs (stage-3 parameters'
+        gathered: every rank enters it together), and their parts taken from the boxes
+        after it (a checkpoint's load may have changed them)."""
+        with torch.no_grad():
+            for name in self.sharded.gathered_by:
+                self.sharded.gather_param(name)
+        yield
+        with torch.no_grad():
+            self.sharded.adopt()
+            for name in self.sharded.gathered_by:
+                self.sharded.release_param(name)
 
     def _from_recomputed(self, op: Op, k: int, slot: int) -> bool:
         """Whether input ``slot`` of task ``k`` is, as it is, the output block of a
@@ -312,6 +350,7 @@ class RankProgram:
     def _backward(self, op: Op, state: _StepState) -> None:
         pieces = self.plan.pieces_from[op.index]
         received = self._move(pieces, forward=False, state=state)
+        self._gather(op)
         recompute = self.plan.configs[op.index].recompute
         for m in self.tasks[op.index]:
             region = self.plan.region(op, m)
@@ -345,6 +384,7 @@ class RankProgram:
                     if self.ops[p.producer].type != "input":
                         state.grads[p] = leaf.grad[within(p.region, need)]
             state.clock.stop(began, self._kind(op, region, backward=True))
+        self._release(op)
 
     def _output_grad(self, pieces: list[Piece], out_region: Region,
                      received: dict[Piece, torch.Tensor], state: _StepState

@@ -109,7 +109,8 @@ class Plan:
         """(sent, received) bytes of ``rank`` in one step: its pieces to and from other
         ranks, forward and (training) the gradients back, and (training) the gradients
         of every replica group it is in, counted once each way as the simulator counts
-        a group's all-reduce on a device's links."""
+        a group's all-reduce on a device's links (and a stage-3 group's all-gathers, each
+        once)."""
         sent = received = 0
         for pieces in self.pieces_into:
             for p in pieces:
@@ -122,11 +123,13 @@ class Plan:
                 if p.dst == rank:
                     received += p.nbytes
                     sent += p.nbytes if back else 0
-        if training:
-            for s in self.syncs:
-                if rank in s.ranks:
-                    sent += s.nbytes
-                    received += s.nbytes
+        for s in self.syncs:
+            if rank in s.ranks:
+                # an all-reduce or a reduce-scatter, and at stage 3 an all-gather before
+                # each pass of the op
+                times = int(training) + (s.stage == ShardStage.PARAMETERS) * (1 + training)
+                sent += times * s.nbytes
+                received += times * s.nbytes
         return sent, received
 
 
@@ -228,10 +231,12 @@ def _parameters(graph: OpGraph, configs: list[ParallelConfig], strategy: Strateg
 
 def _buckets(syncs: list[ReplicaSync], limit: int) -> list[tuple[ReplicaSync, ...]]:
     """The syncs, in order, grouped into the buckets ``sim.buckets`` decides (a bucket
-    holds groups of one rank set and one shard stage, as the simulator's do)."""
+    holds groups of one rank set and one shard stage, as the simulator's do; a group at
+    stage 3 is one alone)."""
     buckets: list[list[ReplicaSync]] = []
-    for sync, starts in zip(syncs, bucket_starts((((s.ranks, s.stage), s.nbytes)
-                                                  for s in syncs), limit)):
+    for sync, starts in zip(syncs, bucket_starts(
+            ((None if s.stage == ShardStage.PARAMETERS else (s.ranks, s.stage), s.nbytes)
+             for s in syncs), limit)):
         if starts:
             buckets.append([])
         buckets[-1].append(sync)

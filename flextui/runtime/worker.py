@@ -177,11 +177,12 @@ def _check(spec: LaunchSpec, program: RankProgram, losses: list[float], reporter
     scale = max((float(p.abs().max()) for p in reference.params.values() if p.numel()),
                 default=0.0)
     param_error = 0.0
-    for name, box in program.boxes.items():
-        whole = reference.params[name]
-        full = tuple((0, size) for size in whole.shape)
-        param_error = max(param_error, relative_error(program.params[name].detach().cpu(),
-                                                      whole[within(box, full)], scale))
+    with program.whole_params():
+        for name, box in program.boxes.items():
+            whole = reference.params[name]
+            full = tuple((0, size) for size in whole.shape)
+            param_error = max(param_error, relative_error(
+                program.params[name].detach().cpu(), whole[within(box, full)], scale))
     reporter.emit(Check(reporter.rank, loss_error, param_error, tuple(totals.tolist()),
                         tuple(reference.losses)))
 
