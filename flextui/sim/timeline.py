@@ -56,11 +56,21 @@ class Timeline:
     #: per sync task's key whose bucket sums several parameters' gradients, those
     bucket_params: dict[tuple[int, ...], tuple[str, ...]] = field(default_factory=dict)
     _by_key: dict = field(default_factory=dict, repr=False)
+    _kinds: frozenset[TaskKind] | None = field(default=None, repr=False)
 
     @property
     def cost(self) -> float:
         """Simulated iteration time plus the memory penalty, in seconds."""
         return self.makespan + self.memory_penalty_s
+
+    @property
+    def kinds(self) -> frozenset[TaskKind]:
+        """The kinds of task the iteration has (a legend shows these)."""
+        if self._kinds is None:
+            tasks = self.tasks
+            self._kinds = tasks.kinds() if isinstance(tasks, TaskTable) \
+                else frozenset(t.kind for t in tasks)
+        return self._kinds
 
     def by_key(self) -> dict[tuple, TaskTiming]:
         if not self._by_key:
@@ -147,6 +157,9 @@ class TaskTable(Sequence[TaskTiming]):
             tasks.sort(key=lambda x: (x.start, x.key))
             self._sorted = tasks
         return self._sorted
+
+    def kinds(self) -> frozenset[TaskKind]:
+        return frozenset(TaskKind(k) for k in set(self._kind))
 
     def memory_bytes(self) -> int:
         """The bytes of the task columns, the times' aside (the simulation's, or a copy of

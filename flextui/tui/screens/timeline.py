@@ -115,10 +115,13 @@ class TimelineScreen(KeyScreen):
         return text
 
     def _legend(self) -> Text:
-        """The glyph of each kind (in its colour), and the window shown."""
+        """The glyph of each kind the timeline has (in its colour), and the window shown."""
         gantt = self.query_one(Gantt)
         text = Text(no_wrap=True, overflow="crop")
+        kinds = self.showing.timeline.kinds
         for kind, glyph in KIND_GLYPHS.items():
+            if kind not in kinds:
+                continue
             text.append(glyph, gantt.get_component_rich_style(f"gantt--{kind.name.lower()}"))
             text.append(f" {kind.name.lower()} ")
         text.append(f"{SELECTED_GLYPH} selected")
