@@ -1,6 +1,7 @@
 """Run under torchrun by tests/test_runtime_ranks.py: every small model under every test
-strategy on this launch's ranks (gloo, float64), 3 SGD steps each, in one set of
-processes (a launch costs seconds). Each rank prints one JSON line per case: how far
+strategy on this launch's ranks (gloo, float64; a bf16 strategy's ops in bf16, against
+one process computing so), 3 SGD steps each, in one set of processes (a launch costs
+seconds). Each rank prints one JSON line per case: how far
 its parameter shards and each step's loss are from one process, and the bytes it moved
 and the gradient all-reduces it started in one step of the graph's own dtype (float32,
 as simulated) against what the simulated Timeline puts on its device's links and the
@@ -31,10 +32,11 @@ def main() -> None:
     cpu = torch.device("cpu")
     for model in SMALL_MODELS:
         graph = small(model)
-        reference = train_whole(graph, 3)
+        whole = train_whole(graph, 3)
         simulator = Simulator(graph, cluster, AnalyticCostModel())
         for name in STRATEGIES:
             s = strategy(name, graph, cluster)
+            reference = whole if s.precision == "fp32" else train_whole(graph, 3, strategy=s)
             plan = compile_plan(graph, s, world)
             program = RankProgram(plan, rank, Comm(rank, plan.sync_groups(), cpu),
                                   dtype=torch.float64)

@@ -1,7 +1,8 @@
 """The small models and the strategies the runtime is checked on: the issue's LeNet,
 MLP, RNN (rnnlm), transformer and DLRM at a batch every strategy on up to 4 devices
 divides, under data-parallel, model-parallel, expert and five random strategies, two
-of them with ops recomputed and five with parameters' training state sharded."""
+of them with ops recomputed, five with parameters' training state sharded and two in
+bf16 mixed precision."""
 
 from flextui.graph.library import load_model
 from flextui.strategy import (
@@ -11,6 +12,7 @@ from flextui.strategy import (
     builtin_strategy,
     random_strategy,
 )
+from flextui.strategy.precision import Precision
 
 SMALL_MODELS = {
     "lenet": {},
@@ -22,7 +24,8 @@ SMALL_MODELS = {
 STRATEGIES = ["data-parallel", "model-parallel", "expert", "random-1", "random-2", "random-3",
               "random-4", "random-5", "recompute-data-parallel", "recompute-random-2",
               "zero1-data-parallel", "zero2-random-3", "zero2-recompute-random-2",
-              "zero3-random-3", "zero3-recompute-data-parallel"]
+              "zero3-random-3", "zero3-recompute-data-parallel", "bf16-model-parallel",
+              "bf16-random-3"]
 
 
 def small(name):
@@ -34,7 +37,11 @@ def strategy(name, graph, cluster):
     backward pass recomputed (every one under data parallelism); ``zero1-NAME``: NAME
     with every parameter's training state sharded at stage 1; ``zero2-NAME``: every
     other parameter's at stage 2 (in the graph's order), the rest at stage 1;
-    ``zero3-NAME``: every parameter at stage 3 but those several ops share, at 2."""
+    ``zero3-NAME``: every parameter at stage 3 but those several ops share, at 2;
+    ``bf16-NAME``: NAME in bf16 mixed precision."""
+    if name.startswith("bf16-"):
+        return strategy(name.removeprefix("bf16-"), graph, cluster).with_precision(
+            Precision.BF16)
     if name.startswith(("zero1-", "zero2-", "zero3-")):
         base = strategy(name[len("zero1-"):], graph, cluster)
         names = list(graph.parameters)

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from flextui.cli import main
+from flextui.runtime.check import BF16_TOLERANCE
 from flextui.runtime.launch import RunStatus
 from flextui.runtime.metrics import End, Failed, Start, Steps
 from flextui.runtime.runlog import read_run_log
@@ -35,13 +36,18 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
 @pytest.mark.parametrize("ranks", [2, 4])
 def test_every_strategy_trains_as_one_process_and_moves_the_simulated_bytes(ranks):
     """Loss at each of 3 steps and every parameter after them equal one process to
-    1e-9 relative (float64); each rank's bytes in one step equal its device's in the
-    simulated Timeline, and the gradient all-reduces it starts the simulated buckets
-    it is in."""
+    1e-9 relative (float64); in bf16, to the check's 1e-3 of one process in bf16, and
+    exactly where every op is one block (model parallelism: the same sums in the same
+    order); each rank's bytes in one step equal its device's in the simulated Timeline
+    (in bf16, its activations at 2 bytes an element), and the gradient all-reduces it
+    starts the simulated buckets it is in."""
     rows = torchrun_rows(RUNNER, ranks)
     assert len(rows) == ranks * len(SMALL_MODELS) * len(STRATEGIES)
     for row in rows:
-        assert row["loss_error"] < 1e-9 and row["param_error"] < 1e-9, row
+        tolerance = BF16_TOLERANCE if row["strategy"].startswith("bf16-") else 1e-9
+        assert row["loss_error"] < tolerance and row["param_error"] < tolerance, row
+        if row["strategy"] == "bf16-model-parallel":
+            assert row["loss_error"] == row["param_error"] == 0.0, row
         assert (row["sent"], row["received"], row["sums"]) == \
             (row["simulated_sent"], row["simulated_received"], row["simulated_sums"]), row
     assert any(row["sent"] for row in rows)
@@ -142,6 +148,24 @@ def test_a_search_under_a_budget_shards_and_its_strategy_passes_launch_check(tmp
     out, err = proc.communicate(timeout=HANG_S)
     assert proc.returncode == 0, err[-3000:] + out
     assert "check passed: 2 ranks equal one process" in out
+    assert wait_gone(starts(tmp_path / "check.ffrun").values()) == []
+
+
+def test_a_bf16_search_exports_a_bf16_strategy_and_its_launch_check_passes(tmp_path, capsys):
+    """bf16 mixed precision on the user's path: a search with --precision bf16 says so
+    and exports a strategy file that trains in bf16; launched with --check on 2 ranks, it
+    equals one process computing in bf16 within the check's stated 1e-3."""
+    best = tmp_path / "best.json"
+    assert main(["search", *SMALL_GPT, "-c", "local-cpu-2", "--precision", "bf16",
+                 "--budget", "300", "--no-log", "--export-strategy", str(best)]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "; in bf16" in said
+    assert json.loads(best.read_text())["precision"] == "bf16"
+    proc = launch(tmp_path, *SMALL_GPT, "--nproc-per-node", "2", "--strategy", str(best),
+                  "--check", "--run-log", "check.ffrun")
+    out, err = proc.communicate(timeout=HANG_S)
+    assert proc.returncode == 0, err[-3000:] + out
+    assert "check passed: 2 ranks equal one process" in out and "(tolerance 1e-03)" in out
     assert wait_gone(starts(tmp_path / "check.ffrun").values()) == []
 
 

@@ -80,7 +80,7 @@ def test_a_search_with_adamw_counts_its_state_and_its_log_says_so(tmp_path):
     result = run_search(graph, cluster, AnalyticCostModel(), options,
                         log_path=tmp_path / "run.ffsearch")
     log = read_search_log(tmp_path / "run.ffsearch")
-    assert SearchOptions.from_dict(log.header.options, "log").optimizer is OptimizerKind.ADAMW
+    assert log.header.options.optimizer is OptimizerKind.ADAMW
     adamw = Simulator(graph, cluster, AnalyticCostModel(), optimizer=OptimizerKind.ADAMW)
     assert adamw.simulate(result.best).cost == result.best_cost
     old = options.to_dict()

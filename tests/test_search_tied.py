@@ -71,7 +71,7 @@ def test_tied_steps_replay_from_the_log(tmp_path):
     path = tmp_path / "run.ffsearch"
     run_search(g, where, AnalyticCostModel(),
                SearchOptions(iterations=150, seed=0, converge=False, tied=1.0), log_path=path)
-    assert read_search_log(path).header.options["tied"] == 1.0
+    assert read_search_log(path).header.options.tied == 1.0
     assert_multi_op_steps_replay(path, g, where, AnalyticCostModel(), count=5)
 
 
@@ -104,7 +104,7 @@ def test_a_log_from_before_tied_moves_resumes_without_them(tmp_path):
     fields = {"version": 2, "flextui": header.flextui_version, "created": header.created,
               "graph": g.to_dict(), "graph_hash": g.fingerprint, "cluster": where.to_dict(),
               "cluster_hash": where.fingerprint, "cost_model": header.cost_model, "seed": 0}
-    options = {k: v for k, v in header.options.items() if k != "tied"}
-    assert decode_header(path, [TAG_HEADER, {**fields, "options": options}]).options["tied"] == 0.0
+    options = {k: v for k, v in header.options.to_dict().items() if k != "tied"}
+    assert decode_header(path, [TAG_HEADER, {**fields, "options": options}]).options.tied == 0.0
     assert decode_header(path, [TAG_HEADER, {**fields, "options": {**options, "tied": 0.5}}]
-                         ).options["tied"] == 0.5
+                         ).options.tied == 0.5

@@ -9,7 +9,13 @@ import pytest
 from flextui.cost import AnalyticCostModel
 from flextui.errors import FlextuiError
 from flextui.search import SearchOptions, read_search_log, run_search
-from flextui.search.logformat import Checkpoint
+from flextui.search.logformat import (
+    FORMAT_VERSION,
+    TAG_HEADER,
+    BadRecord,
+    Checkpoint,
+    decode_header,
+)
 from flextui.session.jobs import JobState
 from flextui.session.live_search import LiveSearch
 from flextui.session.playback import Playback
@@ -209,10 +215,16 @@ def test_playback_clock_and_speeds(tmp_path):
 
 def test_bad_options_in_a_log_are_a_clear_error(tmp_path):
     watched_search(tmp_path, iterations=20)
-    log = read_search_log(tmp_path / "run.ffsearch")
-    log.header.options["warp"] = 9
-    with pytest.raises(FlextuiError, match="unknown search options"):
-        Playback(log)
+    path = tmp_path / "run.ffsearch"
+    header = read_search_log(path).header
+    h = header.graph, header.cluster
+    fields = {"version": FORMAT_VERSION, "flextui": header.flextui_version,
+              "created": header.created, "graph": h[0].to_dict(),
+              "graph_hash": h[0].fingerprint, "cluster": h[1].to_dict(),
+              "cluster_hash": h[1].fingerprint, "cost_model": header.cost_model, "seed": 0}
+    with pytest.raises(BadRecord, match="unknown search options"):
+        decode_header(path, [TAG_HEADER, {**fields, "options": {
+            **header.options.to_dict(), "warp": 9}}])
 
 
 def test_live_search_in_a_worker_process_pauses_and_finishes():

@@ -13,6 +13,7 @@ from flextui.graph.library import model_names
 from flextui.machine import parse_cluster
 from flextui.sim import DeltaSimulator, Simulator
 from flextui.strategy import ShardStage, builtin_strategy, random_config
+from flextui.strategy.precision import Precision
 from flextui.strategy.shards import stages_for
 from helpers import cluster, model
 
@@ -62,7 +63,8 @@ def run_proposals(graph, where, proposals, seed, check_every=1, max_ops=1):
     rng = random.Random(seed)
     start = builtin_strategy(rng.choice(["data-parallel", "expert", "random"]), graph, where)
     delta.reset(start.with_shards(dict.fromkeys(list(graph.parameters)[::3],
-                                                ShardStage.GRADIENTS)))
+                                                ShardStage.GRADIENTS)).with_precision(
+        rng.choice(list(Precision))))
     for step in range(proposals):
         stages = random_stages(graph, rng)
         if max_ops == 1:

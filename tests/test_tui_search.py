@@ -205,7 +205,7 @@ def fixed_replay_screen(path) -> SearchScreen:
     """The Search screen on the saved log played to its end with a fixed clock."""
     graph, cluster = lenet_node()
     playback = fixed_clock_playback(path)
-    options = SearchOptions.from_dict(playback.log.header.options, "test")
+    options = playback.log.header.options
     setup = SearchSetup(graph, cluster, AnalyticCostModel(), options, "lenet on p100-4x4")
     return SearchScreen(playback, setup, "lenet.ffsearch")
 

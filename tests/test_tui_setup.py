@@ -18,7 +18,7 @@ CSS = Path(__file__).parent.parent / "flextui" / "tui" / "app.tcss"
 FIELDS = ["model-name", "model-path", "batch-size", "batch-per-device", "model-options",
           "cluster-name",
           "cluster-path", "nodes", "budget", "beta", "workers", "seed", "memory",
-          "memory-budget", "cost", "launch-strategy", "start"]
+          "memory-budget", "optimizer", "precision", "cost", "launch-strategy", "start"]
 
 
 class Host(App):
@@ -185,6 +185,8 @@ async def test_start_posts_the_choice():
         field(pilot, "batch-size").value = "32"
         field(pilot, "budget").value = "5000"
         field(pilot, "memory").value = "reject"
+        field(pilot, "optimizer").value = "adamw"
+        field(pilot, "precision").value = "bf16"
         await pilot.press("s")  # at once: the search starts when the loads are done
         await wait_for(pilot, lambda: app.started)   # and once s has been alone a moment
         [message] = app.started
@@ -192,6 +194,7 @@ async def test_start_posts_the_choice():
         assert (message.cluster.name, message.cluster.num_devices) == ("p100-4x4@1node", 4)
         assert (message.options.iterations, message.options.time_limit) == (5000, None)
         assert message.options.memory == "reject"
+        assert (message.options.optimizer, message.options.precision) == ("adamw", "bf16")
         assert (message.model_label, message.cluster_label) == ("mlp (batch 32)", "p100-4x4@1node")
 
 

@@ -211,6 +211,15 @@ def optimizer_arg(p: argparse.ArgumentParser) -> None:
                    "parameter) or AdamW (two), counted in each device's memory (default sgd)")
 
 
+def precision_arg(p: argparse.ArgumentParser, what: str) -> None:
+    """--precision fp32|bf16: what the strategies ``what`` train in."""
+    from flextui.strategy.precision import Precision
+    p.add_argument("--precision", choices=names_of(Precision), default=Precision.FP32.value,
+                   help=f"what {what} train in: fp32, or bf16 mixed precision (ops compute, "
+                   "and activations are kept and sent, in bfloat16; parameters, gradients "
+                   "and the optimizer's state stay float32) (default fp32)")
+
+
 def cost_args(p: argparse.ArgumentParser, default: str = "analytic") -> None:
     """--cost, --profiles, --dtype: which task times a simulation uses (``default``: a
     CostKind's value)."""

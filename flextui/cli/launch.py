@@ -40,6 +40,7 @@ from flextui.cli.launch_inputs import (
     beside_strategy,
     check_graph,
     launch_cluster,
+    precision_asked,
     training_args,
 )
 from flextui.errors import FlextuiError
@@ -152,7 +153,11 @@ def cmd_launch(args: argparse.Namespace, console: Console) -> int:
                                                 args.eval_every, args.data))
     if args.epochs is not None:
         training = replace(training, steps=epochs_steps(graph, training, args.epochs))
-    strategy = launch_strategy(args.strategy, graph, cluster)
+    strategy = precision_asked(args, launch_strategy(args.strategy, graph, cluster))
+    if args.record_profile and strategy.precision != "fp32":
+        raise FlextuiError(f"--record-profile records the task times of a float32 run, and "
+                           f"strategy {strategy.name!r} trains in {strategy.precision}; give "
+                           "--precision fp32")
     training = replace(training, checkpoint=checkpoints_asked(
         args.save, args.save_every, args.resume, graph, strategy, cluster.num_devices,
         training.seed, str(training.dtype)))
@@ -204,8 +209,8 @@ def cmd_launch(args: argparse.Namespace, console: Console) -> int:
                                                 progress.output)
     figures = RunFigures.of(summary, records, prepared.spec, prepared.cluster)
     if args.check:
-        return _report_check(outcome, records, console, args.json, graph, figures) or \
-            caught.exit_status
+        return _report_check(outcome, records, console, args.json, graph,
+                             prepared.spec.strategy, figures) or caught.exit_status
     recorded = record_profile.record(args, graph, outcome, records, console)
     evaluated = _evaluations(records) if args.eval_every else {}
     if not args.json:
@@ -358,14 +363,15 @@ def print_summary(summary, console: Console, figures: RunFigures) -> None:
 
 
 def _report_check(outcome, records: list[RankRecord], console: Console,
-                  as_json: bool, graph, figures: RunFigures) -> int:
-    from flextui.runtime.check import TOLERANCE, check_result, referee_of
-    result = check_result(outcome, records, referee_of(graph))
+                  as_json: bool, graph, strategy, figures: RunFigures) -> int:
+    from flextui.runtime.check import check_result, referee_of, tolerance_for
+    result = check_result(outcome, records, referee_of(graph, strategy),
+                          tolerance_for(strategy.precision))
     if as_json:  # each step as the launcher summed it, beside the ranks' all-reduced sums
         emit_json({**result.to_dict(), "per_step": [row.to_dict() for row in figures.rows]})
     elif result.equal:
         console.print(f"check passed: {result.ranks} ranks equal {result.referee} to "
-                      f"{result.worst:.1e} (tolerance {TOLERANCE:.0e}) over "
+                      f"{result.worst:.1e} (tolerance {result.tolerance:.0e}) over "
                       f"{result.steps} steps", highlight=False)
     else:
         console.print(f"[red]check failed[/]: {escape(result.message)}", highlight=False)

@@ -11,6 +11,8 @@ from pathlib import Path
 from flextui.errors import FlextuiError
 from flextui.fields import printable
 from flextui.limits import DEVICES, FILE_BYTES, RANKS_PER_HOST, read_file, read_json
+from flextui.strategy import Strategy
+from flextui.strategy.precision import Precision
 
 
 def asked(args: argparse.Namespace):
@@ -75,9 +77,21 @@ def training_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--grad-clip", type=float, metavar="NORM",
                    help="clip the gradients' global norm (all parameters of all ranks) to "
                    "NORM, as torch.nn.utils.clip_grad_norm_")
-    p.add_argument("--precision", choices=tuple(PRECISIONS), default="fp32",
-                   help="the dtype the ranks train in (default fp32; --check always runs "
-                   "fp64; --dtype stays the profiles' dtype)")
+    p.add_argument("--precision", choices=tuple(PRECISIONS),
+                   help="what the ranks train in: fp32 or fp64 throughout, or bf16 mixed "
+                   "precision (ops in bfloat16, float32 master weights) (default: the "
+                   "strategy's, fp32 unless its file says \"precision\": \"bf16\"; "
+                   "--check runs fp64, a bf16 strategy's ops in bf16; --dtype stays the "
+                   "profiles' dtype)")
+
+
+def precision_asked(args: argparse.Namespace, strategy: Strategy) -> Strategy:
+    """``strategy`` in the precision ``--precision`` asks for (bf16: mixed; fp32 and
+    fp64: throughout), or as it is without the option."""
+    if args.precision is None:
+        return strategy
+    return strategy.with_precision(Precision.BF16 if args.precision == "bf16"
+                                   else Precision.FP32)
 
 
 def _update_asked(args: argparse.Namespace) -> dict:
@@ -97,7 +111,7 @@ def _update_asked(args: argparse.Namespace) -> dict:
                            f"{'sgd' if adamw else 'adamw'}")
     asked = {"optimizer": OptimizerKind(args.optimizer), "weight_decay": args.weight_decay,
              "lr_schedule": LrSchedule(args.lr_schedule), "warmup_steps": args.warmup_steps,
-             "grad_clip": args.grad_clip, "dtype": PRECISIONS[args.precision]}
+             "grad_clip": args.grad_clip, "dtype": PRECISIONS[args.precision or "fp32"]}
     if args.momentum is not None:
         asked["momentum"] = args.momentum
     if args.eps is not None:

@@ -32,7 +32,7 @@ def check(args: argparse.Namespace) -> None:
     if args.check:
         raise FlextuiError("--record-profile records a training run's task times; leave "
                            "out --check")
-    if args.precision != "fp32":
+    if args.precision not in (None, "fp32"):
         raise FlextuiError("--record-profile records the task times of a float32 run; "
                            f"leave out --precision {args.precision}")
     check_recording(args.profiles)

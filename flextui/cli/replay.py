@@ -57,7 +57,6 @@ def _replay_headless(args: argparse.Namespace, console: Console) -> None:
     from flextui.search.baselines import search_simulator
     from flextui.search.files import searched_strategy_name
     from flextui.search.log import read_search_log
-    from flextui.search.options import SearchOptions
     from flextui.search.summary import log_summary
     from flextui.sim.trace import write_trace
     from flextui.strategy import Strategy, save_strategy
@@ -76,7 +75,7 @@ def _replay_headless(args: argparse.Namespace, console: Console) -> None:
     if args.export_strategy:
         save_strategy(args.export_strategy, strategy, header.graph, header.cluster)
     if args.trace or args.step is not None:
-        options = SearchOptions.from_dict(header.options, str(log.path))
+        options = header.options
         timeline = search_simulator(header.graph, header.cluster, cost_model,
                                     options).simulate(strategy)
         if args.trace:

@@ -29,6 +29,7 @@ from flextui.cli.common import (
     memory_arg,
     model_args,
     optimizer_arg,
+    precision_arg,
     stop_on_signals,
 )
 from flextui.errors import FlextuiError
@@ -74,6 +75,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "and the fastest strategy within it is exported")
     memory_arg(p)
     optimizer_arg(p)
+    precision_arg(p, "the strategies searched")
     p.add_argument("--inference", action="store_true", help="optimise the forward pass only")
     cost_args(p)
     p.add_argument("--out", metavar="FILE.ffsearch",
@@ -128,6 +130,7 @@ def _inputs(args, resume):
             init=args.init, restart_every=args.restart_every,
             converge=not args.no_early_stop, training=not args.inference,
             early_reject=not args.no_early_reject, optimizer=args.optimizer,
+            precision=args.precision,
             recompute=0.0 if args.no_recompute else SearchOptions.recompute,
             shard=0.0 if args.no_shard else SearchOptions.shard)
     except FieldError as e:
@@ -141,7 +144,7 @@ def _inputs(args, resume):
                                f"{shlex.quote(str(resume.path))} --export-strategy best.json` "
                                "writes")
         _check_same(args, header)
-        options = SearchOptions.from_dict(header.options, f"{resume.path} header")
+        options = header.options
         if args.budget:
             options = options.with_changes(iterations=given.iterations,
                                            time_limit=given.time_limit)
@@ -318,7 +321,8 @@ def _report(result, graph, cluster, cost_model, options, log_path, export, args,
         console.print(f"choices: the exported strategy recomputes {summary['recomputed_ops']} "
                       f"of {len(graph.ops)} ops"
                       + (f"; {sharded_text(sharded)} of {len(graph.parameters)}"
-                         if sharded else ""))
+                         if sharded else "")
+                      + (f"; in {options.precision}" if options.precision != "fp32" else ""))
     if note:
         console.print(f"[yellow]{note}[/]")
     if log_path:

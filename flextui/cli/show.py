@@ -223,6 +223,8 @@ def _show_strategy(graph, cluster, args: argparse.Namespace, console: Console) -
         kinds += f"; {summary['recomputed']} recomputed"
     if summary["sharded"]:
         kinds += f"; {sharded_text(summary['sharded'])}"
+    if summary["precision"] != "fp32":
+        kinds += f"; in {summary['precision']}"
     console.print(f"[bold]{escape(strategy.name)}[/] for {escape(graph.name)} on "
                   f"{escape(cluster.name)} "
                   f"({cluster.num_devices} devices): valid; {summary['tasks']} tasks on "

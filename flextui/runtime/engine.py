@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from flextui.graph import Op, Region
-from flextui.graph.kernels import kernel_for
+from flextui.graph.kernels.mixed import Mixed, forward_loss
 from flextui.graph.kernels.positional import key_of
 from flextui.graph.region import region_shape, within
 from flextui.graph.tensor import FLOAT_DTYPES
@@ -55,6 +55,8 @@ from flextui.runtime.optimizer_steps import optimizer_step
 from flextui.runtime.plan import Piece, Plan, ReplicaSync
 from flextui.runtime.sharded import ShardedState
 from flextui.runtime.values import StartingParameters, input_block
+from flextui.strategy import Strategy
+from flextui.strategy.precision import Precision
 
 #: what torch.nn.utils.clip_grad_norm_ adds to the norm it divides by
 CLIP_EPS = 1e-6
@@ -80,6 +82,14 @@ class StepResult:
     task_s: dict[TaskKind, float] = field(default_factory=dict)
 
 
+def mixed_of(strategy: Strategy | None, master: torch.dtype) -> Mixed | None:
+    """The mixed precision ``strategy`` computes in, its parameters kept in ``master``
+    (None: it computes in ``master``)."""
+    if strategy is None or strategy.precision == Precision.FP32:
+        return None
+    return Mixed(getattr(torch, strategy.precision.compute_dtype), master)
+
+
 def kernel_seed(seed: int, step: int) -> int:
     """The seed a step's stochastic kernels (dropout) get, the same on every rank."""
     return key_of("kernels", seed, step)
@@ -96,6 +106,9 @@ class RankProgram:
         self.plan, self.rank, self.comm = plan, rank, comm
         self.data = data
         self.seed, self.dtype, self.optimizer = seed, dtype, optimizer
+        #: bf16 strategies: the dtype ops compute in and activations move in
+        self.mixed = mixed_of(plan.strategy, dtype)
+        self.act_dtype = self.mixed.compute if self.mixed is not None else dtype
         self.record_tasks = record_tasks
         self.device = comm.device
         self.ops = plan.graph.ops
@@ -301,7 +314,7 @@ class RankProgram:
         """The block kernel of ``op`` on ``region``: its outputs and share of the loss."""
         params = [self._shard(p.name, op.param_region(i, region))
                   for i, p in enumerate(op.params)]
-        return kernel_for(op.type).forward_loss(op, region, inputs, params, state.kernel_seed)
+        return forward_loss(op, region, inputs, params, state.kernel_seed, self.mixed)
 
     def _kind(self, op: Op, region: Region, backward: bool) -> TaskKind | None:
         """The kind of a task, when task times are recorded (a graph input's too: the
@@ -397,7 +410,7 @@ class RankProgram:
         if len(mine) == 1 and mine[0].region == out_region:  # the whole block, as it came
             p = mine[0]
             return received[p] if p in received else state.grads.pop(p)
-        total = torch.zeros(region_shape(out_region), dtype=self.dtype, device=self.device)
+        total = torch.zeros(region_shape(out_region), dtype=self.act_dtype, device=self.device)
         for p in mine:
             total[within(p.region, out_region)] += received[p] if p in received \
                 else state.grads.pop(p)
@@ -417,11 +430,11 @@ class RankProgram:
             if self.rank == sender:
                 value = self._producer_slice(p, state) if forward else state.grads.pop(p, None)
                 if value is None:  # a consumer block whose input has no gradient
-                    value = torch.zeros(region_shape(p.region), dtype=self.dtype,
+                    value = torch.zeros(region_shape(p.region), dtype=self.act_dtype,
                                         device=self.device)
                 transfers.append(Transfer(True, receiver, value.contiguous()))
             else:
-                dtype = self._piece_dtype(p) if forward else self.dtype
+                dtype = self._piece_dtype(p) if forward else self.act_dtype
                 buffer = torch.empty(region_shape(p.region), dtype=dtype, device=self.device)
                 received[p] = buffer
                 transfers.append(Transfer(False, sender, buffer))
@@ -430,7 +443,7 @@ class RankProgram:
 
     def _piece_dtype(self, p: Piece) -> torch.dtype:
         dtype = self.ops[p.consumer].inputs[p.slot].dtype
-        return self.dtype if dtype in FLOAT_DTYPES else getattr(torch, dtype)
+        return self.act_dtype if dtype in FLOAT_DTYPES else getattr(torch, dtype)
 
     # -- gradients of replicated parameters, and the update ----------------------------
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from flextui.errors import StrategyError
 from flextui.graph import Op, OpGraph, Region, region_volume
 from flextui.graph.kernels import kernel_for
+from flextui.graph.precision import in_dtype
 from flextui.graph.tensor import FLOAT_DTYPES, dtype_bytes
 from flextui.sim.buckets import CPU_BUCKET_BYTES, bucket_starts, sync_order
 from flextui.sim.overlaps import overlap_regions
@@ -140,6 +141,8 @@ def compile_plan(graph: OpGraph, strategy: Strategy, num_ranks: int,
     does not fit the graph or needs more ranks than ``num_ranks``."""
     strategy.check(graph, num_ranks)
     configs = [strategy[op.name] for op in graph.ops]
+    # pieces move in the dtype the strategy computes in (the simulator's view of it)
+    computed = in_dtype(graph, strategy.precision.compute_dtype)
     pieces_into: list[list[Piece]] = [[] for _ in graph.ops]
     pieces_from: list[list[Piece]] = [[] for _ in graph.ops]
     for consumer in graph.ops:
@@ -147,7 +150,7 @@ def compile_plan(graph: OpGraph, strategy: Strategy, num_ranks: int,
         for producer in graph.predecessors(consumer):
             pconf = configs[producer.index]
             for slot, k, m, region in overlap_regions(producer, consumer, pconf, cconf):
-                tensor = consumer.inputs[slot]
+                tensor = computed.ops[consumer.index].inputs[slot]
                 piece = Piece(producer.index, tensor.index, m, consumer.index, slot, k, region,
                               pconf.devices[m], cconf.devices[k],
                               region_volume(region) * dtype_bytes(tensor.dtype))

@@ -18,6 +18,7 @@ import torch
 
 from flextui.graph import OpGraph, full_region
 from flextui.graph.importer.module_run import ModuleCall, flextui_terms, module_loss
+from flextui.runtime.check import Referee, referee_of
 from flextui.runtime.engine import kernel_seed
 from flextui.runtime.module_weights import seeded_module
 from flextui.runtime.optimizer import SGD, Optimizer
@@ -36,8 +37,9 @@ def train_referee(graph: OpGraph, steps: int, *, seed: int = 0,
                   data: DatasetFeed | None = None) -> ReferenceRun:
     """The losses and final parameters (by the graph's parameter names) of the run a
     check compares with: the user's module for an imported graph (on ``data``, the
-    user's dataset, when given), else the graph."""
-    if graph.imported:
+    user's dataset, when given), else the graph; for a strategy in bf16 the graph, in
+    bf16 as the ranks compute (``referee_of``)."""
+    if referee_of(graph, strategy) == Referee.MODULE:
         return train_module(graph, steps, seed=seed, dtype=dtype, optimizer=optimizer,
                             strategy=strategy, data=data)
     return train_whole(graph, steps, seed=seed, dtype=dtype, optimizer=optimizer,

@@ -18,8 +18,9 @@ import torch
 from flextui.cost.optimizers import OptimizerKind
 from flextui.graph import Op, OpGraph, Region, full_region
 from flextui.graph.dims import DimKind
+from flextui.graph.kernels.mixed import Mixed
 from flextui.graph.kernels.whole import run_whole
-from flextui.runtime.engine import kernel_seed
+from flextui.runtime.engine import kernel_seed, mixed_of
 from flextui.runtime.optimizer import SGD, Optimizer
 from flextui.runtime.plan import index_bounds
 from flextui.runtime.values import StartingParameters, input_block
@@ -40,6 +41,8 @@ class ReferenceRun:
 def train_whole(graph: OpGraph, steps: int, *, seed: int = 0,
                 dtype: torch.dtype = torch.float64, optimizer: Optimizer = SGD,
                 strategy: Strategy | None = None) -> ReferenceRun:
+    """``steps`` steps of the whole graph, its parameters in ``dtype``; a strategy in bf16
+    (``strategy.precision``) computes its ops in bfloat16, as the ranks do."""
     start = StartingParameters(graph, seed)
     params = {name: start.block(name, full_region(p.shape), dtype).requires_grad_()
               for name, p in graph.parameters.items()}
@@ -52,7 +55,8 @@ def train_whole(graph: OpGraph, steps: int, *, seed: int = 0,
             return input_block(op, op.output_regions(region)[0], seed, step, dtype,
                                bounds.get(op.index))
 
-        loss = forward_whole(graph, params, data, kernel_seed(seed, step), dtype, strategy)
+        loss = forward_whole(graph, params, data, kernel_seed(seed, step), dtype, strategy,
+                             mixed_of(strategy, dtype))
         loss.backward()
         losses.append(float(loss.detach()))
         update.step()
@@ -89,12 +93,14 @@ class TorchUpdate:
 def forward_whole(graph: OpGraph, params: dict[str, torch.Tensor],
                   data: Callable[[Op], torch.Tensor], seed: int,
                   dtype: torch.dtype = torch.float64,
-                  strategy: Strategy | None = None) -> torch.Tensor:
+                  strategy: Strategy | None = None, mixed: Mixed | None = None) -> torch.Tensor:
     """One forward pass of the whole graph, every op as one block through its kernel
     (but ``sample_blocks``), from ``params`` (by name) and each input op's ``data``;
     returns the loss."""
     return run_whole(graph, params, data, seed, dtype,
-                     None if strategy is None else lambda op: sample_blocks(op, strategy))
+                     None if strategy is None else lambda op: sample_blocks(op, strategy),
+                     mixed=mixed)
+
 
 
 def sample_blocks(op: Op, strategy: Strategy | None) -> list[Region]:

@@ -28,8 +28,8 @@ def baseline_costs(graph: OpGraph, cluster: Cluster, cost_model: CostModel,
                    options: SearchOptions) -> dict[str, float]:
     """The simulated cost of each of the ``BASELINES``, by name, in that order."""
     simulator = search_simulator(graph, cluster, cost_model, options)
-    return {name: simulator.simulate(builtin_strategy(name, graph, cluster)).cost
-            for name in BASELINES}
+    return {name: simulator.simulate(builtin_strategy(name, graph, cluster).with_precision(
+        options.precision)).cost for name in BASELINES}
 
 
 def fastest_baseline(costs: dict[str, float]) -> str:

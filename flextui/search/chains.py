@@ -30,12 +30,15 @@ def initial_strategy(init: str, graph: OpGraph, cluster: Cluster, options: Searc
                      chain: int, baselines: Callable[[], dict[str, float]]) -> Strategy:
     """A chain's starting point: a built-in strategy, a random one per chain, or with
     "auto" the faster of the baselines, data parallelism and the expert strategy (so a
-    search never returns worse than both; ``baselines()`` gives their costs)."""
+    search never returns worse than both; ``baselines()`` gives their costs), in the
+    search's precision."""
     if init == "random":
-        return random_strategy(graph, cluster, seed=hash_seed(chain_seed(options.seed, chain)))
-    if init == "auto":
-        return builtin_strategy(fastest_baseline(baselines()), graph, cluster)
-    return builtin_strategy(init, graph, cluster)
+        start = random_strategy(graph, cluster, seed=hash_seed(chain_seed(options.seed, chain)))
+    elif init == "auto":
+        start = builtin_strategy(fastest_baseline(baselines()), graph, cluster)
+    else:
+        start = builtin_strategy(init, graph, cluster)
+    return start.with_precision(options.precision)
 
 
 def hash_seed(text: str) -> int:
@@ -168,8 +171,10 @@ def chain_starts(options: SearchOptions, graph: OpGraph, cluster: Cluster,
         first = next((cp for cp in resume.checkpoints if cp.chain == c), None) if resume \
             else None
         if resume is None or first is None:
-            starts.append(ChainStart(c, initial or _rebuilt_initial(options, graph, cluster,
-                                                                    c, resume, baselines)))
+            starts.append(ChainStart(c, initial.with_precision(options.precision)
+                                     if initial is not None else
+                                     _rebuilt_initial(options, graph, cluster, c, resume,
+                                                      baselines)))
             continue
         steps = resume.steps_of(c)
         starts.append(ChainStart(c, None, resume.last_checkpoint(c), first.current,

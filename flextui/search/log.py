@@ -146,7 +146,7 @@ class SearchLog:
                 changed = True
         if not changed:
             return cp.current
-        return Strategy(current, cp.current.name, shards)
+        return Strategy(current, cp.current.name, shards, cp.current.precision)
 
     @property
     def elapsed(self) -> float:
@@ -238,7 +238,7 @@ def read_search_log(path: str | Path) -> SearchLog:
     log = SearchLog(path=path, header=header, steps=[], restarts=[], checkpoints=[], frontiers=[],
                     final=None, truncated=truncated, complete_bytes=complete,
                     record_offsets=[offset for offset, _ in records], _size=size)
-    dec = Decoder(header.graph, header.cluster)
+    dec = Decoder(header.graph, header.cluster, header.options.precision)
     num_ops = len(header.graph.ops)
     hist = log._history
     for n, (offset, rec) in enumerate(records[1:], start=1):

@@ -72,6 +72,7 @@ from flextui.machine import Cluster
 from flextui.search.events import StopReason
 from flextui.search.options import SearchOptions
 from flextui.strategy import ParallelConfig, ShardStage, Strategy
+from flextui.strategy.precision import Precision
 from flextui.strategy.shards import stage_refusal
 
 FORMAT_VERSION = 5  # v2: step records may set other ops than the picked one; v3: a
@@ -95,7 +96,7 @@ class SearchHeader:
     cluster: Cluster
     cost_model: str
     seed: int
-    options: dict[str, Any]
+    options: SearchOptions
     flextui_version: str = __version__
     created: str = ""                 # ISO time, filled by the writer if empty
     version: int = FORMAT_VERSION     # the log format version
@@ -226,7 +227,10 @@ def as_list(v: Any, what: str, n: int | None = None) -> list:
 
 
 class Decoder:
-    def __init__(self, graph: OpGraph, cluster: Cluster) -> None:
+    def __init__(self, graph: OpGraph, cluster: Cluster,
+                 precision: Precision = Precision.FP32) -> None:
+        """``precision``: the search's (its options'), which every strategy it logs has."""
+        self.precision = precision
         self.ops = graph.ops
         self.names = [op.name for op in graph.ops]
         self.params = list(graph.parameters)
@@ -286,7 +290,8 @@ class Decoder:
                             f"{len(self.ops)} ops; it does not fit the log's graph")
         return Strategy({self.names[i]: self.config(i, c, what) for i, c in enumerate(configs)},
                         name, {self.params[p]: stage for p, stage in
-                               self.stages(data[2] if len(data) == 3 else [], what)})
+                               self.stages(data[2] if len(data) == 3 else [], what)},
+                        self.precision)
 
     def stages(self, data: Any, what: str) -> list[tuple[int, ShardStage]]:
         """``[[parameter index, stage], ...]``: the shard stages a step or strategy set."""
@@ -371,11 +376,11 @@ def decode_header(path: Path, data: Any) -> SearchHeader:
     options = {"tied": 0.0, **options}  # searches logged before tied moves made none
     cost_model = as_str(h["cost_model"], "header cost_model")
     try:
-        SearchOptions.from_dict(options, "header")
+        decoded = SearchOptions.from_dict(options, "header")
         check_identity(cost_model)
     except FlextuiError as exc:
         raise BadRecord(f"{exc}; the search log was changed by hand or is damaged") from None
     return SearchHeader(graph=graph, cluster=cluster, cost_model=cost_model,
-                        seed=as_int(h["seed"], "header seed", None), options=options,
+                        seed=as_int(h["seed"], "header seed", None), options=decoded,
                         flextui_version=as_name(h["flextui"], "header flextui version"),
                         created=as_name(h["created"], "header created"), version=version)

@@ -87,8 +87,6 @@ class SearchLogWriter:
     # -- records --
 
     def _header_body(self, h: SearchHeader) -> list:
-        if not isinstance(h.options, dict) or not all(isinstance(k, str) for k in h.options):
-            raise SearchLogError("search options must be a mapping with string keys")
         if type(h.seed) is not int or not isinstance(h.cost_model, str):
             raise SearchLogError(f"the search seed must be an integer and the cost model a string "
                                  f"(got {h.seed!r:.40} and {h.cost_model!r:.40})")
@@ -96,7 +94,7 @@ class SearchLogWriter:
             "version": int(h.version), "flextui": h.flextui_version, "created": h.created,
             "graph": h.graph.to_dict(), "graph_hash": h.graph.fingerprint,
             "cluster": h.cluster.to_dict(), "cluster_hash": h.cluster.fingerprint,
-            "cost_model": h.cost_model, "seed": h.seed, "options": h.options,
+            "cost_model": h.cost_model, "seed": h.seed, "options": h.options.to_dict(),
         }]
 
     @staticmethod

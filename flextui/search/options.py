@@ -14,6 +14,7 @@ from flextui.fields import FormFields
 from flextui.limits import CHAINS, MAX_INTEGER, TEXT_CHARS, integer_problem
 from flextui.machine.units import parse_bytes
 from flextui.sim.memory import MemoryPolicy
+from flextui.strategy.precision import Precision
 
 INITS = ("auto", "data-parallel", "expert", "model-parallel", "random")
 DEFAULT_BUDGET = "30s"
@@ -81,6 +82,10 @@ class SearchOptions:
     ``optimizer``: the update training runs (SGD with momentum, AdamW), whose state
     every device's memory holds beside its parameters and gradients.
 
+    ``precision``: what every strategy the search makes trains in (fp32, or bf16 mixed
+    precision: ``strategy.precision``); not a move: bf16 is faster and smaller in any
+    simulation, and what it changes is the numbers the model trains with.
+
     ``early_reject``: a step draws its acceptance threshold before it simulates, and
     stops simulating a proposal once its makespan provably exceeds it (the proposal is
     rejected, as it would have been; see ``mcmc``). A chain makes the same moves and
@@ -107,6 +112,7 @@ class SearchOptions:
     optimizer: OptimizerKind = OptimizerKind.SGD
     beta_of_makespan: bool = True
     top_shard_stage: int = 3
+    precision: Precision = Precision.FP32
 
     def __post_init__(self) -> None:
         """Every field's type and range, checked by the rules the CLI and the Setup form
@@ -262,6 +268,7 @@ _CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "optimizer": lambda f, v: OptimizerKind(_FIELDS.choice(v, f, tuple(OptimizerKind))),
     "beta_of_makespan": lambda f, v: _FIELDS.boolean(v, f),
     "top_shard_stage": lambda f, v: _FIELDS.integer(v, f, 1, 3),
+    "precision": lambda f, v: Precision(_FIELDS.choice(v, f, tuple(Precision))),
     "memory_budget": _optional(lambda f, v: _FIELDS.integer(v, f, MIN_MEMORY_BUDGET)),
 }
 

@@ -226,7 +226,7 @@ def run_search(graph: OpGraph, cluster: Cluster, cost_model: CostModel,
             frontier.add(p.time, p.memory, p.strategy)
         writer = SearchLogWriter.resume(resume)
     elif log_path is not None:
-        header = SearchHeader(graph, cluster, cost_model.identity, options.seed, options.to_dict())
+        header = SearchHeader(graph, cluster, cost_model.identity, options.seed, options)
         writer = SearchLogWriter(log_path, header)
     collector = _Collector(writer, on_events, on_reset, frontier, stop, on_held)
     if resume is not None:

@@ -71,7 +71,7 @@ def best_over_time(log: SearchLog) -> list[dict[str, float]]:
 
 def log_summary(log: SearchLog, cost_model: CostModel) -> dict[str, Any]:
     header = log.header
-    options = SearchOptions.from_dict(header.options, str(log.path))
+    options = header.options
     best, best_cost = log.best_strategy()
     baselines = baseline_costs(header.graph, header.cluster, cost_model, options)
     steps = log.steps
@@ -81,7 +81,7 @@ def log_summary(log: SearchLog, cost_model: CostModel) -> dict[str, Any]:
         "cluster": header.cluster.name, "flextui_version": header.flextui_version,
         "created": header.created, "cost_model": cost_model_label(header.cost_model),
         "seed": header.seed,
-        "options": header.options, "finished": final is not None,
+        "options": header.options.to_dict(), "finished": final is not None,
         "reason": final.reason if final else None, "truncated": log.truncated,
         "iterations": len(steps),
         "acceptance_rate": sum(e.accepted for e in steps) / max(1, len(steps)),

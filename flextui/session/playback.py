@@ -13,7 +13,6 @@ from typing import Any
 
 from flextui.search.events import RestartEvent
 from flextui.search.log import SearchLog
-from flextui.search.options import SearchOptions
 from flextui.session.jobs import JobState
 from flextui.session.search_watch import SearchView, SearchWatch
 
@@ -51,7 +50,7 @@ class Playback:
 
     def __init__(self, log: SearchLog) -> None:
         self.log = log
-        self._options = SearchOptions.from_dict(log.header.options, str(log.path))
+        self._options = log.header.options
         self._records = _timed_records(log)
         self.speed = 1.0
         self.baselines: dict[str, float] = {}

@@ -88,7 +88,8 @@ class DeltaSimulator:
                 raise ValueError(refusal)
         resolved = []
         for op, config in changes:
-            op = self.graph.op(op) if isinstance(op, str) else op
+            # the op as the current task graph computes it (bf16: its view's)
+            op = self.tg.graph.op(op if isinstance(op, str) else op.name)
             config.check(op, self.cluster.num_devices)
             resolved.append((op, config))
         tg, times = self.tg, self.times

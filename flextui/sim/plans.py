@@ -103,9 +103,11 @@ class Planner:
     interns in the graph's store."""
 
     def __init__(self, graph: OpGraph, cluster: Cluster, cost: CostModel, store: TaskStore,
-                 training: bool) -> None:
+                 training: bool, master_dtype: str | None = None) -> None:
         self.graph, self.cluster, self.cost, self.store = graph, cluster, cost, store
         self.training = training
+        #: the dtype of the parameters' training state (None: each parameter's own)
+        self.master_dtype = master_dtype
         self.num_devices = cluster.num_devices
         self._rsets: dict[tuple[int, ...], int] = {}
         #: per device, the index of its spec among the cluster's distinct specs
@@ -299,7 +301,7 @@ class Planner:
                        for (op, i), config in zip(users, configs)
                        for k, region in enumerate(self._param_blocks(op, i, config)))
         param = users[0][0].params[users[0][1]]
-        width = dtype_bytes(param.dtype)
+        width = dtype_bytes(self.master_dtype or param.dtype)
         gdevs, gdevices, gblocks, gblockids = array("i", [0]), array("i"), array("i", [0]), \
             array("i")
         grsets, gdurations, gnbytes = array("i"), array("d"), array("q")

@@ -6,12 +6,14 @@ from flextui.cost.model import CostModel, checked_cost_model
 from flextui.cost.optimizers import OptimizerKind
 from flextui.errors import FlextuiError
 from flextui.graph import OpGraph
+from flextui.graph.precision import in_dtype
 from flextui.machine import Cluster
 from flextui.sim.memory import MemoryPolicy, memory_penalty_s, memory_usage
 from flextui.sim.schedule import schedule
 from flextui.sim.taskgraph import TaskGraph
 from flextui.sim.timeline import Timeline, build_timeline
 from flextui.strategy import Strategy
+from flextui.strategy.precision import Precision
 
 
 class Simulator:
@@ -19,7 +21,9 @@ class Simulator:
     ``graph`` on ``cluster``. ``memory`` says what a strategy over a device's capacity
     costs: "penalize" (+1 ms per MB over), "reject" (infinite cost) or "ignore" (a
     :class:`MemoryPolicy` or its name); ``optimizer`` what state training keeps per
-    parameter."""
+    parameter. A strategy in bf16 (``strategy.precision``) is simulated on the graph as
+    it computes in bfloat16 (``graph.precision.in_dtype``), its parameters' training
+    state kept in the graph's own dtype (the master weights)."""
 
     def __init__(self, graph: OpGraph, cluster: Cluster, cost_model: CostModel,
                  training: bool = True, memory: MemoryPolicy | str = MemoryPolicy.PENALIZE,
@@ -33,10 +37,20 @@ class Simulator:
         self.cost_model = checked_cost_model(cost_model)
         self.training = training
         self.optimizer = OptimizerKind(optimizer)
+        self._views: dict[Precision, OpGraph] = {}
+
+    def graph_in(self, precision: Precision) -> OpGraph:
+        """The graph as a strategy in ``precision`` computes it (made once)."""
+        view = self._views.get(precision)
+        if view is None:
+            view = self._views[precision] = in_dtype(self.graph, precision.compute_dtype) \
+                if precision != Precision.FP32 else self.graph
+        return view
 
     def task_graph(self, strategy: Strategy) -> TaskGraph:
         strategy.check(self.graph, self.cluster.num_devices)
-        return TaskGraph(self.graph, self.cluster, self.cost_model, strategy, self.training)
+        return TaskGraph(self.graph_in(strategy.precision), self.cluster, self.cost_model,
+                         strategy, self.training, master_dtype=self.graph.dtype)
 
     def simulate(self, strategy: Strategy) -> Timeline:
         tg = self.task_graph(strategy)

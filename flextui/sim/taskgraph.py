@@ -85,13 +85,17 @@ def _ids(*parts: Sequence[int]) -> array:
 
 class TaskGraph:
     def __init__(self, graph: OpGraph, cluster: Cluster, cost_model: CostModel,
-                 strategy: Strategy, training: bool = True) -> None:
+                 strategy: Strategy, training: bool = True, master_dtype: str | None = None,
+                 ) -> None:
+        """``master_dtype``: the dtype parameters, their gradients and the optimizer's
+        state are kept in, when not the graph's (a graph computing in bf16 keeps float32
+        master weights)."""
         self.graph, self.cluster, self.cost, self.training = graph, cluster, cost_model, training
         self.num_devices = cluster.num_devices
         self.num_resources = cluster.num_devices + len(cluster.links)
         self.link_resource = {link.id: self.num_devices + link.id for link in cluster.links}
         self.store = new_store(self.num_resources)
-        self.plans = Planner(graph, cluster, cost_model, self.store, training)
+        self.plans = Planner(graph, cluster, cost_model, self.store, training, master_dtype)
         # ownership, so one op's tasks can be replaced
         self.configs: dict[int, ParallelConfig] = {}
         self.forward: dict[int, array] = {}

@@ -35,6 +35,7 @@ from flextui.graph import Op, OpGraph
 from flextui.limits import DEVICES, FILE_BYTES, read_file, read_json
 from flextui.machine import Cluster
 from flextui.strategy.config import ParallelConfig
+from flextui.strategy.precision import Precision
 from flextui.strategy.shards import ShardStage
 from flextui.strategy.strategy import Strategy
 
@@ -59,6 +60,8 @@ def strategy_to_json(strategy: Strategy, graph: OpGraph, cluster: Cluster) -> di
     }
     if strategy.shards:
         data["params"] = shards_to_json(strategy, graph)
+    if strategy.precision != Precision.FP32:
+        data["precision"] = strategy.precision.value
     return data
 
 
@@ -82,7 +85,7 @@ def save_strategy(path: str | Path, strategy: Strategy, graph: OpGraph, cluster:
 
 #: the keys of a strategy file and of each op's entry (any other is a typo, refused)
 TOP_KEYS = ("format", "version", "name", "model", "graph", "cluster", "devices", "ops",
-            "params")
+            "params", "precision")
 OP_KEYS = ("degrees", "devices", "recompute")
 PARAM_KEYS = ("shard",)
 _FINGERPRINT = re.compile(r"[0-9a-f]{16}")
@@ -121,6 +124,11 @@ def shards_from_json(data: Any, graph: OpGraph, f: FieldReader) -> dict[str, Sha
     return stages
 
 
+def precision_from_json(data: Any, f: FieldReader) -> Precision:
+    """A strategy's ``precision``: ``"fp32"`` or ``"bf16"``."""
+    return Precision(f.choice(data, "precision", tuple(Precision)))
+
+
 def strategy_from_json(data: Any, graph: OpGraph, cluster: Cluster, source: str,
                        same_graph: bool = False) -> Strategy:
     if not isinstance(data, dict) or data.get("format") != STRATEGY.name:
@@ -153,7 +161,8 @@ def strategy_from_json(data: Any, graph: OpGraph, cluster: Cluster, source: str,
             f.fail(f"ops.{op_name}", f"graph {graph.name!r} has no op {op_name!r:.60}; was "
                                      "this strategy made for another model or batch size?")
         configs[op_name] = config_from_json(graph.op(op_name), entry, f, f"ops.{op_name}")
-    strategy = Strategy(configs, name, shards_from_json(data.get("params", {}), graph, f))
+    strategy = Strategy(configs, name, shards_from_json(data.get("params", {}), graph, f),
+                        precision_from_json(data.get("precision", "fp32"), f))
     try:
         strategy.check(graph, cluster.num_devices)
     except StrategyError as exc:

@@ -1,5 +1,6 @@
-"""Strategy: a parallel config for every op of a graph, and the shard stage of the
-parameters whose training state is sharded (``shards``)."""
+"""Strategy: a parallel config for every op of a graph, the shard stage of the
+parameters whose training state is sharded (``shards``) and the precision it trains in
+(``precision``)."""
 
 from __future__ import annotations
 
@@ -8,27 +9,34 @@ from collections.abc import Iterator, Mapping
 from flextui.errors import StrategyError
 from flextui.graph import OpGraph
 from flextui.strategy.config import ParallelConfig
+from flextui.strategy.precision import Precision
 from flextui.strategy.shards import ShardStage, stage_refusal
 
 
 class Strategy(Mapping[str, ParallelConfig]):
     """An immutable map from op name to its ParallelConfig, with a display name and, per
     parameter whose training state is sharded, its stage (``shards``: stages above
-    NONE only; made from another Strategy, it keeps that one's unless given). Two
-    strategies are equal when their configs and stages are (the name does not count)."""
+    NONE only) and its ``precision``; made from another Strategy, it keeps that one's
+    stages and precision unless given. Two strategies are equal when their configs,
+    stages and precision are (the name does not count)."""
 
     def __init__(self, configs: Mapping[str, ParallelConfig], name: str = "",
-                 shards: Mapping[str, ShardStage] | None = None) -> None:
+                 shards: Mapping[str, ShardStage] | None = None,
+                 precision: Precision | None = None) -> None:
         self._items = dict(configs)
         self.name = name
         if shards is None:
             shards = configs.shards if isinstance(configs, Strategy) else {}
         self.shards: dict[str, ShardStage] = {
             param: ShardStage(stage) for param, stage in shards.items() if stage}
+        if precision is None:
+            precision = configs.precision if isinstance(configs, Strategy) else Precision.FP32
+        self.precision: Precision = Precision(precision)
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Strategy):
-            return self._items == other._items and self.shards == other.shards
+            return self._items == other._items and self.shards == other.shards \
+                and self.precision == other.precision
         return super().__eq__(other)
 
     __hash__ = None  # type: ignore[assignment]
@@ -52,15 +60,19 @@ class Strategy(Mapping[str, ParallelConfig]):
     def replace(self, op_name: str, config: ParallelConfig, name: str | None = None) -> Strategy:
         """A copy with ``op_name``'s config changed."""
         return Strategy({**self._items, op_name: config}, self.name if name is None else name,
-                        self.shards)
+                        self.shards, self.precision)
 
     def replace_all(self, changes: Mapping[str, ParallelConfig]) -> Strategy:
         """A copy with the configs of every op named in ``changes`` changed."""
-        return Strategy({**self._items, **changes}, self.name, self.shards)
+        return Strategy({**self._items, **changes}, self.name, self.shards, self.precision)
 
     def with_shards(self, stages: Mapping[str, ShardStage]) -> Strategy:
         """A copy with the shard stage of every parameter named in ``stages`` changed."""
-        return Strategy(self._items, self.name, {**self.shards, **stages})
+        return Strategy(self._items, self.name, {**self.shards, **stages}, self.precision)
+
+    def with_precision(self, precision: Precision) -> Strategy:
+        """A copy that trains in ``precision``."""
+        return Strategy(self._items, self.name, self.shards, precision)
 
     def devices_used(self) -> set[int]:
         return {d for c in self._items.values() for d in c.devices}

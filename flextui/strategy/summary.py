@@ -66,6 +66,7 @@ def strategy_summary(strategy: Strategy, graph: OpGraph) -> dict[str, Any]:
         "parallelism": dict(sorted(Counter(r["parallelism"] for r in rows).items())),
         "recomputed": sum(r["recompute"] for r in rows),
         "sharded": sharded_counts(strategy),
+        "precision": strategy.precision.value,
     }
 
 

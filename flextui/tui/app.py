@@ -35,7 +35,6 @@ from flextui.runtime.nodes import PreflightStopped
 from flextui.search.baselines import baseline_costs
 from flextui.search.files import default_log_path
 from flextui.search.log import read_search_log
-from flextui.search.options import SearchOptions
 from flextui.session.launching import (
     LaunchRequest,
     launch_request,
@@ -232,7 +231,7 @@ class FlextuiApp(App):
             log = read_search_log(path)
             header = log.header
             cost_model = cost_model_from_identity(header.cost_model)
-            options = SearchOptions.from_dict(header.options, str(path))
+            options = header.options
             playback = Playback(log)
         except FlextuiError as exc:
             self.call_from_thread(self.show_error, "Cannot replay this log", str(exc))

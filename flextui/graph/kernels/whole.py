@@ -10,7 +10,7 @@ from collections.abc import Callable
 import torch
 
 from flextui.graph.graph import OpGraph
-from flextui.graph.kernels.base import kernel_for
+from flextui.graph.kernels.mixed import Mixed, forward_loss
 from flextui.graph.op import Op
 from flextui.graph.region import Region, full_region, within
 
@@ -19,11 +19,13 @@ def run_whole(graph: OpGraph, params: dict[str, torch.Tensor],
               data: Callable[[Op], torch.Tensor], seed: int,
               dtype: torch.dtype = torch.float64,
               blocks: Callable[[Op], list[Region]] | None = None,
-              outputs: dict[int, list[torch.Tensor]] | None = None) -> torch.Tensor:
+              outputs: dict[int, list[torch.Tensor]] | None = None,
+              mixed: Mixed | None = None) -> torch.Tensor:
     """The loss of one forward pass from ``params`` (by name) and each input op's
     ``data``. ``blocks`` gives the regions an op is computed in, in sample order (the
     whole op when None: an op computed in sample blocks is concatenated along dim 0);
-    ``outputs``, when given, receives every op's outputs by op index."""
+    ``outputs``, when given, receives every op's outputs by op index; ``mixed``: the
+    ops compute under mixed precision (``kernels.mixed``)."""
     found: dict[int, list[torch.Tensor]] = {} if outputs is None else outputs
     loss = torch.zeros((), dtype=dtype)
     for op in graph.ops:
@@ -39,7 +41,7 @@ def run_whole(graph: OpGraph, params: dict[str, torch.Tensor],
                         within(need, full_region(t.shape))])
             shards = [params[p.name][within(op.param_region(i, region), full_region(p.shape))]
                       for i, p in enumerate(op.params)]
-            outs, share = kernel_for(op.type).forward_loss(op, region, inputs, shards, seed)
+            outs, share = forward_loss(op, region, inputs, shards, seed, mixed)
             parts.append(outs)
             if share is not None:
                 loss = loss + share

@@ -25,6 +25,7 @@ from textual.widgets import Button, Footer, Input, Label, Select, Static
 from textual.worker import Worker, WorkerState
 
 from flextui.cost.choose import CostKind
+from flextui.cost.optimizers import OptimizerKind
 from flextui.defaults import DEFAULT_MODEL
 from flextui.errors import FieldError, FlextuiError
 from flextui.graph import OpGraph
@@ -45,6 +46,7 @@ from flextui.session.choices import (
     load_model_choice,
 )
 from flextui.sim.memory import MemoryPolicy
+from flextui.strategy.precision import Precision
 from flextui.tui.screens.keys import KeyScreen
 from flextui.tui.widgets.summary import SetupSummary
 
@@ -57,15 +59,20 @@ COST_LABELS = {CostKind.ANALYTIC: "analytic (roofline)",
                CostKind.AUTO: "auto (profiled where measured, else analytic)"}
 MEMORY_LABELS = {MemoryPolicy.PENALIZE: "penalize (+1 ms/MB over)",
                  MemoryPolicy.REJECT: "reject over memory", MemoryPolicy.IGNORE: "ignore memory"}
+OPTIMIZER_LABELS = {OptimizerKind.SGD: "SGD with momentum (1 state)",
+                    OptimizerKind.ADAMW: "AdamW (2 states)"}
+PRECISION_LABELS = {Precision.FP32: "fp32", Precision.BF16: "bf16 mixed (fp32 master)"}
 #: the inputs of each part that loads in the background, in the order its loader takes them
 PARTS = {"model": ("model-name", "model-path", "batch-size", "batch-per-device", "model-options"),
          "cluster": ("cluster-name", "cluster-path", "nodes")}
-OPTION_FIELDS = ("budget", "beta", "workers", "seed", "memory", "memory-budget")
+OPTION_FIELDS = ("budget", "beta", "workers", "seed", "memory", "memory-budget", "optimizer",
+                 "precision")
 #: FieldError.field -> the id of the input it is about
 FIELD_INPUTS = {"batch_size": "batch-size", "batch_per_device": "batch-per-device",
                 "option": "model-options", "nodes": "nodes",
                 "budget": "budget", "beta": "beta", "workers": "workers", "seed": "seed",
-                "memory": "memory", "memory_budget": "memory-budget"}
+                "memory": "memory", "memory_budget": "memory-budget",
+                "optimizer": "optimizer", "precision": "precision"}
 
 
 def load_model_part(name: str, path: str, batch: str, per_device: str, options: str,
@@ -242,6 +249,12 @@ class SetupScreen(KeyScreen):
                                        id="memory")),
             self._row("mem budget", Input(placeholder="none, or 12GiB per device",
                                           compact=True, id="memory-budget")),
+            self._row("optimizer", Select([(OPTIMIZER_LABELS[o], o) for o in OptimizerKind],
+                                          value=OptimizerKind.SGD, allow_blank=False,
+                                          compact=True, id="optimizer")),
+            self._row("precision", Select([(PRECISION_LABELS[p], p) for p in Precision],
+                                          value=Precision.FP32, allow_blank=False,
+                                          compact=True, id="precision")),
             self._row("task times", Select([(COST_LABELS[c], c) for c in CostKind],
                                            value=CostKind.ANALYTIC, allow_blank=False, compact=True,
                                            id="cost"))]
@@ -391,7 +404,9 @@ class SetupScreen(KeyScreen):
             options = search_options(self._text("budget"), seed=self._text("seed"),
                                      workers=self._text("workers"), beta=self._text("beta"),
                                      memory=self._text("memory"),
-                                     memory_budget=self._text("memory-budget"))
+                                     memory_budget=self._text("memory-budget"),
+                                     optimizer=self._text("optimizer"),
+                                     precision=self._text("precision"))
         except FieldError as e:
             self.invalid_option = (FIELD_INPUTS[e.field], str(e))
             self._show_error("options", str(e), FIELD_INPUTS[e.field])
