@@ -37,8 +37,8 @@ STEPS = 4
 
 
 def state_elements(program: RankProgram) -> int:
-    tensors = [m for ms in program.moments.values() for m in ms]
-    tensors += list(program.sharded.state_tensors().values())
+    tensors = [m for ms in program.update.moments.values() for m in ms]
+    tensors += list(program.update.sharded.state_tensors().values())
     return sum(t.numel() for t in tensors)
 
 
@@ -63,7 +63,7 @@ def main() -> None:
                                                                       reference.losses))
                 kept = sum(p.untyped_storage().size() // p.element_size()
                            for p in program.params.values()) + \
-                    sum(part.numel() for part in program.sharded.parts.values())
+                    sum(part.numel() for part in program.update.sharded.parts.values())
                 with program.whole_params():
                     param_error = max((relative_error(
                         program.params[p].detach(),

@@ -29,9 +29,9 @@ def _state(program: RankProgram) -> dict[str, torch.Tensor]:
     state = {}
     for name, param in program.params.items():
         state[param_key(program.rank, name)] = param.detach()
-        for i, moment in enumerate(program.moments.get(name, ())):
+        for i, moment in enumerate(program.update.moments.get(name, ())):
             state[f"rank{program.rank}/moment{i}/{name}"] = moment
-    for key, tensor in program.sharded.state_tensors().items():
+    for key, tensor in program.update.sharded.state_tensors().items():
         state[f"rank{program.rank}/sharded/{key}"] = tensor
     return state
 
@@ -46,7 +46,7 @@ def save(spec: LaunchSpec, program: RankProgram, step: int) -> None:
         graph = spec.graph
         names = graph.meta.get("module_params", {})
         plan = program.plan
-        CheckpointMeta(step, program.updates, spec.training.seed, str(spec.training.dtype),
+        CheckpointMeta(step, program.update.updates, spec.training.seed, str(spec.training.dtype),
                        graph.fingerprint,
                        strategy_fingerprint(graph, spec.strategy, spec.num_ranks),
                        {n: graph.parameters[n].shape for n in plan.param_boxes},
@@ -62,7 +62,7 @@ def resume(spec: LaunchSpec, program: RankProgram) -> None:
     meta = CheckpointMeta.read(folder)
     with program.whole_params():   # and the parts of stage-3 parameters taken from them
         dcp.load(_state(program), checkpoint_id=folder)
-    program.updates = meta.updates
+    program.update.updates = meta.updates
 
 
 def whole_weights(folder: Path, meta: CheckpointMeta) -> dict[str, torch.Tensor]:

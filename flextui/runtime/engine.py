@@ -1,17 +1,9 @@
 """One rank's training step: forward in topological order, backward in reverse, every
 task through its block kernel (``graph.kernels``, the kernels the profiler times), the
-plan's pieces moved between ranks, replica groups' gradients summed, then the update
-(``optimizer``: SGD or AdamW at the step's learning rate, after clipping the global
-gradient norm) on the shards this rank holds, element by element as torch's optimizer
-does it on the whole parameter; a sharded parameter's groups are reduce-scattered,
-updated in parts and all-gathered (``sharded``); a parameter at stage 3 is gathered
-before its op's forward tasks and again before its backward tasks (after the op's
-pieces have moved, as the simulator's gather task waits for them) and freed after
-them.
-
-The global gradient norm is every parameter element's gradient counted once: each rank
-sums the squares of the cells it counts (``Plan.norm_cells``: a replicated element on
-the lowest rank holding it), and one all-reduce over all ranks adds them up.
+plan's pieces moved between ranks, replica groups' gradients summed and the update made
+(``rank_update``); a parameter at stage 3 (``sharded``) is gathered before its op's
+forward tasks and again before its backward tasks (after the op's pieces have moved, as
+the simulator's gather task waits for them) and freed after them.
 
 State. A parameter lives on a rank as one leaf tensor, the box of the parameter that
 holds every shard the rank's tasks use (``Plan.param_boxes``); a task reads its shard as
@@ -51,15 +43,11 @@ from flextui.graph.tensor import FLOAT_DTYPES
 from flextui.runtime.comm import Comm, PendingSums, Transfer
 from flextui.runtime.computeclock import ComputeClock, TaskKind
 from flextui.runtime.optimizer import SGD, Optimizer
-from flextui.runtime.optimizer_steps import optimizer_step
-from flextui.runtime.plan import Piece, Plan, ReplicaSync
-from flextui.runtime.sharded import ShardedState
+from flextui.runtime.plan import Piece, Plan
+from flextui.runtime.rank_update import RankUpdate
 from flextui.runtime.values import StartingParameters, input_block
 from flextui.strategy import Strategy
 from flextui.strategy.precision import Precision
-
-#: what torch.nn.utils.clip_grad_norm_ adds to the norm it divides by
-CLIP_EPS = 1e-6
 
 if TYPE_CHECKING:
     from flextui.runtime.data import DatasetFeed
@@ -120,14 +108,8 @@ class RankProgram:
             if rank in per_rank:
                 box = self.boxes[name] = per_rank[rank]
                 self.params[name] = start.block(name, box, dtype, self.device).requires_grad_()
-        #: the state of the parameters whose training state is sharded (``sharded``)
-        self.sharded = ShardedState(plan, rank, comm, self.params, self.boxes,
-                                    optimizer.kind.states)
-        #: per other parameter, the optimizer's state: SGD's momentum buffer, AdamW's
-        #: moving averages of the gradient and of its square
-        self.moments = {name: [torch.zeros_like(p) for _ in range(optimizer.kind.states)]
-                        for name, p in self.params.items() if name not in self.sharded.sharded}
-        self.updates = 0   # the updates done: AdamW's bias corrections count them
+        #: the gradients' sums, the optimizer's state and the update (``rank_update``)
+        self.update = RankUpdate(plan, rank, comm, self.params, self.boxes, optimizer)
         self.buckets = [b for b in plan.buckets if rank in b[0].ranks]
         #: the pieces of each local task's input (op, k, slot) and output (op, m, o)
         self.into: dict[tuple[int, int, int], list[Piece]] = {}
@@ -179,15 +161,15 @@ class RankProgram:
                 self._backward(op, state)
             while next_bucket < len(self.buckets) and \
                     self.bucket_ready[next_bucket] >= op.index:
-                self._start_sum(self.buckets[next_bucket], state, pending)
+                self.update.start_sum(self.buckets[next_bucket], pending)
                 next_bucket += 1
         self.comm.wait(pending)
         began = state.clock.start()
-        self._finish_syncs(state)
-        self._update(step)
+        self.update.finish_sums()
+        self.update.step(step)
         state.clock.stop(began)
         with torch.no_grad():
-            self.sharded.gather()
+            self.update.sharded.gather()
         compute_s = state.clock.seconds()  # on a GPU, once the step's kernels are done
         traffic = self.comm.traffic
         return StepResult(state.loss_share, time.perf_counter() - started, compute_s,
@@ -258,11 +240,11 @@ class RankProgram:
         """Gather ``op``'s stage-3 parameters (``sharded``) before its tasks run."""
         with torch.no_grad():
             for p in op.params:
-                self.sharded.gather_param(p.name)
+                self.update.sharded.gather_param(p.name)
 
     def _release(self, op: Op) -> None:
         for p in op.params:
-            self.sharded.release_param(p.name)
+            self.update.sharded.release_param(p.name)
 
     @contextlib.contextmanager
     def whole_params(self) -> Iterator[None]:
@@ -270,13 +252,13 @@ class RankProgram:
         gathered: every rank enters it together), and their parts taken from the boxes
         after it (a checkpoint's load may have changed them)."""
         with torch.no_grad():
-            for name in self.sharded.gathered_by:
-                self.sharded.gather_param(name)
+            for name in self.update.sharded.gathered_by:
+                self.update.sharded.gather_param(name)
         yield
         with torch.no_grad():
-            self.sharded.adopt()
-            for name in self.sharded.gathered_by:
-                self.sharded.release_param(name)
+            self.update.sharded.adopt()
+            for name in self.update.sharded.gathered_by:
+                self.update.sharded.release_param(name)
 
     def _from_recomputed(self, op: Op, k: int, slot: int) -> bool:
         """Whether input ``slot`` of task ``k`` is, as it is, the output block of a
@@ -445,77 +427,6 @@ class RankProgram:
         dtype = self.ops[p.consumer].inputs[p.slot].dtype
         return self.act_dtype if dtype in FLOAT_DTYPES else getattr(torch, dtype)
 
-    # -- gradients of replicated parameters, and the update ----------------------------
-
-    def _start_sum(self, bucket: tuple[ReplicaSync, ...], state: _StepState,
-                   pending: PendingSums) -> None:
-        """Start summing a bucket of replica groups' gradients over their ranks: in place
-        when it is one group whose one cell is the rank's whole box (data parallelism),
-        else gathered into a buffer and scattered back when the sums are done."""
-        first = bucket[0]
-        if first.stage:
-            self.sharded.start(bucket, self._grad, pending)
-            return
-        grad = self._grad(first.param)
-        if len(bucket) == 1 and first.cells == (self.boxes[first.param],) \
-                and grad.is_contiguous():
-            self.comm.start_sum(first.ranks, grad.view(-1), pending)
-            return
-        flat = torch.cat([part.reshape(-1) for part in self._bucket_parts(bucket)])
-        state.sums.append((bucket, flat))
-        self.comm.start_sum(first.ranks, flat, pending)
-
-    def _bucket_parts(self, bucket: tuple[ReplicaSync, ...]) -> list[torch.Tensor]:
-        """The gradient cells a bucket sums, in order (views of the gradients)."""
-        return [self._grad(s.param)[within(cell, self.boxes[s.param])]
-                for s in bucket for cell in s.cells]
-
-    def _finish_syncs(self, state: _StepState) -> None:
-        """Scatter the gathered sums back into the gradients."""
-        for bucket, flat in state.sums:
-            at = 0
-            for part in self._bucket_parts(bucket):
-                part.copy_(flat[at:at + part.numel()].view_as(part))
-                at += part.numel()
-
-    def _grad(self, name: str) -> torch.Tensor:
-        param = self.params[name]
-        if param.grad is None:
-            param.grad = torch.zeros_like(param)
-        return param.grad
-
-    def _update(self, step: int) -> None:
-        """The optimizer's step on every parameter box this rank holds, at step
-        ``step``'s learning rate, as torch.optim.SGD or AdamW (single-tensor) does it."""
-        opt = self.optimizer
-        lr = opt.lr_at(step)
-        self.updates += 1
-        with torch.no_grad():
-            if opt.grad_clip is not None:
-                self._clip(opt.grad_clip)
-            for name, moments in self.moments.items():
-                optimizer_step(opt, self.params[name], self._grad(name), moments, lr,
-                               self.updates)
-            self.sharded.update(opt, lr, self.updates, self._grad)
-            for param in self.params.values():
-                param.grad = None
-
-    def _clip(self, max_norm: float) -> None:
-        """Scale every gradient by min(1, max_norm / (norm + 1e-6)), the norm over every
-        parameter element of every rank (clip_grad_norm_'s)."""
-        squares = torch.zeros((), dtype=self.dtype, device=self.device)
-        for name, box in self.boxes.items():
-            grad = self._grad(name)
-            for cell in self.plan.norm_cells[name].get(self.rank, ()):
-                part = grad[within(cell, box)]
-                squares += torch.sum(part * part)
-        squares += self.sharded.squares()
-        self.comm.sum_all(squares)
-        scale = torch.clamp(max_norm / (squares.sqrt() + CLIP_EPS), max=1.0)
-        for name in self.params:
-            self._grad(name).mul_(scale)
-        self.sharded.scale(scale)
-
 
 class _StepState:
     """What one step keeps between its forward and backward passes."""
@@ -532,5 +443,4 @@ class _StepState:
         self.outputs: dict[tuple[int, int], list[torch.Tensor]] = {}
         self.losses: dict[tuple[int, int], torch.Tensor] = {}
         self.grads: dict[Piece, torch.Tensor] = {}
-        self.sums: list[tuple[tuple[ReplicaSync, ...], torch.Tensor]] = []
         self.loss_share = 0.0
