@@ -5,18 +5,25 @@ clip_grad_norm_ and SGD (tests/runtime_sharded_cases.py), each rank keeping less
 optimizer state (stage 3: and its part of the parameters between steps); the launch
 plan carries the stages; the norm counts every element once."""
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from flextui.errors import FlextuiError
 from flextui.graph import full_region, region_volume
+from flextui.graph.library import load_model
 from flextui.machine import load_named_cluster
+from flextui.runtime.metrics import Start
 from flextui.runtime.plan import compile_plan
+from flextui.runtime.runlog import read_run_log
 from flextui.runtime.spec import LaunchSpec, Training
-from flextui.strategy import ShardStage
+from flextui.strategy import ShardStage, random_strategy, save_strategy
 from flextui.strategy.shards import shard_numel
-from processes import torchrun_rows
+from helpers import HANG_S
+from processes import torchrun_rows, wait_gone
 from runtime_models import small, strategy
 from runtime_sharded_cases import MODELS, STRATEGIES, UPDATES
 
@@ -78,3 +85,29 @@ def test_the_launch_plan_carries_the_shard_stages():
         LaunchSpec.from_dict(body, "plan")
     assert full_region((2,)) == ((0, 2),)
     assert ShardStage.GRADIENTS.label == "optimizer state and gradients"
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("gloo")
+def test_an_imported_decoder_at_stage_3_with_recomputation_equals_the_module(tmp_path):
+    """The user's path with a Hugging Face-style model: the imported GPT-2 decoder under
+    a random split, every parameter at stage 3 and every other op recomputed, launched
+    with AdamW on 2 ranks, equals the module trained by plain PyTorch (--check)."""
+    model = Path(__file__).with_name("torch_models") / "gpt2_decoder.py"
+    graph, cluster = load_model(str(model)), load_named_cluster("local-cpu-2")
+    chosen = random_strategy(graph, cluster, seed=1)
+    ops = [op for op in graph.ops if op.type != "input"][::2]
+    chosen = chosen.replace_all({op.name: chosen[op.name].with_recompute(True) for op in ops})
+    chosen = chosen.with_shards(dict.fromkeys(graph.parameters, ShardStage.PARAMETERS))
+    path = tmp_path / "s.json"
+    save_strategy(path, chosen, graph, cluster)
+    log = tmp_path / "check.ffrun"
+    proc = subprocess.run([sys.executable, "-m", "flextui", "launch", "-m", str(model),
+                           "--nproc-per-node", "2", "--strategy", str(path), "--optimizer",
+                           "adamw", "--check", "--run-log", str(log)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=HANG_S,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout
+    assert "check passed: 2 ranks equal one process of the module" in proc.stdout
+    pids = [r.pid for r in read_run_log(log).records if isinstance(r, Start)]
+    assert len(pids) == 2 and wait_gone(pids) == []

@@ -210,7 +210,8 @@ def cmd_launch(args: argparse.Namespace, console: Console) -> int:
     figures = RunFigures.of(summary, records, prepared.spec, prepared.cluster)
     if args.check:
         return _report_check(outcome, records, console, args.json, graph,
-                             prepared.spec.strategy, figures) or caught.exit_status
+                             prepared.spec.strategy, prepared.spec.training.optimizer,
+                             figures) or caught.exit_status
     recorded = record_profile.record(args, graph, outcome, records, console)
     evaluated = _evaluations(records) if args.eval_every else {}
     if not args.json:
@@ -363,15 +364,16 @@ def print_summary(summary, console: Console, figures: RunFigures) -> None:
 
 
 def _report_check(outcome, records: list[RankRecord], console: Console,
-                  as_json: bool, graph, strategy, figures: RunFigures) -> int:
-    from flextui.runtime.check import check_result, referee_of, tolerance_for
+                  as_json: bool, graph, strategy, optimizer, figures: RunFigures) -> int:
+    from flextui.runtime.check import check_result, check_rule, referee_of
     result = check_result(outcome, records, referee_of(graph, strategy),
-                          tolerance_for(strategy.precision))
+                          check_rule(strategy, optimizer))
     if as_json:  # each step as the launcher summed it, beside the ranks' all-reduced sums
         emit_json({**result.to_dict(), "per_step": [row.to_dict() for row in figures.rows]})
     elif result.equal:
         console.print(f"check passed: {result.ranks} ranks equal {result.referee} to "
-                      f"{result.worst:.1e} (tolerance {result.tolerance:.0e}) over "
+                      f"{result.worst:.1e} (tolerance {result.rule.tolerance:.0e}"
+                      + ("" if result.rule.params else ", the loss") + ") over "
                       f"{result.steps} steps", highlight=False)
     else:
         console.print(f"[red]check failed[/]: {escape(result.message)}", highlight=False)

@@ -2,9 +2,11 @@
 timed on the graph as it computes in bfloat16 (its ops at their bf16 cost, activations
 kept and sent at 2 bytes an element) while parameters, gradients and the optimizer's
 state stay float32, hand-computed; delta simulation of a bf16 strategy equals a full
-one; the file's ``precision`` key and the launch plan carry it."""
+one; the file's ``precision`` key and the launch plan carry it; a checked bf16 run is
+judged within its stated tolerance (with AdamW, on the loss)."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -116,3 +118,37 @@ def test_the_strategy_file_and_the_launch_plan_carry_the_precision(tmp_path):
     body["strategy"][3] = "fp8"
     with pytest.raises(FlextuiError, match=r"plan: precision: .*'fp8'"):
         LaunchSpec.from_dict(body, "plan")
+
+
+def test_a_bf16_check_is_judged_within_its_stated_tolerance_and_adamw_on_the_loss():
+    from flextui.cost.optimizers import OptimizerKind
+    from flextui.graph.library import load_model
+    from flextui.runtime.check import (
+        BF16_TOLERANCE,
+        TOLERANCE,
+        Referee,
+        check_result,
+        check_rule,
+        referee_of,
+    )
+    from flextui.runtime.launch import Outcome, RunStatus
+    from flextui.runtime.metrics import Check
+    graph, cluster = chain(), line_cluster(2)
+    fp32 = builtin_strategy("data-parallel", graph, cluster)
+    bf16 = fp32.with_precision(Precision.BF16)
+    assert check_rule(fp32, OptimizerKind.ADAMW).tolerance == TOLERANCE
+    sgd, adamw = (check_rule(bf16, o) for o in OptimizerKind)
+    assert (sgd.tolerance, sgd.params) == (BF16_TOLERANCE, True)
+    assert (adamw.tolerance, adamw.params) == (BF16_TOLERANCE, False)
+    done = Outcome(RunStatus.FINISHED, 0, None, "finished", 1.0)
+    ranks = [Check(0, 1e-4, 2e-2, (1.0,), (1.0,)), Check(1, 5e-4, 1e-5, (1.0,), (1.0,))]
+    judged = check_result(done, ranks, Referee.GRAPH, adamw)
+    assert judged.equal and judged.worst == 5e-4 and judged.to_dict()["judged"] == "loss"
+    strict = check_result(done, ranks, Referee.GRAPH, sgd)
+    assert not strict.equal and strict.message.startswith("rank 0 is 2.0e-02 away")
+    assert "tolerance 1e-03 on the loss and parameters" in strict.message
+    # an imported model in bf16 is compared with its graph, in fp32 with its module
+    imported = load_model(str(Path(__file__).with_name("torch_models") / "perceptron.py"))
+    dp = builtin_strategy("data-parallel", imported, cluster)
+    assert referee_of(imported, dp) == Referee.MODULE
+    assert referee_of(imported, dp.with_precision(Precision.BF16)) == Referee.GRAPH
