@@ -18,7 +18,8 @@ CSS = Path(__file__).parent.parent / "flextui" / "tui" / "app.tcss"
 FIELDS = ["model-name", "model-path", "batch-size", "batch-per-device", "model-options",
           "cluster-name",
           "cluster-path", "nodes", "budget", "beta", "workers", "seed", "memory",
-          "memory-budget", "optimizer", "precision", "cost", "launch-strategy", "start"]
+          "memory-budget", "moves", "optimizer", "precision", "cost", "launch-strategy",
+          "start"]
 
 
 class Host(App):
@@ -187,6 +188,7 @@ async def test_start_posts_the_choice():
         field(pilot, "memory").value = "reject"
         field(pilot, "optimizer").value = "adamw"
         field(pilot, "precision").value = "bf16"
+        field(pilot, "moves").value = "no-shard"
         await pilot.press("s")  # at once: the search starts when the loads are done
         await wait_for(pilot, lambda: app.started)   # and once s has been alone a moment
         [message] = app.started
@@ -195,6 +197,7 @@ async def test_start_posts_the_choice():
         assert (message.options.iterations, message.options.time_limit) == (5000, None)
         assert message.options.memory == "reject"
         assert (message.options.optimizer, message.options.precision) == ("adamw", "bf16")
+        assert (message.options.recompute, message.options.shard) == (0.1, 0.0)
         assert (message.model_label, message.cluster_label) == ("mlp (batch 32)", "p100-4x4@1node")
 
 

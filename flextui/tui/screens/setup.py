@@ -62,11 +62,16 @@ MEMORY_LABELS = {MemoryPolicy.PENALIZE: "penalize (+1 ms/MB over)",
 OPTIMIZER_LABELS = {OptimizerKind.SGD: "SGD with momentum (1 state)",
                     OptimizerKind.ADAMW: "AdamW (2 states)"}
 PRECISION_LABELS = {Precision.FP32: "fp32", Precision.BF16: "bf16 mixed (fp32 master)"}
+#: the moves a search may make to fit memory (the CLI's --no-recompute and --no-shard),
+#: by choice: the options each choice turns off
+MEMORY_MOVES = {"all": ("splits, recomputation, sharding", {}),
+                "no-shard": ("splits and recomputation", {"shard": 0.0}),
+                "splits": ("splits only", {"recompute": 0.0, "shard": 0.0})}
 #: the inputs of each part that loads in the background, in the order its loader takes them
 PARTS = {"model": ("model-name", "model-path", "batch-size", "batch-per-device", "model-options"),
          "cluster": ("cluster-name", "cluster-path", "nodes")}
-OPTION_FIELDS = ("budget", "beta", "workers", "seed", "memory", "memory-budget", "optimizer",
-                 "precision")
+OPTION_FIELDS = ("budget", "beta", "workers", "seed", "memory", "memory-budget", "moves",
+                 "optimizer", "precision")
 #: FieldError.field -> the id of the input it is about
 FIELD_INPUTS = {"batch_size": "batch-size", "batch_per_device": "batch-per-device",
                 "option": "model-options", "nodes": "nodes",
@@ -249,6 +254,9 @@ class SetupScreen(KeyScreen):
                                        id="memory")),
             self._row("mem budget", Input(placeholder="none, or 12GiB per device",
                                           compact=True, id="memory-budget")),
+            self._row("moves", Select([(label, key) for key, (label, _) in MEMORY_MOVES.items()],
+                                      value="all", allow_blank=False, compact=True,
+                                      id="moves")),
             self._row("optimizer", Select([(OPTIMIZER_LABELS[o], o) for o in OptimizerKind],
                                           value=OptimizerKind.SGD, allow_blank=False,
                                           compact=True, id="optimizer")),
@@ -406,7 +414,8 @@ class SetupScreen(KeyScreen):
                                      memory=self._text("memory"),
                                      memory_budget=self._text("memory-budget"),
                                      optimizer=self._text("optimizer"),
-                                     precision=self._text("precision"))
+                                     precision=self._text("precision"),
+                                     **MEMORY_MOVES[self._text("moves")][1])
         except FieldError as e:
             self.invalid_option = (FIELD_INPUTS[e.field], str(e))
             self._show_error("options", str(e), FIELD_INPUTS[e.field])
