@@ -175,6 +175,8 @@ def test_the_update_travels_in_the_plan_and_old_run_logs_read_as_sgd():
     (["--warmup-steps", "-1"], "--warmup-steps must be a whole number >= 0, found -1"),
     (["--record-profile", "--precision", "fp64"],
      "--record-profile records the task times of a float32 run; leave out --precision fp64"),
+    (["--record-profile", "--precision", "bf16"],
+     "--record-profile records the task times of a float32 run; leave out --precision bf16"),
 ])
 def test_a_bad_update_option_is_one_line_before_any_work(tmp_path, monkeypatch, capsys, args,
                                                          said):
@@ -184,6 +186,21 @@ def test_a_bad_update_option_is_one_line_before_any_work(tmp_path, monkeypatch, 
     assert code == 2 and said in " ".join(err.split()), err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_bf16_strategy_file_is_not_recorded_as_float32_task_times(tmp_path, capsys):
+    path = tmp_path / "s.json"
+    assert main(["show", "-m", "lenet", "-c", "local-cpu-2", "-s", "data-parallel",
+                 "--export", str(path)]) == 0
+    data = json.loads(path.read_text())
+    data["precision"] = "bf16"
+    path.write_text(json.dumps(data))
+    capsys.readouterr()
+    code = main(["launch", "-m", "lenet", "--nproc-per-node", "2", "--strategy", str(path),
+                 "--record-profile", "--headless", "--profiles", str(tmp_path / "p")])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 2 and "trains in bf16; give --precision fp32" in err, err
+    assert "Traceback" not in err
 
 
 def step_losses(run):
