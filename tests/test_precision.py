@@ -12,10 +12,11 @@ import pytest
 
 from flextui.cost.model import OpCost
 from flextui.errors import FlextuiError, StrategyError
+from flextui.graph import GraphBuilder
 from flextui.graph.precision import in_dtype
 from flextui.sim import DeltaSimulator, Simulator
 from flextui.strategy import builtin_strategy, load_strategy, random_config, save_strategy
-from flextui.strategy.precision import Precision
+from flextui.strategy.precision import Precision, computed_graph
 from helpers import line_cluster
 from test_sim_delta import signature
 from test_sim_full import FixedCost, place
@@ -70,6 +71,12 @@ def test_the_bf16_view_is_the_graph_with_its_float_tensors_in_bf16():
     assert view.ops[1].inputs[0] is view.ops[0].outputs[0]
     assert in_dtype(graph, "float32") is graph
     assert graph.ops[1].outputs[0].dtype == "float32"   # the graph itself unchanged
+    # fp32 is the graph's own dtype throughout, whatever it is
+    g = GraphBuilder("half", "float16")
+    g.linear(g.input((4, 8), name="x"), 9, name="fc")
+    wide = g.build()
+    assert computed_graph(wide, Precision.FP32) is wide
+    assert computed_graph(wide, Precision.BF16).ops[1].outputs[0].dtype == "bfloat16"
 
 
 def test_delta_simulation_of_a_bf16_strategy_equals_a_full_one():

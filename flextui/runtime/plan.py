@@ -23,12 +23,12 @@ from dataclasses import dataclass, field
 from flextui.errors import StrategyError
 from flextui.graph import Op, OpGraph, Region, region_volume
 from flextui.graph.kernels import kernel_for
-from flextui.graph.precision import in_dtype
 from flextui.graph.tensor import FLOAT_DTYPES, dtype_bytes
 from flextui.sim.buckets import CPU_BUCKET_BYTES, bucket_starts, sync_order
 from flextui.sim.overlaps import overlap_regions
 from flextui.sim.replicas import replica_cells
 from flextui.strategy import ParallelConfig, ShardStage, Strategy
+from flextui.strategy.precision import computed_graph
 
 
 @dataclass(frozen=True, eq=False)
@@ -142,7 +142,7 @@ def compile_plan(graph: OpGraph, strategy: Strategy, num_ranks: int,
     strategy.check(graph, num_ranks)
     configs = [strategy[op.name] for op in graph.ops]
     # pieces move in the dtype the strategy computes in (the simulator's view of it)
-    computed = in_dtype(graph, strategy.precision.compute_dtype)
+    computed = computed_graph(graph, strategy.precision)
     pieces_into: list[list[Piece]] = [[] for _ in graph.ops]
     pieces_from: list[list[Piece]] = [[] for _ in graph.ops]
     for consumer in graph.ops:

@@ -6,14 +6,13 @@ from flextui.cost.model import CostModel, checked_cost_model
 from flextui.cost.optimizers import OptimizerKind
 from flextui.errors import FlextuiError
 from flextui.graph import OpGraph
-from flextui.graph.precision import in_dtype
 from flextui.machine import Cluster
 from flextui.sim.memory import MemoryPolicy, memory_penalty_s, memory_usage
 from flextui.sim.schedule import schedule
 from flextui.sim.taskgraph import TaskGraph
 from flextui.sim.timeline import Timeline, build_timeline
 from flextui.strategy import Strategy
-from flextui.strategy.precision import Precision
+from flextui.strategy.precision import Precision, computed_graph
 
 
 class Simulator:
@@ -43,8 +42,7 @@ class Simulator:
         """The graph as a strategy in ``precision`` computes it (made once)."""
         view = self._views.get(precision)
         if view is None:
-            view = self._views[precision] = in_dtype(self.graph, precision.compute_dtype) \
-                if precision != Precision.FP32 else self.graph
+            view = self._views[precision] = computed_graph(self.graph, precision)
         return view
 
     def task_graph(self, strategy: Strategy) -> TaskGraph:

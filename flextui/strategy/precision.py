@@ -14,6 +14,9 @@ from __future__ import annotations
 
 from enum import StrEnum
 
+from flextui.graph import OpGraph
+from flextui.graph.precision import in_dtype
+
 
 class Precision(StrEnum):
     FP32 = "fp32"
@@ -23,3 +26,9 @@ class Precision(StrEnum):
     def compute_dtype(self) -> str:
         """The dtype ops compute in, and activations are kept and sent in."""
         return "bfloat16" if self is Precision.BF16 else "float32"
+
+
+def computed_graph(graph: OpGraph, precision: Precision) -> OpGraph:
+    """``graph`` as a strategy in ``precision`` computes it: itself in fp32 (the graph's
+    own dtype throughout), else its view in the compute dtype."""
+    return graph if precision == Precision.FP32 else in_dtype(graph, precision.compute_dtype)
