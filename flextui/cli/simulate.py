@@ -55,7 +55,8 @@ def cmd_simulate(args: argparse.Namespace, console: Console) -> None:
     if args.trace:
         write_trace(args.trace, timeline)
     summary = {"model": graph.meta.get("model", graph.name), "cluster": cluster.name,
-               "strategy": strategy.name, "training": not args.inference,
+               "strategy": strategy.name, "precision": strategy.precision.value,
+               "training": not args.inference,
                "batch_size": graph.batch_size,
                **timeline_summary(timeline, graph, top=args.top)}
     if args.json:
@@ -65,7 +66,8 @@ def cmd_simulate(args: argparse.Namespace, console: Console) -> None:
     console.print(f"[bold]{escape(summary['strategy'])}[/] for {escape(summary['model'])} on "
                   f"{escape(cluster.name)}: "
                   f"{summary['iteration_s'] * 1e3:.3f} ms per "
-                  f"{'training' if summary['training'] else 'inference'} iteration, "
+                  f"{'training' if summary['training'] else 'inference'} iteration"
+                  f"{' in ' + summary['precision'] if summary['precision'] != 'fp32' else ''}, "
                   f"{rate:,.0f} samples/s, {summary['communication_bytes'] / 2**20:,.1f} MiB moved "
                   f"over links, {summary['tasks']:,} tasks")
     if summary["overflows"]:
