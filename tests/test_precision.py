@@ -70,6 +70,8 @@ def test_the_bf16_view_is_the_graph_with_its_float_tensors_in_bf16():
     assert {p.dtype for p in view.parameters.values()} == {"bfloat16"}
     assert view.ops[1].inputs[0] is view.ops[0].outputs[0]
     assert in_dtype(graph, "float32") is graph
+    # one view per graph and dtype, kept with the graph: cost models memoise by op identity
+    assert in_dtype(graph, "bfloat16") is view
     assert graph.ops[1].outputs[0].dtype == "float32"   # the graph itself unchanged
     # fp32 is the graph's own dtype throughout, whatever it is
     g = GraphBuilder("half", "float16")

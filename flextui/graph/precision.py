@@ -6,6 +6,7 @@ graph's."""
 from __future__ import annotations
 
 from dataclasses import replace
+from weakref import WeakKeyDictionary
 
 from flextui.graph.graph import OpGraph
 from flextui.graph.tensor import Parameter, Tensor
@@ -14,9 +15,25 @@ from flextui.graph.tensor import Parameter, Tensor
 def in_dtype(graph: OpGraph, dtype: str) -> OpGraph:
     """``graph`` with its tensors and parameters of the graph's dtype in ``dtype`` (an
     integer input stays as it is): the same ops, names, attributes and splits, in the
-    same order; ``graph`` itself when it is in ``dtype`` already."""
+    same order; ``graph`` itself when it is in ``dtype`` already. Made once per graph
+    and dtype and kept as long as the graph: cost models memoise an op's cost by the
+    op's identity, which a view made anew (after one freed) could reuse."""
     if dtype == graph.dtype:
         return graph
+    views = _VIEWS.get(graph)
+    if views is None:
+        views = _VIEWS[graph] = {}
+    view = views.get(dtype)
+    if view is None:
+        view = views[dtype] = _view(graph, dtype)
+    return view
+
+
+#: each graph's views, by dtype (the views live as long as their graph)
+_VIEWS: WeakKeyDictionary[OpGraph, dict[str, OpGraph]] = WeakKeyDictionary()
+
+
+def _view(graph: OpGraph, dtype: str) -> OpGraph:
     tensors: dict[int, Tensor] = {}     # id of the graph's tensor -> the view's
     params: dict[str, Parameter] = {}
     ops = []

@@ -12,7 +12,7 @@ from flextui.sim.schedule import schedule
 from flextui.sim.taskgraph import TaskGraph
 from flextui.sim.timeline import Timeline, build_timeline
 from flextui.strategy import Strategy
-from flextui.strategy.precision import Precision, computed_graph
+from flextui.strategy.precision import computed_graph
 
 
 class Simulator:
@@ -36,19 +36,12 @@ class Simulator:
         self.cost_model = checked_cost_model(cost_model)
         self.training = training
         self.optimizer = OptimizerKind(optimizer)
-        self._views: dict[Precision, OpGraph] = {}
-
-    def graph_in(self, precision: Precision) -> OpGraph:
-        """The graph as a strategy in ``precision`` computes it (made once)."""
-        view = self._views.get(precision)
-        if view is None:
-            view = self._views[precision] = computed_graph(self.graph, precision)
-        return view
 
     def task_graph(self, strategy: Strategy) -> TaskGraph:
         strategy.check(self.graph, self.cluster.num_devices)
-        return TaskGraph(self.graph_in(strategy.precision), self.cluster, self.cost_model,
-                         strategy, self.training, master_dtype=self.graph.dtype)
+        return TaskGraph(computed_graph(self.graph, strategy.precision), self.cluster,
+                         self.cost_model, strategy, self.training,
+                         master_dtype=self.graph.dtype)
 
     def simulate(self, strategy: Strategy) -> Timeline:
         tg = self.task_graph(strategy)
