@@ -44,7 +44,8 @@ class ProfiledCostModel(CostModel):
         self.measurement, self.base = measurement, base
         self.times = times              # encoded profile key -> (forward_s, backward_s)
         self.updates = updates          # (shard bytes, seconds) of measured updates
-        self._memo: dict[tuple[int, tuple[int, ...], str], OpCost] = {}
+        #: by the op's identity (and the op itself, kept alive so its id is not reused)
+        self._memo: dict[tuple[int, tuple[int, ...], str], tuple[Op, OpCost]] = {}
         self._fallbacks: set[tuple[int, tuple[int, ...]]] = set()
         self._kinds: dict[str, bool] = {}
         #: the tasks a search may visit, measured or not (as many as measured if unknown)
@@ -73,10 +74,10 @@ class ProfiledCostModel(CostModel):
 
     def op_cost(self, op: Op, block_shape: tuple[int, ...], device: Device) -> OpCost:
         memo = (id(op), block_shape, device.spec.kind)
-        cost = self._memo.get(memo)
-        if cost is None:
-            cost = self._memo[memo] = self._cost(op, block_shape, device)
-        return cost
+        found = self._memo.get(memo)
+        if found is None:
+            found = self._memo[memo] = (op, self._cost(op, block_shape, device))
+        return found[1]
 
     def transfer_s(self, nbytes: int, link: Link) -> float:
         return self.base.transfer_s(nbytes, link)
