@@ -175,12 +175,17 @@ def test_a_recomputed_ops_backward_says_it_recomputes(lenet_model_parallel):
     assert said[("conv1", B)] and not said[("conv1", F)] and not said[("conv2", B)]
 
 
-def test_a_sharded_parameters_sync_says_it_reduce_scatters_and_all_gathers():
+def lenet_sharding_fc1_weight(stage):
+    """LeNet data parallel on 4 P100s, fc1's weight at ``stage``, and its timeline."""
     graph = model("lenet")
     cluster = load_named_cluster("p100-4x4", nodes=1)
     strategy = builtin_strategy("data-parallel", graph, cluster).with_shards(
-        {"fc1.weight": ShardStage.GRADIENTS})
-    timeline = Simulator(graph, cluster, AnalyticCostModel()).simulate(strategy)
+        {"fc1.weight": stage})
+    return graph, strategy, Simulator(graph, cluster, AnalyticCostModel()).simulate(strategy)
+
+
+def test_a_sharded_parameters_sync_says_it_reduce_scatters_and_all_gathers():
+    graph, strategy, timeline = lenet_sharding_fc1_weight(ShardStage.GRADIENTS)
     syncs = {t.key: dict(task_details(t, graph, strategy, timeline.bucket_params).rows)
              for t in timeline.tasks if t.kind == TaskKind.SYNC}
     sharded = [rows for rows in syncs.values() if "sharded" in rows]
@@ -192,11 +197,7 @@ def test_a_sharded_parameters_sync_says_it_reduce_scatters_and_all_gathers():
 
 
 def test_a_stage_3_parameters_gathers_are_named_and_its_sync_says_reduce_scatter():
-    graph = model("lenet")
-    cluster = load_named_cluster("p100-4x4", nodes=1)
-    strategy = builtin_strategy("data-parallel", graph, cluster).with_shards(
-        {"fc1.weight": ShardStage.PARAMETERS})
-    timeline = Simulator(graph, cluster, AnalyticCostModel()).simulate(strategy)
+    graph, strategy, timeline = lenet_sharding_fc1_weight(ShardStage.PARAMETERS)
     gathers = [task_details(t, graph, strategy) for t in timeline.tasks
                if t.kind == TaskKind.GATHER]
     assert [d.title for d in gathers] == ["gather fc1.weight for fc1's forward · group 0",

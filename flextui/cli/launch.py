@@ -47,6 +47,7 @@ from flextui.errors import FlextuiError
 from flextui.fields import printable
 from flextui.runtime.metrics import RankRecord, Steps
 from flextui.runtime.stepfigures import RunFigures
+from flextui.strategy.precision import Precision
 
 PROGRESS_S = 1.0
 EXIT_FAILED = 1
@@ -154,7 +155,7 @@ def cmd_launch(args: argparse.Namespace, console: Console) -> int:
     if args.epochs is not None:
         training = replace(training, steps=epochs_steps(graph, training, args.epochs))
     strategy = precision_asked(args, launch_strategy(args.strategy, graph, cluster))
-    if args.record_profile and strategy.precision != "fp32":
+    if args.record_profile and strategy.precision != Precision.FP32:
         raise FlextuiError(f"--record-profile records the task times of a float32 run, and "
                            f"strategy {strategy.name!r} trains in {strategy.precision}; give "
                            "--precision fp32")

@@ -12,7 +12,6 @@ from flextui.errors import FlextuiError
 from flextui.fields import printable
 from flextui.limits import DEVICES, FILE_BYTES, RANKS_PER_HOST, read_file, read_json
 from flextui.strategy import Strategy
-from flextui.strategy.precision import Precision
 
 
 def asked(args: argparse.Namespace):
@@ -88,10 +87,10 @@ def training_args(p: argparse.ArgumentParser) -> None:
 def precision_asked(args: argparse.Namespace, strategy: Strategy) -> Strategy:
     """``strategy`` in the precision ``--precision`` asks for (bf16: mixed; fp32 and
     fp64: throughout), or as it is without the option."""
+    from flextui.runtime.spec import PRECISIONS
     if args.precision is None:
         return strategy
-    return strategy.with_precision(Precision.BF16 if args.precision == "bf16"
-                                   else Precision.FP32)
+    return strategy.with_precision(PRECISIONS[args.precision][1])
 
 
 def _update_asked(args: argparse.Namespace) -> dict:
@@ -111,7 +110,7 @@ def _update_asked(args: argparse.Namespace) -> dict:
                            f"{'sgd' if adamw else 'adamw'}")
     asked = {"optimizer": OptimizerKind(args.optimizer), "weight_decay": args.weight_decay,
              "lr_schedule": LrSchedule(args.lr_schedule), "warmup_steps": args.warmup_steps,
-             "grad_clip": args.grad_clip, "dtype": PRECISIONS[args.precision or "fp32"]}
+             "grad_clip": args.grad_clip, "dtype": PRECISIONS[args.precision or "fp32"][0]}
     if args.momentum is not None:
         asked["momentum"] = args.momentum
     if args.eps is not None:

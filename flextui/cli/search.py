@@ -36,6 +36,7 @@ from flextui.errors import FlextuiError
 from flextui.search.events import StepEvent
 from flextui.search.files import default_export_path, default_log_path
 from flextui.search.options import BETA_SCALE, DEFAULT_BUDGET
+from flextui.strategy.precision import Precision
 from flextui.strategy.summary import sharded_text
 
 PROGRESS_S = 1.0  # how often the plain (piped) progress prints a line
@@ -322,7 +323,8 @@ def _report(result, graph, cluster, cost_model, options, log_path, export, args,
                       f"of {len(graph.ops)} ops"
                       + (f"; {sharded_text(sharded)} of {len(graph.parameters)}"
                          if sharded else "")
-                      + (f"; in {options.precision}" if options.precision != "fp32" else ""))
+                      + (f"; in {options.precision}"
+                         if options.precision != Precision.FP32 else ""))
     if note:
         console.print(f"[yellow]{note}[/]")
     if log_path:

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -246,19 +245,10 @@ class RankProgram:
         for p in op.params:
             self.update.sharded.release_param(p.name)
 
-    @contextlib.contextmanager
-    def whole_params(self) -> Iterator[None]:
-        """Every box of this rank filled while the block runs (stage-3 parameters'
-        gathered: every rank enters it together), and their parts taken from the boxes
-        after it (a checkpoint's load may have changed them)."""
-        with torch.no_grad():
-            for name in self.update.sharded.gathered_by:
-                self.update.sharded.gather_param(name)
-        yield
-        with torch.no_grad():
-            self.update.sharded.adopt()
-            for name in self.update.sharded.gathered_by:
-                self.update.sharded.release_param(name)
+    def whole_params(self) -> contextlib.AbstractContextManager[None]:
+        """Every box of this rank filled while the block runs (``ShardedState.whole``:
+        every rank enters it together)."""
+        return self.update.sharded.whole()
 
     def _from_recomputed(self, op: Op, k: int, slot: int) -> bool:
         """Whether input ``slot`` of task ``k`` is, as it is, the output block of a

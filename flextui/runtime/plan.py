@@ -124,11 +124,13 @@ class Plan:
                 if p.dst == rank:
                     received += p.nbytes
                     sent += p.nbytes if back else 0
+        passes = 2 if training else 1   # an op's forward, and its backward
         for s in self.syncs:
             if rank in s.ranks:
-                # an all-reduce or a reduce-scatter, and at stage 3 an all-gather before
-                # each pass of the op
-                times = int(training) + (s.stage == ShardStage.PARAMETERS) * (1 + training)
+                # the sum (all-reduce or reduce-scatter), and at stage 3 an all-gather
+                # before each pass of the op
+                times = (1 if training else 0) + \
+                    (passes if s.stage == ShardStage.PARAMETERS else 0)
                 sent += times * s.nbytes
                 received += times * s.nbytes
         return sent, received

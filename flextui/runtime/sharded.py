@@ -24,7 +24,8 @@ gathered again in its backward pass (what FSDP does with its flat parameters).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 
 import torch
 
@@ -61,7 +62,8 @@ class ShardedState:
                       for cell in per_rank.get(rank, ())]
         self.cell_moments = [[torch.zeros(region_shape(cell), dtype=dtype, device=device)
                               for _ in range(states)] for _, cell in self.alone]
-        self.sharded = {s.param for b in self.buckets for s in b} | {n for n, _ in self.alone}
+        alone = {name for name, _ in self.alone}
+        self.sharded = {s.param for b in self.buckets for s in b} | alone
         #: this step's reduced gradient part of each sharded bucket, by its index
         self.grads: dict[int, torch.Tensor] = {}
         #: this step's updated part of each sharded bucket at stage 1 or 2
@@ -73,7 +75,6 @@ class ShardedState:
         self.gathered_by: dict[str, list[int]] = {}
         for b in self.parts:
             self.gathered_by.setdefault(self.buckets[b][0].param, []).append(b)
-        alone = {name for name, _ in self.alone}
         #: the stage-3 parameters whose box is freed between uses
         self.freed = {name for name in self.gathered_by if name not in alone}
         for name in self.freed:
@@ -139,11 +140,20 @@ class ShardedState:
         if name in self.freed:
             self.params[name].untyped_storage().resize_(0)
 
-    def adopt(self) -> None:
-        """Stage 3: take the parts from the boxes (gathered, and perhaps loaded from a
-        checkpoint)."""
-        for b in self.parts:
-            self.parts[b].copy_(self._part(b))
+    @contextlib.contextmanager
+    def whole(self) -> Iterator[None]:
+        """Stage 3: every parameter's box gathered while the block runs (a checkpoint,
+        a check; every rank enters it together), and the parts taken from the boxes
+        after it (a checkpoint's load may have changed them)."""
+        with torch.no_grad():
+            for name in self.gathered_by:
+                self.gather_param(name)
+        yield
+        with torch.no_grad():
+            for b in self.parts:
+                self.parts[b].copy_(self._part(b))
+            for name in self.gathered_by:
+                self.release_param(name)
 
     def _part(self, b: int) -> torch.Tensor:
         """This rank's part of bucket ``b`` as the boxes hold it now (a copy, padded)."""

@@ -53,9 +53,11 @@ class RunDtype(StrEnum):
     FLOAT64 = "float64"
 
 
-#: ``--precision``'s names of the dtypes ranks keep their parameters in (bf16: mixed
-#: precision, float32 master weights; the strategy computes in bf16)
-PRECISIONS = {"fp32": RunDtype.FLOAT32, "fp64": RunDtype.FLOAT64, "bf16": RunDtype.FLOAT32}
+#: ``--precision``'s names: the dtype ranks keep their parameters in, and the precision
+#: the strategy computes in (bf16: mixed, float32 master weights)
+PRECISIONS = {"fp32": (RunDtype.FLOAT32, Precision.FP32),
+              "fp64": (RunDtype.FLOAT64, Precision.FP32),
+              "bf16": (RunDtype.FLOAT32, Precision.BF16)}
 
 
 @dataclass(frozen=True)

@@ -323,7 +323,9 @@ class Planner:
                 sums[0] += part if full else nbytes
                 sums[1] += part if sharded >= ShardStage.GRADIENTS else nbytes
                 sums[2] += part
-            grsets.append(self._ring(name, devices) if len(devices) > 1 else -1)
+            # a ring for the group's all-reduce (training) or its gathers (stage 3)
+            grsets.append(self._ring(name, devices)
+                          if len(devices) > 1 and (self.training or full) else -1)
             gathers.append(allgather_s(self.cost, nbytes, devices, self.cluster)
                            if full else 0.0)
             if len(devices) > 1 and self.training:

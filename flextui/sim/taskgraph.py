@@ -148,10 +148,10 @@ class TaskGraph:
         self.configs[op.index] = config
         plan = self.plans.op(op, config)
         gathered: dict[int, int] = {}   # device -> bytes of the groups it gathers
-        for _, plan_ in self._gathered(op):
-            for g in range(len(plan_.gnbytes)):
-                for d in plan_.gdevices[plan_.gdevs[g]:plan_.gdevs[g + 1]]:
-                    gathered[d] = gathered.get(d, 0) + plan_.gnbytes[g]
+        for _, param in self._gathered(op):
+            for g in range(len(param.gnbytes)):
+                for d in param.gdevices[param.gdevs[g]:param.gdevs[g + 1]]:
+                    gathered[d] = gathered.get(d, 0) + param.gnbytes[g]
         fwd, bwd = self.store.add_op(op.index, plan.devices, plan.forward, plan.backward,
                                      plan.kept,
                                      plan.workspace + max(gathered.values(), default=0))
@@ -276,8 +276,10 @@ class TaskGraph:
             [(op.index, c.index) for op in ops for c in self.graph.successors(op)]))
         params = list(dict.fromkeys([p.name for op in ops for p in op.params] + list(stages)))
         # gathers wait for what their op's tasks wait for: the ops at either end of a
-        # rebuilt edge gather anew
-        regather = list(dict.fromkeys([i for e in edges for i in e] + list(new)))
+        # rebuilt edge that gather (before the change or after it) gather anew
+        regather = [i for i in dict.fromkeys([i for e in edges for i in e] + list(new))
+                    if any(full in (self.stages.get(p.name), stages.get(p.name))
+                           for p in self.graph.ops[i].params)]
         change = Change({i: (self.configs[i], self.forward[i], self.backward[i]) for i in new},
                         {e: self.edge_tasks[e] for e in edges},
                         {name: self.param_plans[name] for name in params},
