@@ -1,8 +1,8 @@
 """The small models and the strategies the runtime is checked on: the issue's LeNet,
 MLP, RNN (rnnlm), transformer and DLRM at a batch every strategy on up to 4 devices
 divides, under data-parallel, model-parallel, expert and five random strategies, two
-of them with ops recomputed, five with parameters' training state sharded and two in
-bf16 mixed precision."""
+of them with ops recomputed, five with parameters' training state sharded, two in
+bf16 mixed precision and six in micro-batches (GPipe and 1F1B, 2 and 4 of them)."""
 
 from flextui.graph.library import load_model
 from flextui.strategy import (
@@ -12,6 +12,7 @@ from flextui.strategy import (
     builtin_strategy,
     random_strategy,
 )
+from flextui.strategy.pipeline import Pipeline, Schedule
 from flextui.strategy.precision import Precision
 
 SMALL_MODELS = {
@@ -25,7 +26,9 @@ STRATEGIES = ["data-parallel", "model-parallel", "expert", "random-1", "random-2
               "random-4", "random-5", "recompute-data-parallel", "recompute-random-2",
               "zero1-data-parallel", "zero2-random-3", "zero2-recompute-random-2",
               "zero3-random-3", "zero3-recompute-data-parallel", "bf16-model-parallel",
-              "bf16-random-3"]
+              "bf16-random-3", "gpipe-2-model-parallel", "gpipe-4-model-parallel",
+              "1f1b-2-model-parallel", "1f1b-4-model-parallel", "1f1b-2-data-parallel",
+              "gpipe-2-zero3-recompute-data-parallel"]
 
 
 def small(name):
@@ -38,7 +41,11 @@ def strategy(name, graph, cluster):
     with every parameter's training state sharded at stage 1; ``zero2-NAME``: every
     other parameter's at stage 2 (in the graph's order), the rest at stage 1;
     ``zero3-NAME``: every parameter at stage 3 but those several ops share, at 2;
-    ``bf16-NAME``: NAME in bf16 mixed precision."""
+    ``bf16-NAME``: NAME in bf16 mixed precision; ``gpipe-M-NAME``, ``1f1b-M-NAME``:
+    NAME in M micro-batches under that schedule."""
+    if name.startswith(("gpipe-", "1f1b-")):
+        schedule, m, base = name.split("-", 2)
+        return strategy(base, graph, cluster).with_pipeline(Pipeline(int(m), Schedule(schedule)))
     if name.startswith("bf16-"):
         return strategy(name.removeprefix("bf16-"), graph, cluster).with_precision(
             Precision.BF16)
@@ -63,7 +70,8 @@ def strategy(name, graph, cluster):
 
 
 def on_one_rank(s):
-    """The same partition with every task on rank 0."""
+    """The same partition with every task on rank 0 (in float32: the precision is not
+    kept), in the same micro-batches."""
     return Strategy({n: ParallelConfig(c.degrees, (0,) * len(c.devices), c.recompute)
                      for n, c in s.items()},
-                    s.name, s.shards)
+                    s.name, s.shards, pipeline=s.pipeline)

@@ -80,8 +80,8 @@ def test_the_launch_plan_carries_the_shard_stages():
     body["strategy"][2][name] = {"shard": 9}
     with pytest.raises(FlextuiError, match=rf"plan: params\.{name}\.shard: .*<= 3"):
         LaunchSpec.from_dict(body, "plan")
-    body["strategy"] += ["fp32", {}]
-    with pytest.raises(FlextuiError, match="found 5 items"):
+    body["strategy"] += ["fp32", {}, {}]
+    with pytest.raises(FlextuiError, match="found 6 items"):
         LaunchSpec.from_dict(body, "plan")
     assert full_region((2,)) == ((0, 2),)
     assert ShardStage.GRADIENTS.label == "optimizer state and gradients"

@@ -12,6 +12,7 @@ from flextui.sim import DeltaSimulator, Simulator, taskstore
 from flextui.sim.schedule import Times
 from flextui.sim.taskstore import PyTaskStore
 from flextui.strategy import builtin_strategy, random_config
+from flextui.strategy.pipeline import Pipeline, Schedule, microbatch_choices
 from helpers import cluster, model
 from test_sim_host_comm import host_and_not
 
@@ -294,23 +295,30 @@ def structure(tg):
 
 @needs_c
 @pytest.mark.parametrize("name", ["inception_v3", "nmt", "transformer", "rnnlm"])
-@pytest.mark.parametrize("host_driven", [False, True])
-def test_c_and_python_build_the_same_task_graph(name, host_driven, monkeypatch):
+@pytest.mark.parametrize("host_driven,pipelined", [(False, False), (True, False),
+                                                  (False, True)])
+def test_c_and_python_build_the_same_task_graph(name, host_driven, pipelined, monkeypatch):
     """The bulk builders (ops, edges with their routes, parameters' all-reduces and
-    updates) make the same tasks, ids, keys, costs and edges in both stores, and the
-    store's accounts (memory, resource usage) agree, before and after edits."""
+    updates; per micro-batch under a pipeline) make the same tasks, ids, keys, costs
+    and edges in both stores, and the store's accounts (memory, resource usage) agree,
+    before and after edits."""
     graph = model(name, **({"steps": 3} if name in ("nmt", "rnnlm") else {}))
     box = host_and_not()[0] if host_driven else cluster("p100-4x4")
+    start = builtin_strategy("model-parallel" if pipelined else "random", graph, box)
+    if pipelined:
+        m = max(microbatch_choices(graph, start.configs_of(graph), 4))
+        start = start.with_pipeline(Pipeline(m, Schedule.ONE_F_ONE_B))
     got = []
     for pure in (False, True):
         monkeypatch.setenv("FLEXTUI_PURE_PYTHON", "1" if pure else "0")
         delta = DeltaSimulator(graph, box, AnalyticCostModel())
-        delta.reset(builtin_strategy("random", graph, box))
+        delta.reset(start)
         rng = random.Random(7)
         seen = [structure(delta.tg)]
         for _ in range(6):
             op = rng.choice(graph.ops)
-            delta.propose(op, random_config(op, box.num_devices, rng))
+            delta.propose(op, random_config(op, box.num_devices, rng,
+                                            start.pipeline.microbatches))
             seen.append(structure(delta.tg))
             delta.accept() if rng.random() < 0.5 else delta.reject()
         acts = array("q", bytes(8 * box.num_devices))

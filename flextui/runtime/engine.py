@@ -20,6 +20,14 @@ recomputed task's output on this rank, and makes it again by re-running that tas
 with autograd, for its own backward), so a chain of recomputed tasks holds only the
 first input it kept.
 
+Micro-batches. With ``strategy.pipeline`` on, the step walks every micro-batch's
+passes in the schedule's order (``walk``), each micro-batch with its own state (its
+blocks' values between its passes); a task's kernel and data read the micro-batch's
+samples (``Plan.region_at``), while the pieces, the same in every micro-batch, are cut
+and assembled in the first one's coordinates (``Plan.region``). The gradients of every
+micro-batch accumulate in the boxes; the sums start once the walk is through. A stage-3
+parameter is gathered before each pass of each micro-batch.
+
 Task times. With ``record_tasks`` a step also reports the compute time of each task
 (``StepResult.task_s``: per op, block shape and pass, the seconds of this rank's tasks
 of that kind), which ``flextui launch --record-profile`` writes into the profile cache.
@@ -45,6 +53,7 @@ from flextui.runtime.optimizer import SGD, Optimizer
 from flextui.runtime.plan import Piece, Plan
 from flextui.runtime.rank_update import RankUpdate
 from flextui.runtime.values import StartingParameters, input_block
+from flextui.runtime.walk import walk
 from flextui.strategy import Strategy
 from flextui.strategy.precision import Precision
 
@@ -134,6 +143,11 @@ class RankProgram:
                             if plan.configs[op.index].recompute
                             and self._from_recomputed(op, k, slot)
                             for p in self.into[(op.index, k, slot)]}
+        #: per recomputed op whose stage-3 parameters stay gathered: the micro-batches
+        #: between its forward and backward passes
+        self.open_passes: dict[int, int] = {}
+        #: the passes of a step, in the order every rank runs them
+        self.walk = walk(plan.graph, plan.configs, plan.strategy.pipeline)
         #: per op, the recomputed ops whose outputs nothing reads after its forward
         self.drop_after: dict[int, list[int]] = {}
         for op in self.ops:
@@ -147,31 +161,37 @@ class RankProgram:
         started = time.perf_counter()
         self.comm.traffic.reset()
         clock = ComputeClock(self.device, by_task=self.record_tasks)
-        state = _StepState(kernel_seed(self.seed, step), clock)
-        for op in self.ops:
-            self._forward(op, step, state)
-            for dropped in self.drop_after.get(op.index, ()):
-                for k in self.tasks[dropped]:
-                    state.outputs.pop((dropped, k))
+        seed = kernel_seed(self.seed, step)
+        states = [_StepState(seed, clock, j) for j in range(self.plan.microbatches)]
         pending = PendingSums()
         next_bucket = 0
-        for op in reversed(self.ops):
-            if op.type != "input":
-                self._backward(op, state)
-            while next_bucket < len(self.buckets) and \
-                    self.bucket_ready[next_bucket] >= op.index:
+        for phase, i, j in self.walk:
+            op, state = self.ops[i], states[j]
+            if phase == "f":
+                self._forward(op, step, state)
+                for dropped in self.drop_after.get(i, ()):
+                    for k in self.tasks[dropped]:
+                        state.outputs.pop((dropped, k))
+                continue
+            self._backward(op, state)
+            if len(states) > 1:
+                continue   # with micro-batches, the sums start once every one is through
+            while next_bucket < len(self.buckets) and self.bucket_ready[next_bucket] >= i:
                 self.update.start_sum(self.buckets[next_bucket], pending)
                 next_bucket += 1
+        for bucket in self.buckets[next_bucket:]:
+            self.update.start_sum(bucket, pending)
         self.comm.wait(pending)
-        began = state.clock.start()
+        began = clock.start()
         self.update.finish_sums()
         self.update.step(step)
-        state.clock.stop(began)
+        clock.stop(began)
         with torch.no_grad():
             self.update.sharded.gather()
         compute_s = state.clock.seconds()  # on a GPU, once the step's kernels are done
         traffic = self.comm.traffic
-        return StepResult(state.loss_share, time.perf_counter() - started, compute_s,
+        return StepResult(sum(s.loss_share for s in states), time.perf_counter() - started,
+                          compute_s,
                           traffic.wait_s, traffic.sent, traffic.received, traffic.sums,
                           clock.task_s)
 
@@ -184,22 +204,24 @@ class RankProgram:
         try:
             with torch.no_grad():
                 for batch in range(batches):
-                    state = _StepState(kernel_seed(self.seed, batch), ComputeClock(self.device))
-                    for op in self.ops:
-                        self._forward(op, batch, state)
-                    total += state.loss_share
+                    for j in range(self.plan.microbatches):
+                        state = _StepState(kernel_seed(self.seed, batch),
+                                           ComputeClock(self.device), j)
+                        for op in self.ops:
+                            self._forward(op, batch, state)
+                        total += state.loss_share
         finally:
             self.data = training
         return total / batches
 
     def task_counts(self) -> dict[tuple[int, tuple[int, ...]], int]:
         """How many tasks of each op and block shape this rank runs in a step (a graph
-        input's task makes its block of the batch)."""
+        input's task makes its block of the batch; each micro-batch's count)."""
         counts: dict[tuple[int, tuple[int, ...]], int] = {}
         for op in self.ops:
             for k in self.tasks[op.index]:
                 kind = (op.index, region_shape(self.plan.region(op, k)))
-                counts[kind] = counts.get(kind, 0) + 1
+                counts[kind] = counts.get(kind, 0) + self.plan.microbatches
         return counts
 
     def _forward(self, op: Op, step: int, state: _StepState) -> None:
@@ -207,10 +229,10 @@ class RankProgram:
         received = self._move(pieces, forward=True, state=state)
         self._gather(op)
         for k in self.tasks[op.index]:
-            region = self.plan.region(op, k)
+            region, at = self.plan.region(op, k), self.plan.region_at(op, k, state.micro)
             began = state.clock.start()
             if op.type == "input":
-                out_region = op.output_regions(region)[0]
+                out_region = op.output_regions(at)[0]
                 inputs = [self.data.block(op, out_region, step)
                           if self.data is not None and self.data.feeds(op) else
                           input_block(op, out_region, self.seed, step, self.dtype,
@@ -220,7 +242,7 @@ class RankProgram:
                           for slot, need in enumerate(op.input_regions(region))]
             recompute = self.plan.configs[op.index].recompute
             with torch.no_grad() if recompute else contextlib.nullcontext():
-                outputs, loss = self._run_block(op, region, inputs, state)
+                outputs, loss = self._run_block(op, at, inputs, state)
             state.clock.stop(began, self._kind(op, region, backward=False))
             if recompute:
                 state.kept[(op.index, k)] = [None if self._from_recomputed(op, k, slot) else leaf
@@ -232,7 +254,9 @@ class RankProgram:
                 if not recompute:
                     state.losses[(op.index, k)] = loss
                 state.loss_share += float(loss.detach())
-        if op.index not in self.rerun_later:
+        if op.index in self.rerun_later:
+            self.open_passes[op.index] = self.open_passes.get(op.index, 0) + 1
+        else:
             self._release(op)
 
     def _gather(self, op: Op) -> None:
@@ -272,7 +296,8 @@ class RankProgram:
         if key not in state.reruns:
             inputs = [leaf if leaf is not None else self._made_again(op, m, slot, state)
                       for slot, leaf in enumerate(state.kept[key])]
-            outputs, loss = self._run_block(op, self.plan.region(op, m), inputs, state)
+            outputs, loss = self._run_block(op, self.plan.region_at(op, m, state.micro), inputs,
+                                            state)
             state.reruns[key] = (outputs, loss, inputs)
         return state.reruns[key]
 
@@ -369,6 +394,10 @@ class RankProgram:
                     if self.ops[p.producer].type != "input":
                         state.grads[p] = leaf.grad[within(p.region, need)]
             state.clock.stop(began, self._kind(op, region, backward=True))
+        if op.index in self.rerun_later:   # kept gathered while a micro-batch may re-run it
+            self.open_passes[op.index] -= 1
+            if self.open_passes[op.index]:
+                return
         self._release(op)
 
     def _output_grad(self, pieces: list[Piece], out_region: Region,
@@ -419,11 +448,13 @@ class RankProgram:
 
 
 class _StepState:
-    """What one step keeps between its forward and backward passes."""
+    """What one step (one micro-batch of it) keeps between its forward and backward
+    passes."""
 
-    def __init__(self, kernel_seed: int, clock: ComputeClock) -> None:
+    def __init__(self, kernel_seed: int, clock: ComputeClock, micro: int = 0) -> None:
         self.kernel_seed = kernel_seed
         self.clock = clock
+        self.micro = micro   # the micro-batch
         self.inputs: dict[tuple[int, int], list[torch.Tensor]] = {}
         #: per recomputed task, its input blocks, None where one is made again
         self.kept: dict[tuple[int, int], list[torch.Tensor | None]] = {}

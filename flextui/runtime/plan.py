@@ -9,10 +9,16 @@ the runtime all-reduces. The bytes a rank sends and receives in a step follow fr
 plan alone, and equal what the simulated Timeline puts on the device's links.
 
 Order. Every rank walks the ops in topological order for the forward pass and in
-reverse for the backward pass. Before an op's forward tasks run, the pieces into them
+reverse for the backward pass (with micro-batches, every micro-batch's passes in the
+schedule's order: ``walk``). Before an op's forward tasks run, the pieces into them
 move (``pieces_into``); before its backward tasks run, the gradient pieces of its
 outputs come back (``pieces_from``). Pieces are listed in one canonical order, the same
 on every rank, so the point-to-point operations each pair of ranks posts match.
+
+Micro-batches. With ``strategy.pipeline`` on, task ``k``'s block is micro-batch 0's
+(``region``) and the pieces are micro-batch 0's: another micro-batch's blocks and
+pieces are the same, shifted along the samples (``region_at``), so what a rank cuts
+and assembles is the same in every micro-batch.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from flextui.sim.buckets import CPU_BUCKET_BYTES, bucket_starts, sync_order
 from flextui.sim.overlaps import overlap_regions
 from flextui.sim.replicas import replica_cells
 from flextui.strategy import ParallelConfig, ShardStage, Strategy
+from flextui.strategy.pipeline import micro_region
 from flextui.strategy.precision import computed_graph
 
 
@@ -99,8 +106,18 @@ class Plan:
         """The tasks of ``op`` that run on ``rank``."""
         return [k for k, d in enumerate(self.configs[op.index].devices) if d == rank]
 
+    @property
+    def microbatches(self) -> int:
+        return self.strategy.pipeline.microbatches
+
     def region(self, op: Op, k: int) -> Region:
-        return self.configs[op.index].task_region(op, k)
+        """Task ``k``'s block (of the first micro-batch, with micro-batches)."""
+        return self.region_at(op, k, 0)
+
+    def region_at(self, op: Op, k: int, micro: int) -> Region:
+        """Task ``k``'s block in micro-batch ``micro``."""
+        return micro_region(op, self.configs[op.index].task_region(op, k), self.microbatches,
+                            micro)
 
     def sync_groups(self) -> list[tuple[int, ...]]:
         """Every distinct rank set that all-reduces, sorted: one process group each."""
@@ -111,21 +128,22 @@ class Plan:
         ranks, forward and (training) the gradients back, and (training) the gradients
         of every replica group it is in, counted once each way as the simulator counts
         a group's all-reduce on a device's links (and a stage-3 group's all-gathers, each
-        once)."""
+        once); with micro-batches, each micro-batch's pieces and gathers."""
         sent = received = 0
+        m = self.microbatches   # every micro-batch moves its pieces
         for pieces in self.pieces_into:
             for p in pieces:
                 if p.local:
                     continue
                 back = training and self.graph.ops[p.producer].type != "input"
                 if p.src == rank:
-                    sent += p.nbytes
-                    received += p.nbytes if back else 0
+                    sent += m * p.nbytes
+                    received += m * p.nbytes if back else 0
                 if p.dst == rank:
-                    received += p.nbytes
-                    sent += p.nbytes if back else 0
-        passes = 2 if training else 1   # an op's forward, and its backward
-        for s in self.syncs:
+                    received += m * p.nbytes
+                    sent += m * p.nbytes if back else 0
+        passes = 2 * m if training else m   # an op's forward and its backward, each
+        for s in self.syncs:                # micro-batch's
             if rank in s.ranks:
                 # the sum (all-reduce or reduce-scatter), and at stage 3 an all-gather
                 # before each pass of the op
@@ -151,14 +169,16 @@ def compile_plan(graph: OpGraph, strategy: Strategy, num_ranks: int,
         cconf = configs[consumer.index]
         for producer in graph.predecessors(consumer):
             pconf = configs[producer.index]
-            for slot, k, m, region in overlap_regions(producer, consumer, pconf, cconf):
+            for slot, k, m, region in overlap_regions(producer, consumer, pconf, cconf,
+                                                      strategy.pipeline.microbatches):
                 tensor = computed.ops[consumer.index].inputs[slot]
                 piece = Piece(producer.index, tensor.index, m, consumer.index, slot, k, region,
                               pconf.devices[m], cconf.devices[k],
                               region_volume(region) * dtype_bytes(tensor.dtype))
                 pieces_into[consumer.index].append(piece)
                 pieces_from[producer.index].append(piece)
-        _check_tiled(consumer, cconf, pieces_into[consumer.index])
+        _check_tiled(consumer, cconf, pieces_into[consumer.index],
+                     strategy.pipeline.microbatches)
     order = _forward_key
     for pieces in pieces_into:
         pieces.sort(key=order)
@@ -174,7 +194,8 @@ def _forward_key(p: Piece) -> tuple[int, int, int, int, int]:
     return (p.consumer, p.slot, p.k, p.producer, p.m)
 
 
-def _check_tiled(op: Op, config: ParallelConfig, pieces: list[Piece]) -> None:
+def _check_tiled(op: Op, config: ParallelConfig, pieces: list[Piece], microbatches: int,
+                 ) -> None:
     """Every input block a task reads is made of its pieces exactly once; anything
     else would be a producer whose blocks overlap, which the runtime cannot assemble."""
     if op.type == "input":
@@ -183,7 +204,8 @@ def _check_tiled(op: Op, config: ParallelConfig, pieces: list[Piece]) -> None:
     for p in pieces:
         covered[(p.slot, p.k)] = covered.get((p.slot, p.k), 0) + region_volume(p.region)
     for k in range(config.num_tasks):
-        for slot, need in enumerate(op.input_regions(config.task_region(op, k))):
+        block = micro_region(op, config.task_region(op, k), microbatches, 0)
+        for slot, need in enumerate(op.input_regions(block)):
             if covered.get((slot, k), 0) != region_volume(need):
                 raise StrategyError(f"op {op.name!r}: input {slot} of task {k} is not made of "
                                     "its producer's blocks exactly once; the runtime cannot "

@@ -25,6 +25,7 @@ from flextui.runtime.optimizer import SGD, Optimizer
 from flextui.runtime.plan import index_bounds
 from flextui.runtime.values import StartingParameters, input_block
 from flextui.strategy import Strategy
+from flextui.strategy.pipeline import micro_region
 
 #: op types computed with statistics over their block's samples
 SAMPLE_STATISTICS = frozenset({"batchnorm"})
@@ -105,8 +106,9 @@ def forward_whole(graph: OpGraph, params: dict[str, torch.Tensor],
 
 def sample_blocks(op: Op, strategy: Strategy | None) -> list[Region]:
     """The regions the reference computes ``op`` in: the whole op, or for a batch
-    statistics op (``SAMPLE_STATISTICS``) one per sample range of its config, in order
-    (its sample dim is dim 0 of its output)."""
+    statistics op (``SAMPLE_STATISTICS``) one per sample range of its config (and of
+    each micro-batch: ``pipeline.micro_region``), in order (its sample dim is dim 0 of
+    its output)."""
     whole = full_region(op.space_shape)
     if strategy is None or op.type not in SAMPLE_STATISTICS:
         return [whole]
@@ -114,5 +116,7 @@ def sample_blocks(op: Op, strategy: Strategy | None) -> list[Region]:
     dim = next((i for i, d in enumerate(op.space) if d.kind == DimKind.SAMPLE), None)
     if dim is None:
         return [whole]
-    ranges = sorted({config.task_region(op, k)[dim] for k in range(len(config.devices))})
+    m = strategy.pipeline.microbatches
+    ranges = sorted({micro_region(op, config.task_region(op, k), m, j)[dim]
+                     for k in range(len(config.devices)) for j in range(m)})
     return [(*whole[:dim], r, *whole[dim + 1:]) for r in ranges]

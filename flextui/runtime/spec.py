@@ -25,14 +25,21 @@ from flextui.runtime.checkpointing import Checkpointing
 from flextui.runtime.datafeed import DataFeed
 from flextui.runtime.optimizer import LrSchedule, Optimizer
 from flextui.strategy import ParallelConfig, Strategy
-from flextui.strategy.file import precision_from_json, shards_from_json, shards_to_json
+from flextui.strategy.file import (
+    pipeline_from_json,
+    pipeline_to_json,
+    precision_from_json,
+    shards_from_json,
+    shards_to_json,
+)
 from flextui.strategy.precision import Precision
 
 #: version 3: the training's optimizer, schedule and clipping, and what it trains on;
 #: version 4: an op's config may be recomputed; version 5: the strategy may shard
 #: parameters' training state (a third item, the strategy file's ``params`` section);
-#: version 6: it may train in bf16 (a fourth item, its precision)
-LAUNCH = DocumentFormat("flextui-launch", 6, "launch plan")
+#: version 6: it may train in bf16 (a fourth item, its precision); version 7: it may
+#: cut the batch into micro-batches (a fifth item, ``{"microbatches", "schedule"}``)
+LAUNCH = DocumentFormat("flextui-launch", 7, "launch plan")
 #: The environment variable that gives every rank its launcher's PID (a rank whose
 #: launcher is gone ends itself; see ``worker``).
 LAUNCHER_PID = "FLEXTUI_LAUNCHER_PID"
@@ -135,10 +142,14 @@ class LaunchSpec:
         source = self.graph.source
         configs = [config_to_list(self.strategy[op.name]) for op in self.graph.ops]
         strategy: list[object] = [self.strategy.name, configs]
-        if self.strategy.shards or self.strategy.precision != Precision.FP32:
+        pipeline = self.strategy.pipeline.on
+        precision = self.strategy.precision != Precision.FP32 or pipeline
+        if self.strategy.shards or precision:
             strategy.append(shards_to_json(self.strategy, self.graph))
-        if self.strategy.precision != Precision.FP32:
+        if precision:
             strategy.append(self.strategy.precision.value)
+        if pipeline:
+            strategy.append(pipeline_to_json(self.strategy.pipeline))
         return {"graph": self.graph.to_dict(), "strategy": strategy,
                 "num_ranks": self.num_ranks,
                 "training": {"steps": t.steps, "warmup": t.warmup, "seed": t.seed, "lr": t.lr,
@@ -185,15 +196,17 @@ class LaunchSpec:
             f.fail("model", f"graph {graph.name!r} is imported from a PyTorch module and the "
                             "plan carries no model source")
         listed = f.items(body["strategy"], "strategy")
-        if len(listed) not in (2, 3, 4):
-            f.fail("strategy", f"expected [name, configs], the sharded parameters and the "
-                               f"precision, found {len(listed)} items")
+        if len(listed) not in (2, 3, 4, 5):
+            f.fail("strategy", f"expected [name, configs], the sharded parameters, the "
+                               f"precision and the micro-batches, found {len(listed)} items")
         name, configs, *more = listed
         configs = f.items(configs, "strategy configs", len(graph.ops))
         strategy = Strategy({op.name: _config(f, c) for op, c in zip(graph.ops, configs)},
                             f.string(name, "strategy name", empty=True),
                             shards_from_json(more[0], graph, f) if more else {},
-                            precision_from_json(more[1], f) if len(more) > 1 else None)
+                            precision_from_json(more[1], f) if len(more) > 1 else None,
+                            pipeline_from_json(f.mapping(more[2], "strategy pipeline"), f)
+                            if len(more) > 2 else None)
         return cls(graph, strategy, f.integer(body["num_ranks"], "num_ranks", 1),
                    _training(f, body["training"]))
 

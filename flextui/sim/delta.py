@@ -11,6 +11,8 @@ several ops at once (``TaskGraph.replace_ops``: each edge and shared parameter r
 once), with one re-simulation; it also takes parameters' new shard stages (their
 syncs' and updates' units rebuilt). The resulting times are identical to
 a full simulation of the new strategy, which a property test checks task by task.
+``propose_pipeline`` cuts the batch into other micro-batches: every task changes, so it
+simulates the new strategy in full, keeping the current one's simulation to put back.
 The re-simulation keeps a journal of the times it overwrote: ``reject`` restores the
 detached tasks and those times, so it costs what the proposal changed, not the graph's
 size; ``accept`` frees the detached tasks.
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from flextui.cost.model import CostModel
 from flextui.cost.optimizers import OptimizerKind
@@ -31,6 +34,7 @@ from flextui.sim.simulator import Simulator
 from flextui.sim.taskgraph import Change, TaskGraph
 from flextui.sim.timeline import Timeline, build_timeline
 from flextui.strategy import ParallelConfig, ShardStage, Strategy
+from flextui.strategy.pipeline import Pipeline, micro_refusal
 from flextui.strategy.shards import stage_refusal
 
 
@@ -46,14 +50,17 @@ class DeltaSimulator:
 
     def reset(self, strategy: Strategy) -> float:
         """Simulate ``strategy`` in full and make it current; return its cost (s)."""
+        self._simulate(strategy)
+        self._pending = None
+        return self.cost
+
+    def _simulate(self, strategy: Strategy) -> None:
         self.tg: TaskGraph = self.simulator.task_graph(strategy)
         self.times: Times = schedule(self.tg)
         self.memory = MemoryTracker(self.tg, self.simulator.optimizer)
         self.strategy = strategy
         self.cut_short = False   # the last proposal's simulation stopped at its limit
         self.makespan = max((self.times.end[t] for t in self.tg.live_ids()), default=0.0)
-        self._pending = None
-        return self.cost
 
     @property
     def cost(self) -> float:
@@ -91,6 +98,9 @@ class DeltaSimulator:
             # the op as the current task graph computes it (bf16: its view's)
             op = self.tg.graph.op(op if isinstance(op, str) else op.name)
             config.check(op, self.cluster.num_devices)
+            refusal = micro_refusal(op, config, self.strategy.pipeline.microbatches)
+            if refusal:
+                raise ValueError(refusal)
             resolved.append((op, config))
         tg, times = self.tg, self.times
         saved = self.makespan
@@ -110,9 +120,24 @@ class DeltaSimulator:
         self._pending = (change, saved)
         return self.cost
 
+    def propose_pipeline(self, pipeline: Pipeline) -> float:
+        """Simulate the current strategy cut into ``pipeline``'s micro-batches (in full:
+        every task changes); return its cost. Call ``accept`` or ``reject`` next;
+        ``reject`` puts the current simulation back as it was. A StrategyError when a
+        current config does not split the micro-batches."""
+        if self._pending is not None:
+            raise RuntimeError("accept() or reject() the previous proposal first")
+        kept = _Kept(self.tg, self.times, self.memory, self.strategy, self.makespan)
+        self._simulate(self.strategy.with_pipeline(pipeline))
+        self._pending = (kept, kept.makespan)
+        return self.cost
+
     def accept(self) -> None:
         if self.cut_short:
             raise RuntimeError("a proposal whose simulation was cut short cannot be accepted")
+        if isinstance(self._pending and self._pending[0], _Kept):
+            self._take()
+            return
         change, _ = self._take()
         self.tg.commit(change)
         self.tg.store.forget()
@@ -121,6 +146,11 @@ class DeltaSimulator:
             {name: self.tg.stages.get(name, ShardStage.NONE) for name in change.stages})
 
     def reject(self) -> None:
+        if isinstance(self._pending and self._pending[0], _Kept):
+            kept, _ = self._take()
+            self.tg, self.times, self.memory = kept.tg, kept.times, kept.memory
+            self.strategy, self.makespan, self.cut_short = kept.strategy, kept.makespan, False
+            return
         change, makespan = self._take()
         self._account(change, -1)
         self.tg.rollback(change)
@@ -146,3 +176,14 @@ class DeltaSimulator:
         for name, old in change.param_shards.items():
             new = self.tg.param_shards[name]
             self.memory.shards(old, new) if sign > 0 else self.memory.shards(new, old)
+
+
+@dataclass(frozen=True)
+class _Kept:
+    """The simulation a pipeline proposal set aside, to put back on ``reject``."""
+
+    tg: TaskGraph
+    times: Times
+    memory: MemoryTracker
+    strategy: Strategy
+    makespan: float

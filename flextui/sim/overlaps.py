@@ -22,6 +22,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from flextui.graph import Op, Region, intersect, region_volume
 from flextui.graph.tensor import dtype_bytes
 from flextui.strategy import ParallelConfig
+from flextui.strategy.pipeline import micro_region
 
 
 class BlockIndex:
@@ -83,17 +84,24 @@ class BlockIndex:
                 for m in tasks]
 
 
+def micro_blocks(op: Op, config: ParallelConfig, microbatches: int = 1) -> list[Region]:
+    """Every task's block of ``op`` in the first of ``microbatches`` micro-batches (the
+    others' are the same, shifted along the samples: ``pipeline.micro_region``)."""
+    return [micro_region(op, r, microbatches, 0) for r in config.regions(op)]
+
+
 def overlap_regions(producer: Op, consumer: Op, pconf: ParallelConfig, cconf: ParallelConfig,
-                    ) -> Iterator[tuple[int, int, int, Region]]:
+                    microbatches: int = 1) -> Iterator[tuple[int, int, int, Region]]:
     """(input slot, consumer task, producer task, region of the tensor) for every overlap
     of a block ``consumer`` reads (under ``cconf``) with a block ``producer`` writes
     (under ``pconf``), in slot, consumer-task, producer-task order: what the simulator
-    times as a transfer and the runtime moves."""
+    times as a transfer and the runtime moves; with micro-batches, the first one's
+    (each micro-batch's blocks meet only the same micro-batch's)."""
     slots = [slot for slot, tensor in enumerate(consumer.inputs) if tensor.producer is producer]
     if not slots:
         return
-    out_regions = [producer.output_regions(r) for r in pconf.regions(producer)]
-    in_regions = [consumer.input_regions(r) for r in cconf.regions(consumer)]
+    out_regions = [producer.output_regions(r) for r in micro_blocks(producer, pconf, microbatches)]
+    in_regions = [consumer.input_regions(r) for r in micro_blocks(consumer, cconf, microbatches)]
     for slot in slots:
         index = BlockIndex([outs[consumer.inputs[slot].index] for outs in out_regions])
         for k, needs in enumerate(in_regions):
@@ -102,8 +110,9 @@ def overlap_regions(producer: Op, consumer: Op, pconf: ParallelConfig, cconf: Pa
 
 
 def block_overlaps(producer: Op, consumer: Op, pconf: ParallelConfig, cconf: ParallelConfig,
-                   ) -> tuple[tuple[int, int, int, int], ...]:
+                   microbatches: int = 1) -> tuple[tuple[int, int, int, int], ...]:
     """(input slot, consumer task, producer task, bytes) of every ``overlap_regions``."""
     widths = [dtype_bytes(t.dtype) for t in consumer.inputs]
     return tuple((slot, k, m, region_volume(overlap) * widths[slot])
-                 for slot, k, m, overlap in overlap_regions(producer, consumer, pconf, cconf))
+                 for slot, k, m, overlap in overlap_regions(producer, consumer, pconf, cconf,
+                                                            microbatches))

@@ -41,11 +41,12 @@ from flextui.graph.tensor import dtype_bytes
 from flextui.machine import Cluster, Device, Link
 from flextui.sim import taskstore
 from flextui.sim.buckets import cluster_bucket_limit
-from flextui.sim.overlaps import block_overlaps
+from flextui.sim.overlaps import block_overlaps, micro_blocks
 from flextui.sim.replicas import replica_plan
 from flextui.sim.taskstore import TaskStore
 from flextui.sim.unit_plan import ParamPlan, merge_unit, shards_of
 from flextui.strategy import ParallelConfig, ShardStage
+from flextui.strategy.pipeline import micro_block_shape, micro_region
 from flextui.strategy.shards import shard_numel
 
 #: entries a plan memo keeps before it starts over (bounds memory on long searches)
@@ -103,9 +104,12 @@ class Planner:
     interns in the graph's store."""
 
     def __init__(self, graph: OpGraph, cluster: Cluster, cost: CostModel, store: TaskStore,
-                 training: bool, master_dtype: str | None = None) -> None:
+                 training: bool, master_dtype: str | None = None, microbatches: int = 1,
+                 ) -> None:
         self.graph, self.cluster, self.cost, self.store = graph, cluster, cost, store
         self.training = training
+        #: ops and edges are planned for one micro-batch (each runs this many)
+        self.microbatches = microbatches
         #: the dtype of the parameters' training state (None: each parameter's own)
         self.master_dtype = master_dtype
         self.num_devices = cluster.num_devices
@@ -128,7 +132,7 @@ class Planner:
         self._device_sets: dict[tuple[tuple[int, ...], ShardStage], int] = {}
         #: the most bytes one all-reduce sums (``buckets``), as the runtime's ranks do
         self.bucket_bytes = cluster_bucket_limit(cluster)
-        self._bulk = _BulkEdges.for_cluster(cluster, cost, self.hop_rset)
+        self._bulk = _BulkEdges.for_cluster(cluster, cost, self.hop_rset, microbatches)
         self._param_regions: dict[tuple, tuple] = {}
         self._updates: dict[tuple, float] = {}
 
@@ -170,11 +174,12 @@ class Planner:
         key = (op.index, config)
         plan = self._ops.get(key)
         if plan is None:
-            shape = config.block_shape(op)
+            shape = micro_block_shape(op, config, self.microbatches)
             costs = self._by_spec(config.devices,
                                   lambda device: self.cost.op_cost(op, shape, device))
+            first = micro_region(op, config.task_region(op, 0), self.microbatches, 0)
             kept = sum(region_volume(r) * dtype_bytes(t.dtype)
-                       for r, t in zip(op.output_regions(config.task_region(op, 0)), op.outputs))
+                       for r, t in zip(op.output_regions(first), op.outputs))
             backward = None
             if self.training and op.type != "input":
                 # recomputed: nothing kept, and each backward task re-runs its forward first
@@ -257,7 +262,8 @@ class Planner:
         def why() -> str:
             return f"op {consumer.name!r} needs data from op {producer.name!r}"
 
-        for slot, k, m, nbytes in block_overlaps(producer, consumer, pconf, cconf):
+        for slot, k, m, nbytes in block_overlaps(producer, consumer, pconf, cconf,
+                                                 self.microbatches):
             slots.append(slot)
             ks.append(k)
             ms.append(m)
@@ -392,11 +398,13 @@ class _BulkEdges:
     are first needed (a slot per pair: -1, or where the pair's link count and link ids
     start in ``links``)."""
 
-    def __init__(self, cluster: Cluster, terms: list, hop_rset: list[int]) -> None:
+    def __init__(self, cluster: Cluster, terms: list, hop_rset: list[int],
+                 microbatches: int) -> None:
         from flextui.sim import _ctaskstore
 
         self.c = _ctaskstore
         self.cluster = cluster
+        self.microbatches = microbatches
         self.devices = cluster.num_devices
         self.route_at = array("i", [-1]) * (self.devices * self.devices)
         self.links = array("i")
@@ -406,14 +414,14 @@ class _BulkEdges:
 
     @classmethod
     def for_cluster(cls, cluster: Cluster, cost: CostModel, hop_rset: list[int],
-                    ) -> _BulkEdges | None:
+                    microbatches: int = 1) -> _BulkEdges | None:
         """The bulk planner, if the C store serves and every link's time is affine."""
         if taskstore.backend() != "C":
             return None
         terms = [transfer_terms(cost, link) for link in cluster.links]
         if any(t is None for t in terms):
             return None
-        return cls(cluster, terms, hop_rset)
+        return cls(cluster, terms, hop_rset, microbatches)
 
     def _route(self, k: array, m: array, pdev: array, cdev: array, reverse: bool,
                why: Callable[[], str]) -> None:
@@ -430,8 +438,9 @@ class _BulkEdges:
 
     def edge(self, producer: Op, consumer: Op, pconf: ParallelConfig, cconf: ParallelConfig,
              backward: bool, why: Callable[[], str]) -> EdgePlan:
-        out_regions = [producer.output_regions(r) for r in pconf.regions(producer)]
-        in_regions = [consumer.input_regions(r) for r in cconf.regions(consumer)]
+        micro = self.microbatches
+        out_regions = [producer.output_regions(r) for r in micro_blocks(producer, pconf, micro)]
+        in_regions = [consumer.input_regions(r) for r in micro_blocks(consumer, cconf, micro)]
         slots, ks, ms, sizes = array("i"), array("i"), array("i"), array("q")
         for slot, tensor in enumerate(consumer.inputs):
             if tensor.producer is not producer:

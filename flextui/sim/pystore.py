@@ -256,9 +256,12 @@ class PyTaskStore:
     # -- bulk construction (see taskgraph) ------------------------------------------
 
     def add_op(self, op: int, devices: array, forward: array, backward: array | None,
-               kept: int, workspace: int) -> tuple[array, array]:
-        """Per task ``k``: a forward task on ``devices[k]`` keeping ``kept`` bytes, and
-        (``backward`` given) a backward task after it."""
+               kept: int, workspace: int, shift: int = 0, keeping: bool = True,
+               ) -> tuple[array, array]:
+        """Per task ``k``: a forward task on ``devices[k]`` keeping ``kept`` bytes (none,
+        and no input either, unless ``keeping``), and (``backward`` given) a backward
+        task after it; ``shift`` is added to the op's place in the keys (a
+        micro-batch's)."""
         if len(forward) != len(devices) or (backward is not None and
                                             len(backward) != len(devices)):
             raise ValueError("add_op: devices, forward and backward differ in length")
@@ -266,10 +269,11 @@ class PyTaskStore:
         for d in devices:   # checked first: nothing is made unless all is well
             self._device(d)
         for k, d in enumerate(devices):
-            f = self._new(FORWARD, op, k, d, forward[k], (0, op, 1, k), kept, workspace, d)
+            f = self._new(FORWARD, op, k, d, forward[k], (0, op + shift, 1, k), kept, workspace,
+                          d if keeping else -1)
             fwd.append(f)
             if backward is not None:
-                b = self._new(BACKWARD, op, k, d, backward[k], (1, -op, 1, k))
+                b = self._new(BACKWARD, op, k, d, backward[k], (1, shift - op, 1, k))
                 self.link(f, b)
                 bwd.append(b)
         return fwd, bwd
@@ -294,10 +298,11 @@ class PyTaskStore:
     def add_edge(self, producer: int, consumer: int, pfwd: array, cfwd: array, pbwd: array,
                  cbwd: array, slot: array, k: array, m: array, nbytes: array, fhops: array,
                  frsets: array, fdurations: array, bhops: array, brsets: array,
-                 bdurations: array) -> array:
+                 bdurations: array, shift: int = 0) -> array:
         """Per overlap ``i``: the forward chain ``pfwd[m[i]] -> cfwd[k[i]]`` over hops
         ``fhops[i]..fhops[i+1]``, and with ``pbwd`` not empty the gradient's chain
-        ``cbwd[k[i]] -> pbwd[m[i]]`` over ``bhops``; returns the transfers made."""
+        ``cbwd[k[i]] -> pbwd[m[i]]`` over ``bhops``; returns the transfers made
+        (``shift`` as ``add_op``'s)."""
         pairs, backward = len(slot), len(pbwd) > 0
         if len(k) != pairs or len(m) != pairs or len(nbytes) != pairs or \
                 len(fhops) != pairs + 1 or (backward and len(bhops) != pairs + 1):
@@ -320,12 +325,13 @@ class PyTaskStore:
             pf, cf = pfwd[mi], cfwd[ki]
             keeps = self.keeps[cf] if self.kind[cf] == FORWARD else -1
             self._connect(pf, cf, range(fhops[i], fhops[i + 1]), frsets, fdurations,
-                          (TRANSFER, consumer, ki), n, (0, consumer, 0, ki, s, mi), keeps, made)
+                          (TRANSFER, consumer, ki), n, (0, consumer + shift, 0, ki, s, mi), keeps,
+                          made)
             if backward:
                 self._connect(cbwd[ki], pbwd[mi],
                               range(bhops[i], bhops[i + 1]), brsets, bdurations,
-                              (TRANSFER, producer, mi), n, (1, -producer, 0, mi, consumer, s, ki),
-                              -1, made)
+                              (TRANSFER, producer, mi), n,
+                              (1, shift - producer, 0, mi, consumer, s, ki), -1, made)
         return made
 
     def add_param(self, order: int, producers: array, gdevs: array, gdevices: array,

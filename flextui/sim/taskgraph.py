@@ -23,6 +23,14 @@ own communication (``Cluster.host_driven_comm``: CPU ranks with no core to spare
 transfer hop also holds the device at either end of its link, and an all-reduce every
 device of its group: communication then takes the devices' time as well as the links'.
 
+With micro-batches (``strategy.pipeline``) the ops and edges are planned for one
+micro-batch (``Planner(microbatches=m)``) and every op's tasks, its edges' transfers and
+its gathers are made once per micro-batch; the schedule orders each op's tasks over the
+micro-batches by dependencies (``pipeline.micro_deps``: GPipe's flush, 1F1B's window), a
+1F1B op's forward tasks past its window keep no activation (the memory of at most that
+many micro-batches in flight), and a parameter's sync waits for every micro-batch's
+backward tasks (the gradients accumulated).
+
 Every task has a *key*, a tuple that orders tasks consistently with their
 dependencies; the scheduler breaks ties in ready time by it, so schedules are
 deterministic: forward before backward before syncs before updates; within forward,
@@ -36,7 +44,11 @@ within backward, by reverse topological index likewise. The keys:
 - the all-reduce of bucket ``g`` of the unit whose first parameter is number ``p``
   ``(2, p, g)``, the unit's update on device ``d`` ``(3, p, d)``;
 - the all-gather of group ``g`` of the op's parameter ``i`` before its forward tasks
-  ``(0, op, 0, -1, i, g)``, before its backward tasks ``(1, -op, 0, -1, i, g)``.
+  ``(0, op, 0, -1, i, g)``, before its backward tasks ``(1, -op, 0, -1, i, g)``;
+- in micro-batch ``j`` (of a graph of ``N`` ops), the forward-pass keys' ``op`` (or
+  ``consumer``) is ``op + j*N`` and the backward-pass keys' ``-op`` (or ``-producer``)
+  is ``j*N - op``: micro-batch by micro-batch, each in the order above
+  (``micro_of_key``).
 
 The tasks live in a task store (``taskstore``: C arrays, or the pure-Python twin), made
 in bulk from plans (``plans``) Python computes once per op and config. The graph keeps
@@ -65,6 +77,7 @@ from flextui.sim.plans import Planner
 from flextui.sim.taskstore import new_store
 from flextui.sim.unit_plan import ParamPlan, Shards
 from flextui.strategy import ParallelConfig, ShardStage, Strategy
+from flextui.strategy.pipeline import Schedule, micro_deps, windows
 
 
 class TaskKind(enum.IntEnum):
@@ -95,7 +108,11 @@ class TaskGraph:
         self.num_resources = cluster.num_devices + len(cluster.links)
         self.link_resource = {link.id: self.num_devices + link.id for link in cluster.links}
         self.store = new_store(self.num_resources)
-        self.plans = Planner(graph, cluster, cost_model, self.store, training, master_dtype)
+        self.pipeline = strategy.pipeline
+        #: micro-batches, and what a micro-batch adds to an op's place in the keys
+        self.micro, self.num_ops = strategy.pipeline.microbatches, len(graph.ops)
+        self.plans = Planner(graph, cluster, cost_model, self.store, training, master_dtype,
+                             self.micro)
         # ownership, so one op's tasks can be replaced
         self.configs: dict[int, ParallelConfig] = {}
         self.forward: dict[int, array] = {}
@@ -117,6 +134,8 @@ class TaskGraph:
         self.units: dict[tuple[str, ...], Unit] = {}
         for op in graph.ops:
             self.configs[op.index] = strategy[op.name]
+        #: per op, the micro-batches it holds in flight (``pipeline.windows``)
+        self.windows = self._windows(self.configs)
         for name in self.param_users:
             self._plan_param(name)
         for op in graph.ops:
@@ -140,11 +159,19 @@ class TaskGraph:
         """The devices and links (resource ids) task ``t`` holds."""
         return self.store.resource_set(self.store.info(t)[3])
 
+    def _windows(self, configs: Mapping[int, ParallelConfig]) -> list[int]:
+        return windows(self.graph, [configs[i] for i in range(self.num_ops)], self.pipeline)
+
+    def _part(self, tasks: array, j: int, n: int) -> array:
+        """Micro-batch ``j``'s ``n`` tasks of an op's ``tasks`` (all of them, in order,
+        for micro-batch 0, 1, ...)."""
+        return tasks if self.micro == 1 else tasks[j * n:(j + 1) * n]
+
     # -- building ------------------------------------------------------------------
 
     def _add_op_tasks(self, op: Op, config: ParallelConfig) -> array:
-        """The op's tasks (its parameters planned first: what it gathers is held in its
-        workspace)."""
+        """The op's tasks, micro-batch by micro-batch, ordered over them by the schedule
+        (its parameters planned first: what it gathers is held in its workspace)."""
         self.configs[op.index] = config
         plan = self.plans.op(op, config)
         gathered: dict[int, int] = {}   # device -> bytes of the groups it gathers
@@ -152,9 +179,23 @@ class TaskGraph:
             for g in range(len(param.gnbytes)):
                 for d in param.gdevices[param.gdevs[g]:param.gdevs[g + 1]]:
                     gathered[d] = gathered.get(d, 0) + param.gnbytes[g]
-        fwd, bwd = self.store.add_op(op.index, plan.devices, plan.forward, plan.backward,
-                                     plan.kept,
-                                     plan.workspace + max(gathered.values(), default=0))
+        workspace = plan.workspace + max(gathered.values(), default=0)
+        window = self.windows[op.index]
+        if self.micro == 1:
+            fwd, bwd = self.store.add_op(op.index, plan.devices, plan.forward, plan.backward,
+                                         plan.kept, workspace)
+        else:
+            fwd, bwd = array("i"), array("i")
+            for j in range(self.micro):
+                f, b = self.store.add_op(op.index, plan.devices, plan.forward, plan.backward,
+                                         plan.kept, workspace, j * self.num_ops, j < window)
+                fwd.extend(f)
+                bwd.extend(b)
+            if bwd:
+                n, passes = len(plan.devices), {"f": fwd, "b": bwd}
+                for (pa, ja), (pb, jb) in micro_deps(self.pipeline, window):
+                    for k in range(n):
+                        self.store.link(passes[pa][ja * n + k], passes[pb][jb * n + k])
         self.forward[op.index], self.backward[op.index] = fwd, bwd
         return _ids(fwd, bwd)
 
@@ -169,9 +210,13 @@ class TaskGraph:
         before its forward tasks and, in training, once before its backward tasks."""
         made = array("i")
         config = self.configs[op.index]
-        passes = [(0, op.index, self.forward[op.index])]
-        if self.training:
-            passes.append((1, -op.index, self.backward[op.index]))
+        n = len(config.devices)
+        passes = []
+        for j in range(self.micro):
+            shift = j * self.num_ops
+            passes.append((0, op.index + shift, self._part(self.forward[op.index], j, n)))
+            if self.training:
+                passes.append((1, shift - op.index, self._part(self.backward[op.index], j, n)))
         for i, plan in self._gathered(op):
             for g in range(len(plan.gnbytes)):
                 devices = set(plan.gdevices[plan.gdevs[g]:plan.gdevs[g + 1]])
@@ -192,13 +237,18 @@ class TaskGraph:
 
     def _add_edge(self, producer: Op, consumer: Op) -> array:
         """Dependencies and transfers for every input of ``consumer`` made by ``producer``."""
-        p = self.plans.edge(producer, consumer, self.configs[producer.index],
-                            self.configs[consumer.index])
-        tasks = self.store.add_edge(producer.index, consumer.index, self.forward[producer.index],
-                                    self.forward[consumer.index], self.backward[producer.index],
-                                    self.backward[consumer.index], p.slot, p.k, p.m, p.nbytes,
-                                    p.fhops, p.frsets, p.fdurations, p.bhops, p.brsets,
-                                    p.bdurations)
+        pconf, cconf = self.configs[producer.index], self.configs[consumer.index]
+        p = self.plans.edge(producer, consumer, pconf, cconf)
+        np_, nc = len(pconf.devices), len(cconf.devices)
+        tasks = array("i")
+        for j in range(self.micro):
+            tasks.extend(self.store.add_edge(
+                producer.index, consumer.index, self._part(self.forward[producer.index], j, np_),
+                self._part(self.forward[consumer.index], j, nc),
+                self._part(self.backward[producer.index], j, np_),
+                self._part(self.backward[consumer.index], j, nc), p.slot, p.k, p.m, p.nbytes,
+                p.fhops, p.frsets, p.fdurations, p.bhops, p.brsets, p.bdurations,
+                j * self.num_ops))
         self.edge_tasks[(producer.index, consumer.index)] = tasks
         return tasks
 
@@ -221,16 +271,22 @@ class TaskGraph:
     def _add_unit(self, names: tuple[str, ...]) -> array:
         """All-reduce every bucket of the unit ``names`` (a group on one device needs
         none), then update each device's shards of its parameters."""
-        producers = [_ids(*(self.backward[op.index] for op, _ in self.param_users[name]))
-                     for name in names]
+        # the backward tasks of the parameters' users, micro-batch by micro-batch
+        producers = [[_ids(*(self._part(self.backward[op.index], j,
+                                        len(self.configs[op.index].devices))
+                             for op, _ in self.param_users[name])) for name in names]
+                     for j in range(self.micro)]
         if len(names) == 1:   # a parameter's groups are of distinct device sets: one each
             plan, buckets = self.param_plans[names[0]], None
         else:
             plan, members = self.plans.unit([self.param_plans[n] for n in names],
-                                            [len(p) for p in producers])
+                                            [len(p) for p in producers[0]])
             buckets = tuple(tuple(names[i] for i in m) for m in members)
-        tasks = self.store.add_param(self.param_order[names[0]], _ids(*producers), plan.gdevs,
-                                     plan.gdevices, plan.gblocks, plan.gblockids, plan.grsets,
+        gblocks, gblockids = _every_micro(plan.gblocks, plan.gblockids,
+                                          sum(len(p) for p in producers[0]), self.micro)
+        tasks = self.store.add_param(self.param_order[names[0]],
+                                     _ids(*(p for part in producers for p in part)), plan.gdevs,
+                                     plan.gdevices, gblocks, gblockids, plan.grsets,
                                      plan.gdurations, plan.gnbytes, plan.shards.devices,
                                      plan.udurations, plan.shards.states)
         self.units[names] = Unit(tasks, plan, buckets)
@@ -270,6 +326,15 @@ class TaskGraph:
             if (stage == full) != (self.stages.get(name) == full):
                 for op, _ in self.param_users[name]:
                     new.setdefault(op.index, (op, self.configs[op.index]))
+        old_windows = None
+        if self.micro > 1 and self.pipeline.schedule == Schedule.ONE_F_ONE_B:
+            # a 1F1B op's window follows the stages: an op whose window the change moves
+            # is made anew
+            moved = self._windows({**self.configs, **{i: c for i, (_, c) in new.items()}})
+            for i, window in enumerate(moved):
+                if window != self.windows[i]:
+                    new.setdefault(i, (self.graph.ops[i], self.configs[i]))
+            old_windows, self.windows = self.windows, moved
         ops = [op for op, _ in new.values()]
         edges = list(dict.fromkeys(
             [(p.index, op.index) for op in ops for p in self.graph.predecessors(op)] +
@@ -285,7 +350,7 @@ class TaskGraph:
                         {name: self.param_plans[name] for name in params},
                         {name: self.param_shards[name] for name in params},
                         {name: self.stages.get(name, ShardStage.NONE) for name in stages},
-                        {i: self.gathers.get(i, array("i")) for i in regather})
+                        {i: self.gathers.get(i, array("i")) for i in regather}, old_windows)
         for op, config in new.values():
             self.configs[op.index] = config
         self._set_stages(stages)
@@ -336,6 +401,8 @@ class TaskGraph:
         self.param_plans.update(change.param_plans)
         self.param_shards.update(change.param_shards)
         self._set_stages(change.stages)
+        if change.windows is not None:
+            self.windows = change.windows
         for i, gathers in change.gathers.items():
             if gathers:
                 self.gathers[i] = gathers
@@ -350,6 +417,30 @@ class TaskGraph:
                 self.stages.pop(name, None)
 
 
+def _every_micro(gblocks: array, gblockids: array, per_micro: int, micro: int,
+                 ) -> tuple[array, array]:
+    """A parameter plan's groups' producing blocks, given as indices into one
+    micro-batch's ``per_micro`` producers, as indices into ``micro`` micro-batches'
+    (each group's blocks in every micro-batch)."""
+    if micro == 1:
+        return gblocks, gblockids
+    blocks, ids = array("i", [0]), array("i")
+    for g in range(len(gblocks) - 1):
+        mine = gblockids[gblocks[g]:gblocks[g + 1]]
+        for j in range(micro):
+            ids.extend(b + j * per_micro for b in mine)
+        blocks.append(len(ids))
+    return blocks, ids
+
+
+def micro_of_key(key: tuple[int, ...], op: int, num_ops: int) -> int:
+    """The micro-batch of a task of op ``op`` (its ``info`` op) with ``key``: 0 for a
+    sync or an update, which serve every micro-batch."""
+    if key[0] not in (0, 1) or op < 0:
+        return 0
+    return (key[1] - (op if key[0] == 0 else -op)) // num_ops
+
+
 @dataclass
 class Change:
     """What ``TaskGraph.replace_ops`` changed, enough to undo it."""
@@ -361,6 +452,7 @@ class Change:
     param_shards: dict[str, Shards]
     stages: dict[str, ShardStage]     # the restaged parameters' old stages
     gathers: dict[int, array]         # op index -> its old gathers (stage 3), maybe none
+    windows: list[int] | None         # the ops' old windows, when 1F1B moved them
     units: dict[tuple[str, ...], Unit] = field(default_factory=dict)   # the ones removed
     new_units: list[tuple[str, ...]] = field(default_factory=list)     # the ones built
     removed: array = field(default_factory=lambda: array("i"))

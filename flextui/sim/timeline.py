@@ -10,7 +10,7 @@ from typing import NamedTuple, overload
 
 from flextui.sim.memory import MemoryUsage
 from flextui.sim.schedule import Times
-from flextui.sim.taskgraph import TaskGraph, TaskKind
+from flextui.sim.taskgraph import TaskGraph, TaskKind, micro_of_key
 
 
 class TaskTiming(NamedTuple):
@@ -26,6 +26,7 @@ class TaskTiming(NamedTuple):
     start: float
     end: float
     nbytes: int
+    micro: int = 0     # the micro-batch (``strategy.pipeline``); 0 for syncs and updates
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,8 @@ class Timeline:
     bucket_params: dict[tuple[int, ...], tuple[str, ...]] = field(default_factory=dict)
     _by_key: dict = field(default_factory=dict, repr=False)
     _kinds: frozenset[TaskKind] | None = field(default=None, repr=False)
+    #: the micro-batches the iteration cuts the batch into
+    microbatches: int = 1
 
     @property
     def cost(self) -> float:
@@ -125,6 +128,7 @@ class TaskTable(Sequence[TaskTiming]):
         names = [d.name for d in tg.cluster.devices] + [link.name for link in tg.cluster.links]
         self._rsets = [tuple(names[r] for r in rset) for rset in tg.store.resource_sets()]
         self._op_names = [op.name for op in tg.graph.ops] + [""]   # op -1 (syncs, updates)
+        self._num_ops, self._micro = len(tg.graph.ops), tg.micro > 1
         self._sorted: list[TaskTiming] | None = None
 
     def __len__(self) -> int:
@@ -151,9 +155,12 @@ class TaskTable(Sequence[TaskTiming]):
         if self._sorted is None:
             kinds = list(TaskKind)
             ids, ready, start, end = self._ids, self._ready, self._start, self._end
-            tasks = [TaskTiming(self._key(i), kinds[self._kind[i]], self._op_names[self._op[i]],
+            tasks = [TaskTiming(key, kinds[self._kind[i]], self._op_names[self._op[i]],
                                 self._part[i], self._rsets[self._rset[i]], ready[t], start[t],
-                                end[t], self._nbytes[i]) for i, t in enumerate(ids)]
+                                end[t], self._nbytes[i],
+                                micro_of_key(key, self._op[i], self._num_ops) if self._micro
+                                else 0)
+                     for i, t in enumerate(ids) for key in (self._key(i),)]
             tasks.sort(key=lambda x: (x.start, x.key))
             self._sorted = tasks
         return self._sorted
@@ -205,4 +212,5 @@ def build_timeline(tg: TaskGraph, times: Times, memory: list[MemoryUsage],
     links = [LinkStats(link.name, link.kind, busy[tg.link_resource[link.id]],
                        moved[tg.link_resource[link.id]]) for link in cluster.links]
     buckets = {b.key: b.params for b in tg.buckets() if len(b.params) > 1}
-    return Timeline(makespan, tasks, devices, links, memory_penalty_s, buckets)
+    return Timeline(makespan, tasks, devices, links, memory_penalty_s, buckets,
+                    microbatches=tg.micro)

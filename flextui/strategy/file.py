@@ -9,7 +9,8 @@
         "fc1":   {"degrees": {"sample": 2, "channel": 8}, "devices": [0, ..., 15],
                   "recompute": true}
       },
-      "params": {"fc1.weight": {"shard": 2}}
+      "params": {"fc1.weight": {"shard": 2}},
+      "microbatches": 4, "schedule": "1f1b"
     }
 
 ``degrees`` names the dims split (others have degree 1); ``devices`` lists the device
@@ -17,7 +18,10 @@ of each task in row-major order over the dims, in the op's dim order; ``recomput
 (default false) has the op's backward tasks re-run its forward instead of keeping its
 activations. ``params`` (optional) gives a parameter's shard stage (``ShardStage``:
 0 none, 1 the optimizer's state, 2 and the gradient; ZeRO's stages over each replica
-group of the parameter); a parameter not listed is not sharded.
+group of the parameter); a parameter not listed is not sharded. ``microbatches``
+(default 1) cuts each batch into that many micro-batches, run in ``schedule``'s order
+(``gpipe``, the default, or ``1f1b``; ``strategy.pipeline``); ``precision`` (``fp32``,
+the default, or ``bf16``) is what it computes in.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from flextui.graph import Op, OpGraph
 from flextui.limits import DEVICES, FILE_BYTES, read_file, read_json
 from flextui.machine import Cluster
 from flextui.strategy.config import ParallelConfig
+from flextui.strategy.pipeline import Pipeline, Schedule
 from flextui.strategy.precision import Precision
 from flextui.strategy.shards import ShardStage
 from flextui.strategy.strategy import Strategy
@@ -62,7 +67,14 @@ def strategy_to_json(strategy: Strategy, graph: OpGraph, cluster: Cluster) -> di
         data["params"] = shards_to_json(strategy, graph)
     if strategy.precision != Precision.FP32:
         data["precision"] = strategy.precision.value
+    if strategy.pipeline.on:
+        data.update(pipeline_to_json(strategy.pipeline))
     return data
+
+
+def pipeline_to_json(pipeline: Pipeline) -> dict[str, Any]:
+    """``microbatches`` and ``schedule``, as a strategy file's top level holds them."""
+    return {"microbatches": pipeline.microbatches, "schedule": pipeline.schedule.value}
 
 
 def shards_to_json(strategy: Strategy, graph: OpGraph) -> dict[str, Any]:
@@ -85,7 +97,7 @@ def save_strategy(path: str | Path, strategy: Strategy, graph: OpGraph, cluster:
 
 #: the keys of a strategy file and of each op's entry (any other is a typo, refused)
 TOP_KEYS = ("format", "version", "name", "model", "graph", "cluster", "devices", "ops",
-            "params", "precision")
+            "params", "precision", "microbatches", "schedule")
 OP_KEYS = ("degrees", "devices", "recompute")
 PARAM_KEYS = ("shard",)
 _FINGERPRINT = re.compile(r"[0-9a-f]{16}")
@@ -129,6 +141,13 @@ def precision_from_json(data: Any, f: FieldReader) -> Precision:
     return Precision(f.choice(data, "precision", tuple(Precision)))
 
 
+def pipeline_from_json(data: dict[str, Any], f: FieldReader) -> Pipeline:
+    """A strategy's ``microbatches`` (default 1) and ``schedule`` (default gpipe)."""
+    return Pipeline(f.integer(data.get("microbatches", 1), "microbatches", 1, 1 << 16),
+                    Schedule(f.choice(data.get("schedule", "gpipe"), "schedule",
+                                      tuple(Schedule))))
+
+
 def strategy_from_json(data: Any, graph: OpGraph, cluster: Cluster, source: str,
                        same_graph: bool = False) -> Strategy:
     if not isinstance(data, dict) or data.get("format") != STRATEGY.name:
@@ -162,7 +181,8 @@ def strategy_from_json(data: Any, graph: OpGraph, cluster: Cluster, source: str,
                                      "this strategy made for another model or batch size?")
         configs[op_name] = config_from_json(graph.op(op_name), entry, f, f"ops.{op_name}")
     strategy = Strategy(configs, name, shards_from_json(data.get("params", {}), graph, f),
-                        precision_from_json(data.get("precision", "fp32"), f))
+                        precision_from_json(data.get("precision", "fp32"), f),
+                        pipeline_from_json(data, f))
     try:
         strategy.check(graph, cluster.num_devices)
     except StrategyError as exc:

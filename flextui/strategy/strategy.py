@@ -1,6 +1,6 @@
 """Strategy: a parallel config for every op of a graph, the shard stage of the
-parameters whose training state is sharded (``shards``) and the precision it trains in
-(``precision``)."""
+parameters whose training state is sharded (``shards``), the precision it trains in
+(``precision``) and the micro-batches it cuts the batch into (``pipeline``)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Iterator, Mapping
 from flextui.errors import StrategyError
 from flextui.graph import OpGraph
 from flextui.strategy.config import ParallelConfig
+from flextui.strategy.pipeline import NO_PIPELINE, Pipeline, check_pipeline
 from flextui.strategy.precision import Precision
 from flextui.strategy.shards import ShardStage, stage_refusal
 
@@ -16,13 +17,15 @@ from flextui.strategy.shards import ShardStage, stage_refusal
 class Strategy(Mapping[str, ParallelConfig]):
     """An immutable map from op name to its ParallelConfig, with a display name and, per
     parameter whose training state is sharded, its stage (``shards``: stages above
-    NONE only) and its ``precision``; made from another Strategy, it keeps that one's
-    stages and precision unless given. Two strategies are equal when their configs,
-    stages and precision are (the name does not count)."""
+    NONE only), its ``precision`` and its ``pipeline``; made from another Strategy, it
+    keeps that one's stages, precision and pipeline unless given. Two strategies are
+    equal when their configs, stages, precision and pipeline are (the name does not
+    count)."""
 
     def __init__(self, configs: Mapping[str, ParallelConfig], name: str = "",
                  shards: Mapping[str, ShardStage] | None = None,
-                 precision: Precision | None = None) -> None:
+                 precision: Precision | None = None,
+                 pipeline: Pipeline | None = None) -> None:
         self._items = dict(configs)
         self.name = name
         if shards is None:
@@ -32,11 +35,14 @@ class Strategy(Mapping[str, ParallelConfig]):
         if precision is None:
             precision = configs.precision if isinstance(configs, Strategy) else Precision.FP32
         self.precision: Precision = Precision(precision)
+        if pipeline is None:
+            pipeline = configs.pipeline if isinstance(configs, Strategy) else NO_PIPELINE
+        self.pipeline: Pipeline = pipeline
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Strategy):
             return self._items == other._items and self.shards == other.shards \
-                and self.precision == other.precision
+                and self.precision == other.precision and self.pipeline == other.pipeline
         return super().__eq__(other)
 
     __hash__ = None  # type: ignore[assignment]
@@ -60,19 +66,29 @@ class Strategy(Mapping[str, ParallelConfig]):
     def replace(self, op_name: str, config: ParallelConfig, name: str | None = None) -> Strategy:
         """A copy with ``op_name``'s config changed."""
         return Strategy({**self._items, op_name: config}, self.name if name is None else name,
-                        self.shards, self.precision)
+                        self.shards, self.precision, self.pipeline)
 
     def replace_all(self, changes: Mapping[str, ParallelConfig]) -> Strategy:
         """A copy with the configs of every op named in ``changes`` changed."""
-        return Strategy({**self._items, **changes}, self.name, self.shards, self.precision)
+        return Strategy({**self._items, **changes}, self.name, self.shards, self.precision,
+                        self.pipeline)
 
     def with_shards(self, stages: Mapping[str, ShardStage]) -> Strategy:
         """A copy with the shard stage of every parameter named in ``stages`` changed."""
-        return Strategy(self._items, self.name, {**self.shards, **stages}, self.precision)
+        return Strategy(self._items, self.name, {**self.shards, **stages}, self.precision,
+                        self.pipeline)
 
     def with_precision(self, precision: Precision) -> Strategy:
         """A copy that trains in ``precision``."""
-        return Strategy(self._items, self.name, self.shards, precision)
+        return Strategy(self._items, self.name, self.shards, precision, self.pipeline)
+
+    def with_pipeline(self, pipeline: Pipeline) -> Strategy:
+        """A copy that cuts the batch as ``pipeline`` says."""
+        return Strategy(self._items, self.name, self.shards, self.precision, pipeline)
+
+    def configs_of(self, graph: OpGraph) -> list[ParallelConfig]:
+        """The config of each op of ``graph``, by op index."""
+        return [self._items[op.name] for op in graph.ops]
 
     def devices_used(self) -> set[int]:
         return {d for c in self._items.values() for d in c.devices}
@@ -98,3 +114,4 @@ class Strategy(Mapping[str, ParallelConfig]):
             refusal = stage_refusal(param, stage, param in graph.shared_parameters)
             if refusal:
                 raise StrategyError(f"{refusal}; set it to 1 or 2 in the strategy's params")
+        check_pipeline(graph, self.configs_of(graph), self.pipeline)

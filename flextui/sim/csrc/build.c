@@ -71,16 +71,19 @@ rset_check(Store *s, int32_t r)
     return 0;
 }
 
-/* add_op(op, devices, forward, backward, kept, workspace) -> (forward ids, backward
- * ids): per task k of the op's config, a forward task on devices[k] taking forward[k]
- * seconds and keeping kept bytes, and (backward not None) a backward task after it */
+/* add_op(op, devices, forward, backward, kept, workspace[, shift, keeping]) -> (forward
+ * ids, backward ids): per task k of the op's config, a forward task on devices[k] taking
+ * forward[k] seconds and keeping kept bytes (none, and no input either, unless keeping),
+ * and (backward not None) a backward task after it; shift is added to the op's place in
+ * the keys (a micro-batch's) */
 PyObject *
 Store_add_op(Store *s, PyObject *args)
 {
-    int op;
+    int op, shift = 0, keeping = 1;
     PyObject *dev_o, *fwd_o, *bwd_o;
     long long kept, workspace;
-    if (!PyArg_ParseTuple(args, "iOOOLL", &op, &dev_o, &fwd_o, &bwd_o, &kept, &workspace))
+    if (!PyArg_ParseTuple(args, "iOOOLL|ip", &op, &dev_o, &fwd_o, &bwd_o, &kept, &workspace,
+                          &shift, &keeping))
         return NULL;
     Arr a[3] = {{{0}}};
     Made fwd = {0}, bwd = {0};
@@ -101,15 +104,16 @@ Store_add_op(Store *s, PyObject *args)
     for (Py_ssize_t k = 0; k < count; k++) {
         int32_t d = I32(a[0])[k], f, b;
         Spec task = {.duration = F64(a[1])[k], .nbytes = kept, .workspace = workspace,
-                     .rset = d, .op = op, .part = (int32_t)k, .keeps = d, .kind = K_FORWARD};
-        Key key = {{0, op, 1, k}, 4};
+                     .rset = d, .op = op, .part = (int32_t)k, .keeps = keeping ? d : -1,
+                     .kind = K_FORWARD};
+        Key key = {{0, op + shift, 1, k}, 4};
         if (make(s, &task, &key, &fwd, &f) < 0)
             goto done;
         if (!training)
             continue;
         Spec back = {.duration = F64(a[2])[k], .rset = d, .op = op, .part = (int32_t)k,
                      .keeps = -1, .kind = K_BACKWARD};
-        Key bkey = {{1, -op, 1, k}, 4};
+        Key bkey = {{1, shift - op, 1, k}, 4};
         if (make(s, &back, &bkey, &bwd, &b) < 0 || link_tasks(s, f, b) < 0)
             goto done;
     }
@@ -159,18 +163,19 @@ task_in(Store *s, const Arr *tasks, int32_t i, const char *what)
 }
 
 /* add_edge(producer, consumer, pfwd, cfwd, pbwd, cbwd, slot, k, m, nbytes, fhops,
- * frsets, fdurations, bhops, brsets, bdurations) -> transfer ids. For each overlap i
+ * frsets, fdurations, bhops, brsets, bdurations[, shift]) -> transfer ids (shift as
+ * add_op's). For each overlap i
  * (input slot[i] of consumer task k[i] reads nbytes[i] of producer task m[i]): the
  * forward chain pfwd[m] -> cfwd[k] over hops fhops[i]..fhops[i+1] (rsets, durations),
  * then, when pbwd is not empty, the gradient's chain cbwd[k] -> pbwd[m] over bhops. */
 PyObject *
 Store_add_edge(Store *s, PyObject *args)
 {
-    int producer, consumer;
+    int producer, consumer, shift = 0;
     PyObject *o[16];
-    if (!PyArg_ParseTuple(args, "iiOOOOOOOOOOOOOO", &producer, &consumer, &o[0], &o[1], &o[2],
+    if (!PyArg_ParseTuple(args, "iiOOOOOOOOOOOOOO|i", &producer, &consumer, &o[0], &o[1], &o[2],
                           &o[3], &o[4], &o[5], &o[6], &o[7], &o[8], &o[9], &o[10], &o[11],
-                          &o[12], &o[13]))
+                          &o[12], &o[13], &shift))
         return NULL;
     static const char *what[14] = {"pfwd", "cfwd", "pbwd", "cbwd", "slot", "k", "m", "nbytes",
                                    "fhops", "frsets", "fdurations", "bhops", "brsets",
@@ -218,7 +223,7 @@ Store_add_edge(Store *s, PyObject *args)
         int32_t pf = I32(a[0])[m], cf = I32(a[1])[k];
         Py_ssize_t h0 = I32(a[8])[i], h1 = I32(a[8])[i + 1];
         Spec init = {.nbytes = nbytes, .op = consumer, .part = k, .kind = K_TRANSFER};
-        Key key = {{0, consumer, 0, k, slot, m}, 6};
+        Key key = {{0, consumer + shift, 0, k, slot, m}, 6};
         int keeps = s->tasks[cf].kind == K_FORWARD ? s->info[cf].keeps : -1;
         if (connect(s, pf, cf, h0, h1, I32(a[9]), F64(a[10]), &init, &key, keeps, &made) < 0)
             goto done;
@@ -227,7 +232,7 @@ Store_add_edge(Store *s, PyObject *args)
         h0 = I32(a[11])[i];
         h1 = I32(a[11])[i + 1];
         Spec back = {.nbytes = nbytes, .op = producer, .part = m, .kind = K_TRANSFER};
-        Key bkey = {{1, -producer, 0, m, consumer, slot, k}, 7};
+        Key bkey = {{1, shift - producer, 0, m, consumer, slot, k}, 7};
         if (connect(s, I32(a[3])[k], I32(a[2])[m], h0, h1, I32(a[12]), F64(a[13]), &back,
                     &bkey, -1, &made) < 0)
             goto done;
