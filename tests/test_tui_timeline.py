@@ -14,6 +14,7 @@ from flextui.machine.units import format_bytes
 from flextui.session.gantt import KIND_GLYPHS, SELECTED_GLYPH, task_details
 from flextui.sim import Simulator, TaskKind
 from flextui.strategy import builtin_strategy
+from flextui.strategy.pipeline import Pipeline, Schedule
 from flextui.tui.screens.timeline import TimelineScreen
 from flextui.tui.widgets.gantt import Gantt
 from flextui.tui.widgets.usage import UsageBars, bar
@@ -171,3 +172,29 @@ def test_bars():
 
 def test_snapshot(snap_compare):
     assert snap_compare(Host(), press=["down", "tab"], terminal_size=(100, 30))
+
+
+async def test_a_pipelines_timeline_numbers_each_micro_batch_and_its_tasks_say_which():
+    """Model parallel LeNet in 4 micro-batches (1F1B): the first device's compute cells
+    show micro-batches 0 to 3, its idle cells the bubble; a task's details name its
+    micro-batch and give its block of that micro-batch's samples."""
+    piped = MODEL_PARALLEL.with_pipeline(Pipeline(4, Schedule.ONE_F_ONE_B))
+    timeline = SIM.simulate(piped)
+
+    class Piped(App):
+        CSS_PATH = str(CSS)
+
+        def on_mount(self) -> None:
+            self.push_screen(TimelineScreen(timeline, GRAPH, "lenet", piped, None))
+
+    app = Piped()
+    async with app.run_test(size=(120, 24)) as pilot:
+        await pilot.pause()
+        gantt = app.screen.query_one(Gantt)
+        row = "".join(s.text for s in gantt._row(0))
+        chart = row[gantt.label_width:]
+        assert {"0", "1", "2", "3"} <= set(chart)
+        task = next(t for t in gantt.lane.tasks if t.kind == TaskKind.FORWARD and t.micro == 3)
+        rows = dict(task_details(task, GRAPH, piped).rows)
+        assert rows["micro-batch"] == "3 of 4 (1f1b)"
+        assert rows["block"].startswith(f"{GRAPH.batch_size // 4}×")

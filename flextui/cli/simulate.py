@@ -56,6 +56,8 @@ def cmd_simulate(args: argparse.Namespace, console: Console) -> None:
         write_trace(args.trace, timeline)
     summary = {"model": graph.meta.get("model", graph.name), "cluster": cluster.name,
                "strategy": strategy.name, "precision": strategy.precision.value,
+               "microbatches": strategy.pipeline.microbatches,
+               "schedule": strategy.pipeline.schedule.value,
                "training": not args.inference,
                "batch_size": graph.batch_size,
                **timeline_summary(timeline, graph, top=args.top)}
@@ -67,7 +69,8 @@ def cmd_simulate(args: argparse.Namespace, console: Console) -> None:
                   f"{escape(cluster.name)}: "
                   f"{summary['iteration_s'] * 1e3:.3f} ms per "
                   f"{'training' if summary['training'] else 'inference'} iteration"
-                  f"{' in ' + summary['precision'] if summary['precision'] != 'fp32' else ''}, "
+                  f"{' in ' + summary['precision'] if summary['precision'] != 'fp32' else ''}"
+                  f"{', ' + strategy.pipeline.describe() if strategy.pipeline.on else ''}, "
                   f"{rate:,.0f} samples/s, {summary['communication_bytes'] / 2**20:,.1f} MiB moved "
                   f"over links, {summary['tasks']:,} tasks")
     if summary["overflows"]:

@@ -15,11 +15,12 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from flextui.graph import OpGraph, Region, intersect
+from flextui.graph import Op, OpGraph, Region, intersect
 from flextui.machine.units import format_bytes
 from flextui.sim.taskgraph import TaskKind
 from flextui.sim.timeline import TaskTiming, Timeline
 from flextui.strategy import ShardStage, Strategy
+from flextui.strategy.pipeline import micro_region
 
 #: one glyph per kind, so kinds read apart without colour (NO_COLOR, 16 colours)
 KIND_GLYPHS: dict[TaskKind, str] = {
@@ -282,6 +283,10 @@ def task_details(task: TaskTiming, graph: OpGraph | None = None,
     if task.kind == TaskKind.GATHER:
         groups.append([("gathers", "the group's parameter, freed after the op's tasks use "
                                    "it (stage 3)")])
+    if strategy is not None and strategy.pipeline.on and task.kind not in (TaskKind.SYNC,
+                                                                           TaskKind.UPDATE):
+        groups.append([("micro-batch", f"{task.micro} of {strategy.pipeline.microbatches} "
+                                       f"({strategy.pipeline.schedule.value})")])
     return TaskDetails(_title(task, graph, len(bucket)), groups)
 
 
@@ -315,29 +320,37 @@ def _block(task: TaskTiming, graph: OpGraph, strategy: Strategy) -> tuple[str, s
     transfer tasks (a tensor's dims have no names)."""
     if task.kind in (TaskKind.FORWARD, TaskKind.BACKWARD):
         op = graph.op(task.op)
-        region = strategy[op.name].task_region(op, task.part)
+        region = _region(op, task.part, strategy, task.micro)
         return _shape(region), op.name, "×".join(d.name for d in op.space)
     if task.kind == TaskKind.TRANSFER:
-        tensor, overlap = _transfer_region(task.key, graph, strategy)
+        tensor, overlap = _transfer_region(task, graph, strategy)
         return (_shape(overlap) if overlap else "?"), f"tensor {tensor}", ""
     return None
 
 
-def _transfer_region(key: tuple[int, ...], graph: OpGraph,
+def _region(op: Op, k: int, strategy: Strategy, micro: int) -> Region:
+    """Task ``k``'s block of ``op`` in micro-batch ``micro``."""
+    return micro_region(op, strategy[op.name].task_region(op, k),
+                        strategy.pipeline.microbatches, micro)
+
+
+def _transfer_region(task: TaskTiming, graph: OpGraph,
                      strategy: Strategy) -> tuple[str, Region | None]:
     """The tensor a transfer carries and the region of it: the consumer task's input
     overlapped with the producer task's output. Keys (see taskgraph): forward
     (0, consumer, 0, k, slot, m, hop), backward (1, -producer, 0, m, consumer, slot, k, hop),
-    where k is the consumer's task and m the producer's."""
+    where k is the consumer's task and m the producer's (the forward key's consumer, in
+    a micro-batch, shifted: its op is the task's)."""
+    key = task.key
     if key[0] == 0:
-        consumer, k, slot, m = graph.ops[key[1]], key[3], key[4], key[5]
+        consumer, k, slot, m = graph.op(task.op), key[3], key[4], key[5]
     else:
         consumer, slot, k, m = graph.ops[key[4]], key[5], key[6], key[3]
     tensor = consumer.inputs[slot]
     producer = tensor.producer
     assert producer is not None  # every tensor of a graph has one (GraphBuilder sets it)
-    needed = consumer.input_regions(strategy[consumer.name].task_region(consumer, k))[slot]
-    made = producer.output_regions(strategy[producer.name].task_region(producer, m))[tensor.index]
+    needed = consumer.input_regions(_region(consumer, k, strategy, task.micro))[slot]
+    made = producer.output_regions(_region(producer, m, strategy, task.micro))[tensor.index]
     return tensor.name, intersect(needed, made)
 
 

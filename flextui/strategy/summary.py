@@ -67,6 +67,8 @@ def strategy_summary(strategy: Strategy, graph: OpGraph) -> dict[str, Any]:
         "recomputed": sum(r["recompute"] for r in rows),
         "sharded": sharded_counts(strategy),
         "precision": strategy.precision.value,
+        "microbatches": strategy.pipeline.microbatches,
+        "schedule": strategy.pipeline.schedule.value,
     }
 
 

@@ -3,6 +3,9 @@
 It draws what ``flextui.session.gantt`` computes: each visible row is one call to
 ``rasterize`` over the current window, so only what is on screen is rasterised.
 The selected task is drawn with ``SELECTED_GLYPH`` so it stands out without colour.
+With micro-batches, a forward, backward or transfer cell shows its micro-batch's number
+(its last digit), so each micro-batch can be followed through the pipeline and the
+bubble stands out as idle cells.
 """
 
 from __future__ import annotations
@@ -32,6 +35,9 @@ from flextui.session.gantt import (
 )
 from flextui.sim.taskgraph import TaskKind
 from flextui.sim.timeline import TaskTiming, Timeline
+
+#: the kinds whose cells show their micro-batch (``Timeline.microbatches``)
+MICRO_KINDS = frozenset({TaskKind.FORWARD, TaskKind.BACKWARD, TaskKind.TRANSFER})
 
 PAN_STEP = 0.25
 ZOOM = Binding.Group("Zoom")   # one footer entry for both keys
@@ -112,6 +118,8 @@ class Gantt(Widget, can_focus=True):
         scale can be flipped between."""
         at, lane = self._selected_time(), self.lane
         self.lanes = build_lanes(timeline)
+        #: with micro-batches, a compute or transfer cell shows its micro-batch's number
+        self.micro_labels = timeline.microbatches > 1
         self._rasters.clear()
         names = [new.name for new in self.lanes]
         self.labels = [name[-MAX_LABEL:] for name in short_names(names)]
@@ -253,6 +261,8 @@ class Gantt(Widget, can_focus=True):
         runs: list[tuple[str, Style]] = []
         for column, cell in enumerate(cells):
             glyph, style = self._glyph(cell.kind, column in marked)
+            if self.micro_labels and cell.kind in MICRO_KINDS and column not in marked:
+                glyph = str(lane.tasks[cell.task].micro % 10)
             if runs and runs[-1][1] == style:
                 runs[-1] = (runs[-1][0] + glyph, style)
             else:
