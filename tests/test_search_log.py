@@ -689,7 +689,7 @@ def good_strategy_data():
     ([1, 0, 1, -1.0, 0, [[1, 1, 1, 1], 0], 1.0, None, None, True, 0], "elapsed"),
     ([1, 0, 1, 0.0, 0, [[1, 1, 1, 1], 0], 1.0, None, None, 1, 0], "accepted"),
     ([1, 0, 1, 0.0, 0, [[[1], 1, 1, 1], 0], 1.0, None, None, True, 0], "integers"),
-    ([1, 0, 1], "11 to 14 fields"),
+    ([1, 0, 1], "11 to 15 fields"),
     ([1, 0, 1, 0.0, 0, [[1, 1, 1, 1], 0], 1.0, None, None, False, 0, [], False],
      "early-rejected"),
     ([1, 0, 1, 0.0, 0, [[1, 1, 1, 1], 0], 1.0, None, None, True, 0, [[99, [[1], 0]]]],

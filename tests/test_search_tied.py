@@ -43,7 +43,8 @@ def test_graphs_without_shared_weights_have_no_groups():
 
 def test_tied_steps_set_every_twin_and_the_delta_cost_is_exact():
     g, where = small_rnnlm(), eight_gpus()
-    options = SearchOptions(iterations=200, seed=1, converge=False, tied=1.0, propagation=0.0)
+    options = SearchOptions(iterations=200, seed=1, converge=False, tied=1.0, propagation=0.0,
+                            stage=0.0, pipeline=0.0)
     chain = Chain(0, g, where, AnalyticCostModel(), options, data_parallel(g, where))
     groups = tied_groups(g)
     full = Simulator(g, where, AnalyticCostModel())

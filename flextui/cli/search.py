@@ -28,6 +28,7 @@ from flextui.cli.common import (
     load_strategy,
     memory_arg,
     model_args,
+    names_of,
     optimizer_arg,
     precision_arg,
     stop_on_signals,
@@ -36,6 +37,7 @@ from flextui.errors import FlextuiError
 from flextui.search.events import StepEvent
 from flextui.search.files import default_export_path, default_log_path
 from flextui.search.options import BETA_SCALE, DEFAULT_BUDGET
+from flextui.strategy.pipeline import Schedule
 from flextui.strategy.precision import Precision
 from flextui.strategy.summary import sharded_text
 
@@ -71,6 +73,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "FlexFlow's SOAP space")
     p.add_argument("--no-shard", action="store_true",
                    help="never shard a parameter's training state (no ZeRO stage moves)")
+    p.add_argument("--no-pipeline", action="store_true",
+                   help="never cut the batch into micro-batches (no pipeline moves)")
+    p.add_argument("--microbatches", type=int, default=1, metavar="M",
+                   help="start every chain in M micro-batches (sample splits lowered where a "
+                   "micro-batch does not allow them; pipeline moves may change it) (default 1)")
+    p.add_argument("--schedule", choices=names_of(Schedule), default=Schedule.GPIPE.value,
+                   help="the schedule the chains start in: gpipe (every forward pass before "
+                   "any backward one) or 1f1b (each stage holds at most the micro-batches "
+                   "of the stages after it) (default gpipe)")
     p.add_argument("--memory-budget", metavar="SIZE",
                    help="per-device memory budget (12GiB, 16GB): the search penalises more, "
                    "and the fastest strategy within it is exported")
@@ -133,7 +144,9 @@ def _inputs(args, resume):
             early_reject=not args.no_early_reject, optimizer=args.optimizer,
             precision=args.precision,
             recompute=0.0 if args.no_recompute else SearchOptions.recompute,
-            shard=0.0 if args.no_shard else SearchOptions.shard)
+            shard=0.0 if args.no_shard else SearchOptions.shard,
+            pipeline=0.0 if args.no_pipeline else SearchOptions.pipeline,
+            microbatches=args.microbatches, schedule=args.schedule)
     except FieldError as e:
         raise FlextuiError(e.flag_message) from None
     if resume is not None:
@@ -324,7 +337,9 @@ def _report(result, graph, cluster, cost_model, options, log_path, export, args,
                       + (f"; {sharded_text(sharded)} of {len(graph.parameters)}"
                          if sharded else "")
                       + (f"; in {options.precision}"
-                         if options.precision != Precision.FP32 else ""))
+                         if options.precision != Precision.FP32 else "")
+                      + (f"; {summary['microbatches']} micro-batches ({summary['schedule']})"
+                         if summary["microbatches"] > 1 else ""))
     if note:
         console.print(f"[yellow]{note}[/]")
     if log_path:

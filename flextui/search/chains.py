@@ -20,7 +20,9 @@ from flextui.search.events import StepEvent, StopReason
 from flextui.search.log import Checkpoint, SearchLog
 from flextui.search.mcmc import Chain, chain_seed
 from flextui.search.options import INITS, SearchOptions
+from flextui.search.pipeline import fitted
 from flextui.strategy import Strategy, builtin_strategy, random_strategy
+from flextui.strategy.pipeline import Pipeline
 
 BATCH_S = 0.1        # how often a chain hands its events on
 CHECKPOINT_S = 5.0   # how often a chain checkpoints into the log
@@ -30,15 +32,23 @@ def initial_strategy(init: str, graph: OpGraph, cluster: Cluster, options: Searc
                      chain: int, baselines: Callable[[], dict[str, float]]) -> Strategy:
     """A chain's starting point: a built-in strategy, a random one per chain, or with
     "auto" the faster of the baselines, data parallelism and the expert strategy (so a
-    search never returns worse than both; ``baselines()`` gives their costs), in the
-    search's precision."""
+    search never returns worse than both; ``baselines()`` gives their costs), as the
+    search trains (``searched_as``)."""
     if init == "random":
         start = random_strategy(graph, cluster, seed=hash_seed(chain_seed(options.seed, chain)))
     elif init == "auto":
         start = builtin_strategy(fastest_baseline(baselines()), graph, cluster)
     else:
         start = builtin_strategy(init, graph, cluster)
-    return start.with_precision(options.precision)
+    return searched_as(start, graph, options)
+
+
+def searched_as(start: Strategy, graph: OpGraph, options: SearchOptions) -> Strategy:
+    """``start`` in the search's precision and its first micro-batches (``fitted``)."""
+    start = start.with_precision(options.precision)
+    if options.microbatches == 1:
+        return start
+    return fitted(graph, start, Pipeline(options.microbatches, options.schedule))
 
 
 def hash_seed(text: str) -> int:
@@ -171,7 +181,7 @@ def chain_starts(options: SearchOptions, graph: OpGraph, cluster: Cluster,
         first = next((cp for cp in resume.checkpoints if cp.chain == c), None) if resume \
             else None
         if resume is None or first is None:
-            starts.append(ChainStart(c, initial.with_precision(options.precision)
+            starts.append(ChainStart(c, searched_as(initial, graph, options)
                                      if initial is not None else
                                      _rebuilt_initial(options, graph, cluster, c, resume,
                                                       baselines)))

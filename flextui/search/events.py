@@ -3,7 +3,8 @@
 A proposal gives one op a new config (and, in a tied move, the same config to the ops
 sharing its weights), or (a propagation move) copies one op's config to a walk of its
 neighbours; ``changes`` lists what it set either way. A shard move sets parameters'
-shard stages (``stages``) and no op's config.
+shard stages (``stages``) and no op's config; a pipeline move sets the micro-batches
+and their schedule (``pipeline``) and nothing else.
 
 Costs are simulated iteration times in seconds (plus any memory penalty); ``memory``
 is the largest per-device memory (bytes) of the proposed strategy, which is what the
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from flextui.strategy import ParallelConfig, ShardStage
+from flextui.strategy.pipeline import Pipeline
 
 
 class StopReason(StrEnum):
@@ -48,6 +50,7 @@ class StepEvent:
                          # a lower bound on its cost (see ``mcmc``)
     stages: tuple[tuple[int, ShardStage], ...] = ()  # the parameters the move set a shard
                          # stage of, (index in the graph's parameters, stage), in order
+    pipeline: Pipeline | None = None   # the micro-batches a pipeline move set
 
     @property
     def changes(self) -> tuple[tuple[int, ParallelConfig], ...]:

@@ -122,8 +122,9 @@ class SearchLog:
         ops = self.header.graph.ops
         params = list(self.header.graph.parameters)
         current, shards = dict(cp.current), dict(cp.current.shards)
-        best, best_shards = (current, shards) if cp.best == cp.current else \
-            (dict(cp.best), dict(cp.best.shards))
+        pipeline = cp.current.pipeline
+        best, best_shards, best_pipeline = (current, shards, pipeline) \
+            if cp.best == cp.current else (dict(cp.best), dict(cp.best.shards), cp.best.pipeline)
         best_cost = cp.best_cost
         changed = False
         for kind, obj in hist[base + 1:]:
@@ -138,15 +139,17 @@ class SearchLog:
                     for op, config in obj.changes:
                         current[ops[op].name] = config
                     shards.update((params[p], stage) for p, stage in obj.stages)
+                    pipeline = obj.pipeline or pipeline
                     changed = True
                     if obj.proposed <= best_cost:
                         best, best_shards, best_cost = current, shards, obj.proposed
+                        best_pipeline = pipeline
             elif kind == "r":
-                current, shards = best, best_shards
+                current, shards, pipeline = best, best_shards, best_pipeline
                 changed = True
         if not changed:
             return cp.current
-        return Strategy(current, cp.current.name, shards, cp.current.precision)
+        return Strategy(current, cp.current.name, shards, cp.current.precision, pipeline)
 
     @property
     def elapsed(self) -> float:
@@ -185,6 +188,8 @@ class SearchLog:
 def step_strategy(graph: OpGraph, before: Strategy, step: StepEvent) -> Strategy:
     """The strategy ``step`` proposed, from the one before it."""
     after = before.replace_all({graph.ops[op].name: config for op, config in step.changes})
+    if step.pipeline is not None:
+        after = after.with_pipeline(step.pipeline)
     if not step.stages:
         return after
     params = list(graph.parameters)
@@ -267,11 +272,11 @@ def _record(log: SearchLog, dec: Decoder, num_ops: int, hist: dict, rec: Any) ->
         raise BadRecord("a record must be a list starting with its type tag")
     tag = rec[0]
     if tag == TAG_STEP:
-        if len(rec) not in (11, 12, 13, 14):
-            raise BadRecord(f"a step record has 11 to 14 fields, found {len(rec)}")
+        if len(rec) not in (11, 12, 13, 14, 15):
+            raise BadRecord(f"a step record has 11 to 15 fields, found {len(rec)}")
         if len(rec) == 13 and rec[12] is not True:
             raise BadRecord("a step record's 13th field (early-rejected) must be true")
-        if len(rec) == 14 and type(rec[12]) is not bool:
+        if len(rec) >= 14 and type(rec[12]) is not bool:
             raise BadRecord("a step record's 13th field (early-rejected) must be a boolean")
         _, chain, it, elapsed, op, cfg, proposed, current, best, accepted, memory = rec[:11]
         chain = as_int(chain, "step chain")
@@ -291,7 +296,8 @@ def _record(log: SearchLog, dec: Decoder, num_ops: int, hist: dict, rec: Any) ->
                           dec.config(op, cfg, "step config"), proposed, current, best, accepted,
                           as_int(memory, "step memory"), tuple(others),
                           len(rec) >= 13 and rec[12],
-                          tuple(dec.stages(rec[13], "step")) if len(rec) == 14 else ())
+                          tuple(dec.stages(rec[13], "step")) if len(rec) >= 14 else (),
+                          dec.pipeline(rec[14], "step") if len(rec) == 15 else None)
         log.steps.append(event)
         h = hist.setdefault(chain, [])
         _supersede(h, event.iteration, inclusive=True)

@@ -20,7 +20,7 @@ Records (record 0 is always the header)::
     [0, {"version", "flextui", "created", "graph", "graph_hash", "cluster",
          "cluster_hash", "cost_model", "seed", "options"}]               header
     [1, chain, iteration, elapsed, op, config, proposed, current, best,
-        accepted, memory(, others(, early(, stages)))]                   step
+        accepted, memory(, others(, early(, stages(, pipeline))))]       step
     [2, chain, iteration]                                                restart
     [3, chain, iteration, elapsed, current, current_cost, best, best_cost,
         [rng_version, [rng ints...], gauss], frontier]                   checkpoint
@@ -29,8 +29,9 @@ Records (record 0 is always the header)::
     config    = [[degree, ...], devices(, 1)]   devices: a start device (int) when the
                                            tasks run on start..start+n-1, else a list of
                                            ids; a final 1: the op is recomputed
-    strategy  = [name, [config per op, in graph.ops order](, stages)]
+    strategy  = [name, [config per op, in graph.ops order](, stages(, pipeline))]
     stages    = [[parameter index (graph.parameters order), shard stage], ...]
+    pipeline  = [micro-batches, schedule name]
     frontier  = [[time_s, memory_bytes, strategy], ...]
 
 ``others`` (format v2), present only after a move that set more than one op (a
@@ -38,7 +39,9 @@ propagation or tied move) or before the early-rejected mark, lists the other ops
 as ``[[op, config], ...]``. A ``true`` after it (format v3) marks a step rejected before
 its simulation finished (``StepEvent.early``): its ``proposed`` cost is a lower bound.
 A shard move (format v5) adds the early mark (true or false) and then the stages it
-set; a strategy lists its sharded parameters' stages as a third item. In a
+set; a strategy lists its sharded parameters' stages as a third item. A pipeline move
+(format v6) adds, after the (maybe empty) stages, the micro-batches and schedule it
+set; a strategy in micro-batches lists them as a fourth item. In a
 step record ``current`` is nil when it equals ``proposed`` and ``best`` is nil when it
 equals ``current`` (the common cases); a step takes about 50-70 bytes with its frame.
 
@@ -72,12 +75,14 @@ from flextui.machine import Cluster
 from flextui.search.events import StopReason
 from flextui.search.options import SearchOptions
 from flextui.strategy import ParallelConfig, ShardStage, Strategy
+from flextui.strategy.pipeline import Pipeline, Schedule
 from flextui.strategy.precision import Precision
 from flextui.strategy.shards import stage_refusal
 
-FORMAT_VERSION = 5  # v2: step records may set other ops than the picked one; v3: a
+FORMAT_VERSION = 6  # v2: step records may set other ops than the picked one; v3: a
                     # step may be marked early-rejected; v4: a config may be recomputed;
-                    # v5: a step may set parameters' shard stages, a strategy has them
+                    # v5: a step may set parameters' shard stages, a strategy has them;
+                    # v6: a step may set micro-batches, a strategy has them
 #: the version rule (records are framed, not one document: the name is not stored)
 SEARCH_LOG = DocumentFormat("ffsearch", FORMAT_VERSION, "search log", checksum=False)
 MAGIC = b"FFSEARCH\n"
@@ -179,10 +184,16 @@ class Encoder:
         except KeyError as exc:
             raise SearchLogError(f"cannot log strategy {strategy.name!r}: it has no config for "
                                  f"op {exc.args[0]!r}") from None
-        if not strategy.shards:
+        if not strategy.shards and not strategy.pipeline.on:
             return [strategy.name, configs]
-        return [strategy.name, configs, sorted([self.param_index[name], int(stage)]
-                                               for name, stage in strategy.shards.items())]
+        stages = sorted([self.param_index[name], int(stage)]
+                        for name, stage in strategy.shards.items())
+        if not strategy.pipeline.on:
+            return [strategy.name, configs, stages]
+        return [strategy.name, configs, stages, self.pipeline(strategy.pipeline)]
+
+    def pipeline(self, pipeline: Pipeline) -> list:
+        return [pipeline.microbatches, pipeline.schedule.value]
 
     def frontier(self, points: list[FrontierPoint]) -> list:
         return [[float(p.time), int(p.memory), self.strategy(p.strategy)] for p in points]
@@ -280,9 +291,9 @@ class Decoder:
 
     def strategy(self, data: Any, what: str) -> Strategy:
         data = as_list(data, what)
-        if len(data) not in (2, 3):
-            raise BadRecord(f"{what} must be [name, configs] or [name, configs, stages], "
-                            f"found {len(data)} items")
+        if len(data) not in (2, 3, 4):
+            raise BadRecord(f"{what} must be [name, configs], [name, configs, stages] or "
+                            f"[name, configs, stages, pipeline], found {len(data)} items")
         name = as_name(data[0], f"{what} name")
         configs = as_list(data[1], f"{what} configs")
         if len(configs) != len(self.ops):
@@ -290,8 +301,15 @@ class Decoder:
                             f"{len(self.ops)} ops; it does not fit the log's graph")
         return Strategy({self.names[i]: self.config(i, c, what) for i, c in enumerate(configs)},
                         name, {self.params[p]: stage for p, stage in
-                               self.stages(data[2] if len(data) == 3 else [], what)},
-                        self.precision)
+                               self.stages(data[2] if len(data) >= 3 else [], what)},
+                        self.precision,
+                        self.pipeline(data[3], what) if len(data) == 4 else None)
+
+    def pipeline(self, data: Any, what: str) -> Pipeline:
+        """``[micro-batches, schedule]``: a strategy's or a pipeline move's."""
+        m, schedule = as_list(data, f"{what} pipeline", 2)
+        return Pipeline(as_int(m, f"{what} micro-batches", 1),
+                        Schedule(RECORD.choice(schedule, f"{what} schedule", tuple(Schedule))))
 
     def stages(self, data: Any, what: str) -> list[tuple[int, ShardStage]]:
         """``[[parameter index, stage], ...]``: the shard stages a step or strategy set."""

@@ -118,12 +118,14 @@ class SearchLogWriter:
         record = [TAG_STEP, int(event.chain), int(event.iteration), float(event.elapsed), op,
                   self._enc.config(op, event.config), float(event.proposed), current, best,
                   bool(event.accepted), int(event.memory)]
-        if event.others or event.early or event.stages:
+        if event.others or event.early or event.stages or event.pipeline:
             record.append([[int(o), self._enc.config(o, c)] for o, c in event.others])
-        if event.early or event.stages:
+        if event.early or event.stages or event.pipeline:
             record.append(bool(event.early))
-        if event.stages:
+        if event.stages or event.pipeline:
             record.append([[int(p), int(stage)] for p, stage in event.stages])
+        if event.pipeline:
+            record.append(self._enc.pipeline(event.pipeline))
         self._add(record)
 
     def restart(self, chain: int, iteration: int) -> None:

@@ -11,7 +11,11 @@ strategy does not fit its devices' memory or has ops recomputed) a step instead 
 recomputation for the op and often a run of ops after it (``recompute``); a random
 config keeps the op's recomputation as it was. With probability ``options.shard``
 (likewise) a step instead sets the shard stage of a run of parameters, or of all
-(``shard``).
+(``shard``). With probability ``options.pipeline`` (training only) a step instead sets
+another number of micro-batches or schedule (``pipeline``: simulated in full, never
+rejected early); with probability ``options.stage`` a move puts a run of layers on one
+device group (a stage, ``pipeline.stage_run``). Under micro-batches random configs split
+samples only as a micro-batch allows, and a move's configs that do not are dropped.
 It simulates the result incrementally and accepts it with probability
 min(1, exp(beta * (cost(S) - cost(S*)))), costs in ms. The random number that decides
 is drawn before simulating, so the cost it would take to accept is known in advance:
@@ -35,6 +39,7 @@ from flextui.search.events import RestartEvent, StepEvent
 from flextui.search.frontier import Frontier
 from flextui.search.log import Checkpoint, FrontierPoint
 from flextui.search.options import BETA_SCALE, SearchOptions
+from flextui.search.pipeline import pipeline_move, stage_run
 from flextui.search.propagate import propagation
 from flextui.search.recompute import recompute_run
 from flextui.search.shard import shard_run
@@ -47,6 +52,7 @@ from flextui.strategy import (
     count_configs,
     random_config,
 )
+from flextui.strategy.pipeline import Pipeline, micro_refusal
 
 
 def chain_seed(seed: int, chain: int) -> str:
@@ -64,6 +70,7 @@ def default_beta(initial_s: float) -> float:
 
 
 CONTINUE_CHANCE = 0.75  # a propagation walk goes on to a further neighbour this often
+STAGE_CONTINUE = 0.5    # a stage move takes the next layer too this often
 
 
 @dataclass(frozen=True)
@@ -74,8 +81,11 @@ class _Proposal:
     base: Strategy
     changes: tuple[tuple[str, ParallelConfig], ...] = ()
     stages: tuple[tuple[str, ShardStage], ...] = ()
+    pipeline: Pipeline | None = None
 
     def strategy(self) -> Strategy:
+        if self.pipeline is not None:
+            return self.base.with_pipeline(self.pipeline)
         if not self.changes and not self.stages:
             return self.base
         return self.base.replace_all(dict(self.changes)).with_shards(dict(self.stages))
@@ -104,6 +114,10 @@ class Chain:
         #: the chance of a shard move (none in inference or on one device: no group)
         self.shard = options.shard if options.training and self.num_devices > 1 else 0.0
         self.top_shard_stage = options.top_shard_stage
+        #: the chances of a pipeline move (training: micro-batches accumulate gradients)
+        #: and of a stage move
+        self.pipeline = options.pipeline if options.training else 0.0
+        self.stage = options.stage if self.num_devices > 1 else 0.0
         self.param_index = {name: i for i, name in enumerate(graph.parameters)}
         self.ops = [op for op in graph.ops if count_configs(op, self.num_devices) > 1
                     or (self.recompute and op.type != "input")]
@@ -156,7 +170,11 @@ class Chain:
         base = self.sim.strategy
         stages: dict[str, ShardStage] = {}
         others: list[tuple[Op, ParallelConfig]]
-        if self.shard and self._may_shard() and rng.random() < self.shard:
+        pipeline = None
+        if self.pipeline and rng.random() < self.pipeline:
+            config, others = base[op.name], []
+            pipeline = pipeline_move(self.graph, base, rng)
+        elif self.shard and self._may_shard() and rng.random() < self.shard:
             config, others = base[op.name], []
             stages = shard_run(self.graph, base, rng, CONTINUE_CHANCE, self.top_shard_stage)
         else:
@@ -166,7 +184,13 @@ class Chain:
             changes.insert(0, (op.name, config))
         draw = rng.random()
         early = False
-        if not changes and not stages:  # no change: the same strategy, the same cost
+        if pipeline is not None:   # every task changes: simulated in full
+            proposed = self.sim.propose_pipeline(pipeline)
+            memory = self._peak_memory()
+            self.frontier.add(self.sim.makespan, memory, _Proposal(base, pipeline=pipeline))
+            accepted = self._accepts(proposed, draw)
+            self.sim.accept() if accepted else self.sim.reject()
+        elif not changes and not stages:  # no change: the same strategy, the same cost
             proposed, memory, accepted = self.current_cost, self._peak_memory(), True
         else:
             proposed = self.sim.propose_many(changes, self._limit(draw), deadline, stages)
@@ -192,12 +216,29 @@ class Chain:
         return StepEvent(self.index, self.iteration, self.elapsed, op.index, config, proposed,
                          self.current_cost, self.best_cost, accepted, memory,
                          tuple((o.index, c) for o, c in others), early,
-                         tuple((self.param_index[name], stage) for name, stage in stages.items()))
+                         tuple((self.param_index[name], stage) for name, stage in stages.items()),
+                         pipeline)
 
     def _propose(self, op: Op, base: Strategy, rng: random.Random
                  ) -> tuple[ParallelConfig, list[tuple[Op, ParallelConfig]]]:
         """The picked op's config after the move, and the other ops it sets (each with
-        a config different from the one it has in ``base``)."""
+        a config different from the one it has in ``base``, and one that splits
+        ``base``'s micro-batches)."""
+        config, others = self._move(op, base, rng)
+        m = base.pipeline.microbatches
+        if m > 1:
+            if micro_refusal(op, config, m):
+                config = base[op.name]
+            others = [(o, c) for o, c in others if micro_refusal(o, c, m) is None]
+        return config, others
+
+    def _move(self, op: Op, base: Strategy, rng: random.Random
+              ) -> tuple[ParallelConfig, list[tuple[Op, ParallelConfig]]]:
+        if self.stage and rng.random() < self.stage:
+            changes = stage_run(self.graph, op, base, self.num_devices, rng, STAGE_CONTINUE)
+            mine = [c for o, c in changes if o is op]
+            return (mine[0] if mine else base[op.name]), [(o, c) for o, c in changes
+                                                           if o is not op]
         if self.options.propagation and rng.random() < self.options.propagation:
             return base[op.name], propagation(self.graph, op, base, rng, CONTINUE_CHANCE)
         if self.recompute and self._may_recompute() and rng.random() < self.recompute:
@@ -206,7 +247,8 @@ class Chain:
                 return changes[0][1], changes[1:]
             return base[op.name], changes
         # a new split; each op keeps its own recomputation
-        config = random_config(op, self.num_devices, rng).with_recompute(base[op.name].recompute)
+        config = random_config(op, self.num_devices, rng, base.pipeline.microbatches
+                               ).with_recompute(base[op.name].recompute)
         twins = self.twins.get(op.index, ())
         if twins and self.options.tied and rng.random() < self.options.tied:
             twin_configs = [(t, config.with_recompute(base[t.name].recompute)) for t in twins]

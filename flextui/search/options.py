@@ -14,6 +14,7 @@ from flextui.fields import FormFields
 from flextui.limits import CHAINS, MAX_INTEGER, TEXT_CHARS, integer_problem
 from flextui.machine.units import parse_bytes
 from flextui.sim.memory import MemoryPolicy
+from flextui.strategy.pipeline import Schedule
 from flextui.strategy.precision import Precision
 
 INITS = ("auto", "data-parallel", "expert", "model-parallel", "random")
@@ -86,6 +87,13 @@ class SearchOptions:
     precision: ``strategy.precision``); not a move: bf16 is faster and smaller in any
     simulation, and what it changes is the numbers the model trains with.
 
+    ``pipeline``: the chance that a step sets another number of micro-batches or the
+    other schedule (``flextui.search.pipeline``: a full simulation); ``stage``: the
+    chance that a step puts a run of layers on one group of devices (a pipeline stage);
+    ``microbatches`` and ``schedule``: the pipeline every chain starts in (its starting
+    strategy's sample splits lowered where a micro-batch does not allow them). 0 turns
+    a move off (inference never makes a pipeline move).
+
     ``early_reject``: a step draws its acceptance threshold before it simulates, and
     stops simulating a proposal once its makespan provably exceeds it (the proposal is
     rejected, as it would have been; see ``mcmc``). A chain makes the same moves and
@@ -113,6 +121,10 @@ class SearchOptions:
     beta_of_makespan: bool = True
     top_shard_stage: int = 3
     precision: Precision = Precision.FP32
+    pipeline: float = 0.02
+    stage: float = 0.05
+    microbatches: int = 1
+    schedule: Schedule = Schedule.GPIPE
 
     def __post_init__(self) -> None:
         """Every field's type and range, checked by the rules the CLI and the Setup form
@@ -134,10 +146,11 @@ class SearchOptions:
         unknown = sorted(str(k)[:40] for k in set(data) - known)
         if unknown:
             raise FlextuiError(f"{where}: unknown search options {unknown}")
-        try:   # logs from before early rejection, recomputation, sharding or the makespan's
-            # beta ran without them
+        try:   # logs from before early rejection, recomputation, sharding, the makespan's
+            # beta or pipelines ran without them
             return cls(**{"early_reject": False, "recompute": 0.0, "shard": 0.0,
-                          "beta_of_makespan": False, "top_shard_stage": 2, **data})
+                          "beta_of_makespan": False, "top_shard_stage": 2, "pipeline": 0.0,
+                          "stage": 0.0, **data})
         except FieldError as e:
             raise FlextuiError(f"{where}: options.{e.field}: {e.problem}") from None
 
@@ -269,6 +282,10 @@ _CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "beta_of_makespan": lambda f, v: _FIELDS.boolean(v, f),
     "top_shard_stage": lambda f, v: _FIELDS.integer(v, f, 1, 3),
     "precision": lambda f, v: Precision(_FIELDS.choice(v, f, tuple(Precision))),
+    "pipeline": _fraction,
+    "stage": _fraction,
+    "microbatches": lambda f, v: _FIELDS.integer(v, f, 1, 1 << 16),
+    "schedule": lambda f, v: Schedule(_FIELDS.choice(v, f, tuple(Schedule))),
     "memory_budget": _optional(lambda f, v: _FIELDS.integer(v, f, MIN_MEMORY_BUDGET)),
 }
 

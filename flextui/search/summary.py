@@ -45,13 +45,16 @@ def strategy_figures(strategy: Strategy, graph: OpGraph, cluster: Cluster,
                      cost_model: CostModel, options: SearchOptions) -> dict[str, Any]:
     """A strategy as the search sees it: its simulated cost, the memory of its fullest
     device and the search's memory budget (None without one), to compare the two, how
-    many of its ops it recomputes and how many parameters it shards at each stage."""
+    many of its ops it recomputes, how many parameters it shards at each stage and the
+    micro-batches it cuts the batch into."""
     timeline = search_simulator(graph, cluster, cost_model, options).simulate(strategy)
     return {"strategy_s": timeline.cost,
             "strategy_memory_bytes": max(d.memory.total for d in timeline.devices),
             "memory_budget_bytes": options.memory_budget,
             "recomputed_ops": sum(c.recompute for c in strategy.values()),
-            "sharded_params": sharded_counts(strategy)}
+            "sharded_params": sharded_counts(strategy),
+            "microbatches": strategy.pipeline.microbatches,
+            "schedule": strategy.pipeline.schedule.value}
 
 
 def best_over_time(log: SearchLog) -> list[dict[str, float]]:
