@@ -6,8 +6,9 @@ Without micro-batches: every op's forward in topological order, then every backw
 (a graph input has none) in reverse. With micro-batches the walk is the pipeline's
 schedule: the passes of every micro-batch, under the dependencies the simulator's
 task graph has (the graph's edges within a micro-batch, and the schedule's between
-them, ``pipeline.micro_deps``), listed in the order a list schedule runs them when each
-pass holds its op's devices for a forward's unit of time (a backward's two), ties
+them: ``pipeline.micro_deps`` and ``pipeline.stage_links``), listed in the order a
+list schedule runs them when each pass holds its op's devices for a forward's unit of
+time (a backward's two), ties
 broken as the simulator's keys break them. Each rank then runs its own passes in the
 schedule's order: GPipe's forward passes before its backward ones, 1F1B's warm-up and
 alternation stage by stage (on a uniform pipeline, the simulated order exactly).
@@ -20,7 +21,7 @@ from collections.abc import Sequence
 
 from flextui.graph import OpGraph
 from flextui.strategy import ParallelConfig
-from flextui.strategy.pipeline import Pipeline, micro_deps, windows
+from flextui.strategy.pipeline import Pipeline, micro_deps, stage_links, windows
 
 #: one pass of one op on one micro-batch: ("f" | "b", op index, micro-batch)
 Pass = tuple[str, int, int]
@@ -62,6 +63,11 @@ def walk(graph: OpGraph, configs: Sequence[ParallelConfig], pipeline: Pipeline,
     for i in has_backward:
         for (pa, ja), (pb, jb) in micro_deps(pipeline, window[i]):
             depend((pa, i, ja), (pb, i, jb))
+    for z, a in stage_links(graph, configs):
+        for j in range(1, m):
+            depend(("f", z, j - 1), ("f", a, j))
+            if z in has_backward and a in has_backward:
+                depend(("b", a, j - 1), ("b", z, j))
     devices = [tuple(sorted(set(c.devices))) for c in configs]
 
     def key(p: Pass) -> tuple[int, int]:

@@ -29,7 +29,9 @@ its gathers are made once per micro-batch; the schedule orders each op's tasks o
 micro-batches by dependencies (``pipeline.micro_deps``: GPipe's flush, 1F1B's window), a
 1F1B op's forward tasks past its window keep no activation (the memory of at most that
 many micro-batches in flight), and a parameter's sync waits for every micro-batch's
-backward tasks (the gradients accumulated).
+backward tasks (the gradients accumulated). Micro-batches go through a stage one after
+another (``pipeline.stage_links``: a stage's first ops wait for its last ops' previous
+micro-batch, forward, and the other way round, backward; ``_link_stages``).
 
 Every task has a *key*, a tuple that orders tasks consistently with their
 dependencies; the scheduler breaks ties in ready time by it, so schedules are
@@ -65,7 +67,7 @@ from __future__ import annotations
 import enum
 import math
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from flextui.cost.model import CostModel
@@ -77,7 +79,7 @@ from flextui.sim.plans import Planner
 from flextui.sim.taskstore import new_store
 from flextui.sim.unit_plan import ParamPlan, Shards
 from flextui.strategy import ParallelConfig, ShardStage, Strategy
-from flextui.strategy.pipeline import Schedule, micro_deps, windows
+from flextui.strategy.pipeline import micro_deps, stage_links, windows
 
 
 class TaskKind(enum.IntEnum):
@@ -134,8 +136,10 @@ class TaskGraph:
         self.units: dict[tuple[str, ...], Unit] = {}
         for op in graph.ops:
             self.configs[op.index] = strategy[op.name]
-        #: per op, the micro-batches it holds in flight (``pipeline.windows``)
+        #: per op, the micro-batches it holds in flight (``pipeline.windows``), and the
+        #: (last, first) op pairs that take micro-batches through a stage in turn
         self.windows = self._windows(self.configs)
+        self.links = self._links(self.configs)
         for name in self.param_users:
             self._plan_param(name)
         for op in graph.ops:
@@ -145,6 +149,7 @@ class TaskGraph:
                 self._add_edge(producer, op)
         for op in graph.ops:
             self._add_gathers(op)
+        self._link_stages(self.links)
         for unit in self._cut_units():
             self._add_unit(unit)
         self.store.trim()
@@ -161,6 +166,29 @@ class TaskGraph:
 
     def _windows(self, configs: Mapping[int, ParallelConfig]) -> list[int]:
         return windows(self.graph, [configs[i] for i in range(self.num_ops)], self.pipeline)
+
+    def _links(self, configs: Mapping[int, ParallelConfig]) -> frozenset[tuple[int, int]]:
+        if self.micro == 1:
+            return frozenset()
+        return stage_links(self.graph, [configs[i] for i in range(self.num_ops)])
+
+    def _link_stages(self, links: Iterable[tuple[int, int]]) -> None:
+        """On each device of a stage link's two ops (one set), the first op's forward
+        of micro-batch ``j`` after the last op's of ``j - 1``, and the last op's
+        backward of ``j`` after the first op's of ``j - 1``."""
+        link = self.store.link
+        for z, a in links:
+            zconf, aconf = self.configs[z], self.configs[a]
+            nz, na = len(zconf.devices), len(aconf.devices)
+            pairs = [(y, x) for y, d in enumerate(zconf.devices)
+                     for x, e in enumerate(aconf.devices) if d == e]
+            zf, af = self.forward[z], self.forward[a]
+            zb, ab = self.backward[z], self.backward[a]
+            for j in range(1, self.micro):
+                for y, x in pairs:
+                    link(zf[(j - 1) * nz + y], af[j * na + x])
+                    if zb and ab:
+                        link(ab[(j - 1) * na + x], zb[j * nz + y])
 
     def _part(self, tasks: array, j: int, n: int) -> array:
         """Micro-batch ``j``'s ``n`` tasks of an op's ``tasks`` (all of them, in order,
@@ -326,15 +354,20 @@ class TaskGraph:
             if (stage == full) != (self.stages.get(name) == full):
                 for op, _ in self.param_users[name]:
                     new.setdefault(op.index, (op, self.configs[op.index]))
-        old_windows = None
-        if self.micro > 1 and self.pipeline.schedule == Schedule.ONE_F_ONE_B:
-            # a 1F1B op's window follows the stages: an op whose window the change moves
-            # is made anew
-            moved = self._windows({**self.configs, **{i: c for i, (_, c) in new.items()}})
-            for i, window in enumerate(moved):
-                if window != self.windows[i]:
-                    new.setdefault(i, (self.graph.ops[i], self.configs[i]))
-            old_windows, self.windows = self.windows, moved
+        old_stages = None
+        if self.micro > 1:
+            # a 1F1B op's window and the stage links follow the stages: an op whose window
+            # the change moves, or that a stage link the change makes or ends joins, is
+            # made anew (with its links)
+            configs = {**self.configs, **{i: c for i, (_, c) in new.items()}}
+            moved = self._windows(configs)
+            links = self._links(configs)
+            remade = {i for i, window in enumerate(moved) if window != self.windows[i]}
+            remade.update(i for pair in links ^ self.links for i in pair)
+            for i in sorted(remade):
+                new.setdefault(i, (self.graph.ops[i], self.configs[i]))
+            old_stages = (self.windows, self.links)
+            self.windows, self.links = moved, links
         ops = [op for op, _ in new.values()]
         edges = list(dict.fromkeys(
             [(p.index, op.index) for op in ops for p in self.graph.predecessors(op)] +
@@ -350,7 +383,7 @@ class TaskGraph:
                         {name: self.param_plans[name] for name in params},
                         {name: self.param_shards[name] for name in params},
                         {name: self.stages.get(name, ShardStage.NONE) for name in stages},
-                        {i: self.gathers.get(i, array("i")) for i in regather}, old_windows)
+                        {i: self.gathers.get(i, array("i")) for i in regather}, old_stages)
         for op, config in new.values():
             self.configs[op.index] = config
         self._set_stages(stages)
@@ -377,6 +410,7 @@ class TaskGraph:
                 change.added.extend(self._add_edge(self.graph.ops[a], self.graph.ops[b]))
             for i in regather:
                 change.added.extend(self._add_gathers(self.graph.ops[i]))
+            self._link_stages(pair for pair in self.links if new.keys() & set(pair))
             for u in units:
                 check_deadline(deadline, "the task graph's edit")
                 change.added.extend(self._add_unit(u))
@@ -401,8 +435,8 @@ class TaskGraph:
         self.param_plans.update(change.param_plans)
         self.param_shards.update(change.param_shards)
         self._set_stages(change.stages)
-        if change.windows is not None:
-            self.windows = change.windows
+        if change.stages_of_ops is not None:
+            self.windows, self.links = change.stages_of_ops
         for i, gathers in change.gathers.items():
             if gathers:
                 self.gathers[i] = gathers
@@ -452,7 +486,8 @@ class Change:
     param_shards: dict[str, Shards]
     stages: dict[str, ShardStage]     # the restaged parameters' old stages
     gathers: dict[int, array]         # op index -> its old gathers (stage 3), maybe none
-    windows: list[int] | None         # the ops' old windows, when 1F1B moved them
+    #: with micro-batches, the ops' old windows and stage links
+    stages_of_ops: tuple[list[int], frozenset[tuple[int, int]]] | None
     units: dict[tuple[str, ...], Unit] = field(default_factory=dict)   # the ones removed
     new_units: list[tuple[str, ...]] = field(default_factory=list)     # the ones built
     removed: array = field(default_factory=lambda: array("i"))

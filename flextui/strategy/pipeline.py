@@ -149,6 +149,30 @@ def stages(graph: OpGraph, configs: Sequence[ParallelConfig]) -> list[int]:
     return stage
 
 
+def stage_links(graph: OpGraph, configs: Sequence[ParallelConfig]) -> frozenset[tuple[int, int]]:
+    """The (last, first) op index pairs that take a stage's micro-batches through it one
+    after another: in each stage (its ops of one stage index on one set of devices),
+    every op no other op of the stage reads (a last) with every op that reads none of
+    them (a first). A first's forward of micro-batch ``j`` waits for each last's of
+    ``j - 1``, and a last's backward of ``j`` for each first's of ``j - 1``: without
+    these a scheduler that runs tasks as they come ready would take each op through
+    every micro-batch before the next op takes the first."""
+    stage = stages(graph, configs)
+    groups: dict[tuple[int, frozenset[int]], list[Op]] = {}
+    for op in graph.ops:
+        groups.setdefault((stage[op.index], frozenset(configs[op.index].devices)),
+                          []).append(op)
+    links: set[tuple[int, int]] = set()
+    for ops in groups.values():
+        members = {o.index for o in ops}
+        firsts = [o.index for o in ops
+                  if not any(p.index in members for p in graph.predecessors(o))]
+        lasts = [o.index for o in ops
+                 if not any(c.index in members for c in graph.successors(o))]
+        links.update((z, a) for z in lasts for a in firsts)
+    return frozenset(links)
+
+
 def windows(graph: OpGraph, configs: Sequence[ParallelConfig], pipeline: Pipeline,
             ) -> list[int]:
     """Per op (by index), how many micro-batches it holds in flight: all of them under
