@@ -13,6 +13,8 @@ from flextui.cost import AnalyticCostModel
 from flextui.errors import StrategyError
 from flextui.graph import GraphBuilder
 from flextui.runtime.spec import LaunchSpec, Training
+from flextui.runtime.summary import device_labels
+from flextui.runtime.walk import walk
 from flextui.sim import DeltaSimulator, Simulator
 from flextui.sim.taskgraph import TaskKind
 from flextui.strategy import builtin_strategy, load_strategy, random_config, save_strategy
@@ -71,6 +73,34 @@ def test_the_bubble_of_a_uniform_four_stage_pipeline_is_the_textbooks(schedule, 
         assert device.busy_s == m * (f + b)
         assert device.idle_s / timeline.makespan == pytest.approx((p - 1) / (m + p - 1),
                                                                   abs=1e-15)
+
+
+def two_stages_of_two_ops():
+    """x -> a0 -> b0 on device 0, a1 -> b1 on device 1: each stage's passes take two
+    tasks (2 s forward, 4 s backward a stage)."""
+    g = GraphBuilder("two")
+    x = g.input((8, 8), name="x")
+    for i in range(2):
+        x = g.linear(g.linear(x, 8, name=f"a{i}"), 8, name=f"b{i}")
+    graph = g.build()
+    return graph, place(graph, {"x": 0, "a0": 0, "b0": 0, "a1": 1, "b1": 1})
+
+
+@pytest.mark.parametrize("schedule", list(Schedule))
+@pytest.mark.parametrize("m", [1, 2, 4])
+def test_micro_batches_go_through_a_stage_of_several_ops_one_after_another(schedule, m):
+    """Each op alone would take every micro-batch before the next op took the first (the
+    scheduler runs tasks as they come ready); a stage takes them through in turn, so the
+    bubble is still the textbook's: (m + p - 1) stage passes of 2 + 4 s."""
+    graph, strategy = two_stages_of_two_ops()
+    timeline = Simulator(graph, line_cluster(2), NoComm()).simulate(
+        strategy.with_pipeline(Pipeline(m, schedule)))
+    assert timeline.makespan == (m + 1) * 6.0
+    if m == 2:
+        order = [(t.op, t.kind.name[0], t.micro) for t in timeline.tasks
+                 if t.resources == ("d0",) and t.op not in ("x", "")]
+        assert order == [("a0", "F", 0), ("b0", "F", 0), ("a0", "F", 1), ("b0", "F", 1),
+                         ("b0", "B", 0), ("a0", "B", 0), ("b0", "B", 1), ("a0", "B", 1)]
 
 
 def test_gpipe_runs_every_forward_pass_before_any_backward_pass():
@@ -227,3 +257,30 @@ def test_a_launch_plan_carries_the_micro_batches():
     piped = strategy.with_pipeline(Pipeline(2, Schedule.GPIPE))
     spec = LaunchSpec(graph, piped, 4, Training(steps=1))
     assert LaunchSpec.decode(spec.encode(), "plan").strategy == piped
+
+
+@pytest.mark.parametrize("schedule", list(Schedule))
+@pytest.mark.parametrize("stages_of", [four_stages, two_stages_of_two_ops])
+def test_each_rank_runs_its_passes_in_the_simulated_order(schedule, stages_of):
+    """The runtime's walk, restricted to a rank, is the order the simulator runs that
+    device's compute tasks in (a uniform pipeline: the walk's unit times are its)."""
+    graph, strategy = stages_of()
+    piped = strategy.with_pipeline(Pipeline(4, schedule))
+    cluster = line_cluster(max(c.devices[0] for c in piped.values()) + 1)
+    timeline = Simulator(graph, cluster, NoComm()).simulate(piped)
+    passes = walk(graph, piped.configs_of(graph), piped.pipeline)
+    for d, device in enumerate(cluster.devices):
+        simulated = [(t.kind.name[0].lower(), t.op, t.micro) for t in timeline.tasks
+                     if t.resources == (device.name,) and t.op not in ("x", "")
+                     and t.kind in (TaskKind.FORWARD, TaskKind.BACKWARD)]
+        walked = [(phase, graph.ops[i].name, j) for phase, i, j in passes
+                  if piped[graph.ops[i].name].devices == (d,) and graph.ops[i].name != "x"]
+        assert walked == simulated
+
+
+def test_a_runs_table_names_the_stage_each_device_runs():
+    graph, strategy = four_stages()
+    cluster = line_cluster(4)
+    assert device_labels(cluster, graph, strategy) == ["d0", "d1", "d2", "d3"]
+    assert device_labels(cluster, graph, strategy.with_pipeline(Pipeline(2))) == \
+        ["d0 · stage 0", "d1 · stage 1", "d2 · stage 2", "d3 · stage 3"]

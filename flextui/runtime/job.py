@@ -29,7 +29,7 @@ from flextui.runtime.runlog import RunHeader, RunLogError, RunLogWriter
 from flextui.runtime.spec import Backend, LaunchSpec, RunDtype, Training
 from flextui.runtime.stepfigures import ModelWork, StepJoin
 from flextui.runtime.steplog import StepLog
-from flextui.runtime.summary import RunSummary, Simulated, summarize
+from flextui.runtime.summary import RunSummary, Simulated, device_labels, summarize
 from flextui.runtime.target import LaunchTarget, check_ranks_fit
 from flextui.search.files import default_log_path
 from flextui.sim import Simulator
@@ -255,8 +255,8 @@ def execute(prepared: Prepared, stop: threading.Event,
 
 def summary_of(prepared: Prepared, records: list[RankRecord]) -> RunSummary:
     """The run's summary, on the launch's cluster, against its simulated figures."""
-    cluster = prepared.cluster
-    return summarize(records, [d.name for d in cluster.devices],
+    cluster, spec = prepared.cluster, prepared.spec
+    return summarize(records, device_labels(cluster, spec.graph, spec.strategy),
                      [d.spec.memory_bytes for d in cluster.devices],
                      prepared.spec.graph.batch_size, prepared.simulated)
 

@@ -45,7 +45,7 @@ from flextui.runtime.hosts import Host
 from flextui.runtime.launch import Outcome, RunStatus
 from flextui.runtime.metrics import RankRecord, RecordError, decode_record
 from flextui.runtime.spec import LaunchSpec
-from flextui.runtime.summary import RunSummary, Simulated, summarize
+from flextui.runtime.summary import RunSummary, Simulated, device_labels, summarize
 from flextui.runtime.target import LaunchTarget, Remote
 from flextui.search.logfile import scan_frames
 from flextui.search.logformat import frame, now_iso
@@ -284,7 +284,7 @@ def _final(f: FieldReader, value: object, where: str) -> Outcome:
 def summary_of_log(log: RunLog) -> RunSummary:
     """The run's summary from its log: the records against the header's simulated
     figures, on the header's cluster."""
-    cluster = log.header.cluster
-    return summarize(log.records, [d.name for d in cluster.devices],
+    cluster, spec = log.header.cluster, log.header.spec
+    return summarize(log.records, device_labels(cluster, spec.graph, spec.strategy),
                      [d.spec.memory_bytes for d in cluster.devices],
                      log.header.spec.graph.batch_size, log.header.simulated)

@@ -8,7 +8,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from flextui.fields import FieldReader
+from flextui.graph import OpGraph
+from flextui.machine import Cluster
 from flextui.runtime.metrics import RankRecord, Steps
+from flextui.strategy import Strategy
+from flextui.strategy.pipeline import stages
 
 #: a device whose measured busy time is off the simulated by more than this is
 #: highlighted
@@ -136,6 +140,21 @@ def measures(records: Iterable[RankRecord], num_ranks: int) -> list[DeviceMeasur
         if isinstance(record, Steps) and record.rank < num_ranks:
             found[record.rank].add(record)
     return found
+
+
+def device_labels(cluster: Cluster, graph: OpGraph, strategy: Strategy) -> list[str]:
+    """Each device's name for a run's table, and with micro-batches the pipeline stages
+    of its ops (``n1.gpu0 · stage 1``): what is measured against simulated, per stage."""
+    names = [d.name for d in cluster.devices]
+    if not strategy.pipeline.on:
+        return names
+    stage = stages(graph, strategy.configs_of(graph))
+    held: dict[int, set[int]] = {}
+    for op in graph.ops:
+        for d in strategy[op.name].devices:
+            held.setdefault(d, set()).add(stage[op.index])
+    return [name + (f" · stage {'/'.join(map(str, sorted(held[i])))}" if i in held else "")
+            for i, name in enumerate(names)]
 
 
 def summarize(records: Iterable[RankRecord], device_names: list[str],

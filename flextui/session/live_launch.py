@@ -15,7 +15,7 @@ from flextui.runtime.job import Prepared, execute
 from flextui.runtime.launch import Outcome, RunStatus
 from flextui.runtime.metrics import RankRecord
 from flextui.runtime.stepfigures import ModelWork, StepJoin
-from flextui.runtime.summary import RunSummary
+from flextui.runtime.summary import RunSummary, device_labels
 from flextui.session.jobs import BackgroundJob, JobState
 from flextui.session.launch_watch import LaunchView, LaunchWatch
 
@@ -32,7 +32,7 @@ class LiveLaunch(BackgroundJob):
         self.prepared = prepared
         self.label = label or prepared.spec.strategy.name
         cluster, spec = prepared.cluster, prepared.spec
-        self._watch = LaunchWatch([d.name for d in cluster.devices],
+        self._watch = LaunchWatch(device_labels(cluster, spec.graph, spec.strategy),
                                   [d.spec.memory_bytes for d in cluster.devices],
                                   spec.graph.batch_size, spec.training.steps,
                                   spec.training.warmup, prepared.simulated,
