@@ -130,8 +130,8 @@ def catch_up(chain: Chain, last: StepEvent | None, where: str) -> None:
         event = chain.step()
         if chain.restart_due():
             chain.restart()
-    if (event.changes, event.stages, event.proposed) != \
-            (last.changes, last.stages, last.proposed):
+    if (event.changes, event.stages, event.pipeline, event.proposed) != \
+            (last.changes, last.stages, last.pipeline, last.proposed):
         raise FlextuiError(f"{where}: resuming chain {chain.index} did not reproduce its "
                            f"logged step {last.iteration}; the log was written with a "
                            "different cost model or flextui version")

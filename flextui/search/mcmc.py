@@ -11,9 +11,10 @@ strategy does not fit its devices' memory or has ops recomputed) a step instead 
 recomputation for the op and often a run of ops after it (``recompute``); a random
 config keeps the op's recomputation as it was. With probability ``options.shard``
 (likewise) a step instead sets the shard stage of a run of parameters, or of all
-(``shard``). With probability ``options.pipeline`` (training only) a step instead sets
-another number of micro-batches or schedule (``pipeline``: simulated in full, never
-rejected early); with probability ``options.stage`` a move puts a run of layers on one
+(``shard``). With probability ``options.pipeline`` (training only, and only while the
+strategy has several stages, is short of memory or has micro-batches) a step instead
+sets another number of micro-batches or schedule (``pipeline``: simulated in full,
+never rejected early); with probability ``options.stage`` a move puts a run of layers on one
 device group (a stage, ``pipeline.stage_run``). Under micro-batches random configs split
 samples only as a micro-batch allows, and a move's configs that do not are dropped.
 It simulates the result incrementally and accepts it with probability
@@ -52,7 +53,7 @@ from flextui.strategy import (
     count_configs,
     random_config,
 )
-from flextui.strategy.pipeline import Pipeline, micro_refusal
+from flextui.strategy.pipeline import Pipeline, micro_refusal, stages
 
 
 def chain_seed(seed: int, chain: int) -> str:
@@ -171,7 +172,7 @@ class Chain:
         stages: dict[str, ShardStage] = {}
         others: list[tuple[Op, ParallelConfig]]
         pipeline = None
-        if self.pipeline and rng.random() < self.pipeline:
+        if self.pipeline and rng.random() < self.pipeline and self._may_pipeline(base):
             config, others = base[op.name], []
             pipeline = pipeline_move(self.graph, base, rng)
         elif self.shard and self._may_shard() and rng.random() < self.shard:
@@ -268,6 +269,13 @@ class Chain:
         """Whether a shard move is worth making: as ``_may_recompute``, while memory is
         short or to unshard what an earlier one sharded (kept, not recounted)."""
         return self.current_cost > self.sim.makespan or self.sharded > 0
+
+    def _may_pipeline(self, base: Strategy) -> bool:
+        """Whether a pipeline move is worth its full simulation: while the strategy has
+        stages to pipeline, memory is short (1F1B holds fewer activations) or it has
+        micro-batches already."""
+        return base.pipeline.on or self.current_cost > self.sim.makespan or \
+            max(stages(self.graph, base.configs_of(self.graph)), default=0) > 0
 
     def _accepts(self, proposed: float, draw: float) -> bool:
         if proposed <= self.current_cost:
