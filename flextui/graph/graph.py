@@ -81,6 +81,12 @@ class OpGraph:
                 (shared if name in seen else seen).add(name)
         return frozenset(shared)
 
+    @cached_property
+    def neighbour_indices(self) -> tuple[list[tuple[int, ...]], list[tuple[int, ...]]]:
+        """The indices of each op's predecessors and of its successors, by op index."""
+        return ([tuple(p.index for p in self.predecessors(op)) for op in self.ops],
+                [tuple(c.index for c in self.successors(op)) for op in self.ops])
+
     @property
     def param_count(self) -> int:
         return sum(p.numel for p in self.parameters.values())

@@ -79,7 +79,7 @@ from flextui.sim.plans import Planner
 from flextui.sim.taskstore import new_store
 from flextui.sim.unit_plan import ParamPlan, Shards
 from flextui.strategy import ParallelConfig, ShardStage, Strategy
-from flextui.strategy.pipeline import micro_deps, stage_links, windows
+from flextui.strategy.pipeline import micro_deps, stage_links, stages as pipeline_stages, windows
 
 
 class TaskKind(enum.IntEnum):
@@ -138,8 +138,7 @@ class TaskGraph:
             self.configs[op.index] = strategy[op.name]
         #: per op, the micro-batches it holds in flight (``pipeline.windows``), and the
         #: (last, first) op pairs that take micro-batches through a stage in turn
-        self.windows = self._windows(self.configs)
-        self.links = self._links(self.configs)
+        self.windows, self.links = self._stage_structure(self.configs)
         for name in self.param_users:
             self._plan_param(name)
         for op in graph.ops:
@@ -164,13 +163,16 @@ class TaskGraph:
         """The devices and links (resource ids) task ``t`` holds."""
         return self.store.resource_set(self.store.info(t)[3])
 
-    def _windows(self, configs: Mapping[int, ParallelConfig]) -> list[int]:
-        return windows(self.graph, [configs[i] for i in range(self.num_ops)], self.pipeline)
-
-    def _links(self, configs: Mapping[int, ParallelConfig]) -> frozenset[tuple[int, int]]:
+    def _stage_structure(self, configs: Mapping[int, ParallelConfig],
+                         ) -> tuple[list[int], frozenset[tuple[int, int]]]:
+        """Per op its window (``pipeline.windows``), and the stage links
+        (``pipeline.stage_links``), under ``configs`` (by op index)."""
+        ordered = [configs[i] for i in range(self.num_ops)]
         if self.micro == 1:
-            return frozenset()
-        return stage_links(self.graph, [configs[i] for i in range(self.num_ops)])
+            return [1] * self.num_ops, frozenset()
+        stage = pipeline_stages(self.graph, ordered)
+        return (windows(self.graph, ordered, self.pipeline, stage),
+                stage_links(self.graph, ordered, stage))
 
     def _link_stages(self, links: Iterable[tuple[int, int]]) -> None:
         """On each device of a stage link's two ops (one set), the first op's forward
@@ -359,9 +361,8 @@ class TaskGraph:
             # a 1F1B op's window and the stage links follow the stages: an op whose window
             # the change moves, or that a stage link the change makes or ends joins, is
             # made anew (with its links)
-            configs = {**self.configs, **{i: c for i, (_, c) in new.items()}}
-            moved = self._windows(configs)
-            links = self._links(configs)
+            moved, links = self._stage_structure(
+                {**self.configs, **{i: c for i, (_, c) in new.items()}})
             remade = {i for i, window in enumerate(moved) if window != self.windows[i]}
             remade.update(i for pair in links ^ self.links for i in pair)
             for i in sorted(remade):

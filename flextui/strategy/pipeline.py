@@ -140,47 +140,48 @@ def microbatch_choices(graph: OpGraph, configs: Sequence[ParallelConfig], most: 
 def stages(graph: OpGraph, configs: Sequence[ParallelConfig]) -> list[int]:
     """Each op's pipeline stage, by op index (a graph input's: 0): along every path, one
     more wherever an op's devices are another set than its producer's."""
-    stage = [0] * len(graph.ops)
+    preds, _ = graph.neighbour_indices
+    inputs = {op.index for op in graph.ops if op.type == "input"}
     devices = [frozenset(c.devices) for c in configs]
-    for op in graph.ops:
-        stage[op.index] = max((stage[p.index] + (devices[p.index] != devices[op.index])
-                               for p in graph.predecessors(op) if p.type != "input"),
-                              default=0)
+    stage = [0] * len(graph.ops)
+    for i, before in enumerate(preds):
+        stage[i] = max((stage[p] + (devices[p] != devices[i]) for p in before
+                        if p not in inputs), default=0)
     return stage
 
 
-def stage_links(graph: OpGraph, configs: Sequence[ParallelConfig]) -> frozenset[tuple[int, int]]:
+def stage_links(graph: OpGraph, configs: Sequence[ParallelConfig],
+                stage: Sequence[int] | None = None) -> frozenset[tuple[int, int]]:
     """The (last, first) op index pairs that take a stage's micro-batches through it one
     after another: in each stage (its ops of one stage index on one set of devices),
     every op no other op of the stage reads (a last) with every op that reads none of
     them (a first). A first's forward of micro-batch ``j`` waits for each last's of
     ``j - 1``, and a last's backward of ``j`` for each first's of ``j - 1``: without
     these a scheduler that runs tasks as they come ready would take each op through
-    every micro-batch before the next op takes the first."""
-    stage = stages(graph, configs)
-    groups: dict[tuple[int, frozenset[int]], list[Op]] = {}
-    for op in graph.ops:
-        groups.setdefault((stage[op.index], frozenset(configs[op.index].devices)),
-                          []).append(op)
-    links: set[tuple[int, int]] = set()
-    for ops in groups.values():
-        members = {o.index for o in ops}
-        firsts = [o.index for o in ops
-                  if not any(p.index in members for p in graph.predecessors(o))]
-        lasts = [o.index for o in ops
-                 if not any(c.index in members for c in graph.successors(o))]
-        links.update((z, a) for z in lasts for a in firsts)
-    return frozenset(links)
+    every micro-batch before the next op takes the first. ``stage``: ``stages``' answer,
+    where the caller has it."""
+    stage = stages(graph, configs) if stage is None else stage
+    preds, succs = graph.neighbour_indices
+    group = [(stage[i], frozenset(c.devices)) for i, c in enumerate(configs)]
+    firsts: dict[tuple[int, frozenset[int]], list[int]] = {}
+    lasts: dict[tuple[int, frozenset[int]], list[int]] = {}
+    for i, g in enumerate(group):
+        if all(group[p] != g for p in preds[i]):
+            firsts.setdefault(g, []).append(i)
+        if all(group[c] != g for c in succs[i]):
+            lasts.setdefault(g, []).append(i)
+    return frozenset((z, a) for g, ends in lasts.items() for z in ends for a in firsts[g])
 
 
 def windows(graph: OpGraph, configs: Sequence[ParallelConfig], pipeline: Pipeline,
-            ) -> list[int]:
+            stage: Sequence[int] | None = None) -> list[int]:
     """Per op (by index), how many micro-batches it holds in flight: all of them under
-    GPipe, the stages from its own to the last under 1F1B (never more than there are)."""
+    GPipe, the stages from its own to the last under 1F1B (never more than there are).
+    ``stage``: ``stages``' answer, where the caller has it."""
     m = pipeline.microbatches
     if pipeline.schedule == Schedule.GPIPE or m == 1:
         return [m] * len(graph.ops)
-    stage = stages(graph, configs)
+    stage = stages(graph, configs) if stage is None else stage
     last = max(stage, default=0)
     return [min(m, last - s + 1) for s in stage]
 
