@@ -20,6 +20,7 @@ from flextui.runtime.export_torch import torch_module_text
 from flextui.runtime.export_types import LayerPlan, Layout, TensorParallelStyle
 from flextui.strategy import ParallelConfig, ShardStage, builtin_strategy, save_strategy
 from flextui.strategy.builtins import split_dims
+from flextui.strategy.pipeline import Pipeline, Schedule
 from helpers import HANG_S
 from processes import end, wait_gone
 
@@ -185,6 +186,21 @@ def test_refuses_a_sharded_parameter(capsys, tmp_path, graph):
                   shards={"blocks.1.down.weight": ShardStage.GRADIENTS})
     assert "op 'blocks.1.down': its parameter 'blocks.1.down.weight' has its training state " \
         "sharded (stage 2), which a DeviceMesh plan does not express" in err
+
+
+def test_refuses_micro_batches(capsys, tmp_path, graph):
+    cluster = load_named_cluster("local-cpu-2")
+    path, plan = tmp_path / "s.json", tmp_path / "plan.py"
+    save_strategy(path, builtin_strategy("data-parallel", graph, cluster).with_pipeline(
+        Pipeline(2, Schedule.ONE_F_ONE_B)), graph, cluster)
+    code = main(["export", str(path), "--model", MODEL, "-o", str(plan)])
+    out, err = capsys.readouterr()
+    assert (code, out, plan.exists()) == (2, "", False)
+    assert err == (f"flextui: error: cannot export {path} as a DeviceMesh plan: the strategy "
+                   "cuts each batch into 2 micro-batches, 1f1b, which a DeviceMesh plan does "
+                   "not express: run the strategy with `flextui launch`, or export it without "
+                   "micro-batches and pipeline the stages in your loop "
+                   "(torch.distributed.pipelining)\n")
 
 
 def test_refuses_two_tensor_parallel_degrees(capsys, tmp_path, graph):

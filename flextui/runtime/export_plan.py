@@ -35,6 +35,12 @@ def mesh_plan(graph: OpGraph, strategy: Strategy, devices: int) -> MeshPlan:
         raise NotExpressible(f"model {graph.name!r} is flextui's own graph, not a PyTorch "
                              "module: export a strategy for a model file (--model FILE.py) or "
                              "an imported model, whose layers the plan names")
+    if strategy.pipeline.on:
+        raise NotExpressible(f"the strategy cuts each batch into "
+                             f"{strategy.pipeline.describe()}, which a DeviceMesh plan does "
+                             "not express: run the strategy with `flextui launch`, or export "
+                             "it without micro-batches and pipeline the stages in your loop "
+                             "(torch.distributed.pipelining)")
     for op in graph.ops:
         _check_distinct(op, strategy[op.name])
         if strategy[op.name].recompute:
