@@ -55,6 +55,7 @@ from flextui.runtime.rank_update import RankUpdate
 from flextui.runtime.values import StartingParameters, input_block
 from flextui.runtime.walk import walk
 from flextui.strategy import Strategy
+from flextui.strategy.pipeline import Pass
 from flextui.strategy.precision import Precision
 
 if TYPE_CHECKING:
@@ -167,7 +168,7 @@ class RankProgram:
         next_bucket = 0
         for phase, i, j in self.walk:
             op, state = self.ops[i], states[j]
-            if phase == "f":
+            if phase == Pass.FORWARD:
                 self._forward(op, step, state)
                 for dropped in self.drop_after.get(i, ()):
                     for k in self.tasks[dropped]:

@@ -1,5 +1,5 @@
 """The order every rank walks a training step's passes in: ``(pass, op index,
-micro-batch)``, pass "f" (forward) or "b" (backward), the same list on every rank, so
+micro-batch)`` (``pipeline.Pass``), the same list on every rank, so
 the pieces each pair of ranks exchanges at an op's pass match.
 
 Without micro-batches: every op's forward in topological order, then every backward
@@ -21,30 +21,31 @@ from collections.abc import Sequence
 
 from flextui.graph import OpGraph
 from flextui.strategy import ParallelConfig
-from flextui.strategy.pipeline import Pipeline, micro_deps, stage_links, windows
+from flextui.strategy.pipeline import Pass, Pipeline, micro_deps, stage_links, windows
 
-#: one pass of one op on one micro-batch: ("f" | "b", op index, micro-batch)
-Pass = tuple[str, int, int]
+#: one pass of one op on one micro-batch: (pass, op index, micro-batch)
+Step = tuple[Pass, int, int]
 
 #: the time a list schedule gives a pass, to order the walk (a backward costs about two
 #: forwards)
-_UNITS = {"f": 1, "b": 2}
+_UNITS = {Pass.FORWARD: 1, Pass.BACKWARD: 2}
+F, B = Pass.FORWARD, Pass.BACKWARD
 
 
 def walk(graph: OpGraph, configs: Sequence[ParallelConfig], pipeline: Pipeline,
-         training: bool = True) -> list[Pass]:
+         training: bool = True) -> list[Step]:
     """Every pass of a step, in the order ranks run them (see the module docstring)."""
     m = pipeline.microbatches
     backward = [op.index for op in reversed(graph.ops) if op.type != "input"]
     if m == 1 or not training:
-        return [("f", op.index, j) for j in range(m) for op in graph.ops] + \
-            ([("b", i, 0) for i in backward] if training else [])
+        return [(F, op.index, j) for j in range(m) for op in graph.ops] + \
+            ([(B, i, 0) for i in backward] if training else [])
     n = len(graph.ops)
     has_backward = set(backward)
-    succs: dict[Pass, list[Pass]] = {}
-    waiting: dict[Pass, int] = {}
+    succs: dict[Step, list[Step]] = {}
+    waiting: dict[Step, int] = {}
 
-    def depend(before: Pass, after: Pass) -> None:
+    def depend(before: Step, after: Step) -> None:
         succs.setdefault(before, []).append(after)
         waiting[after] = waiting.get(after, 0) + 1
 
@@ -52,33 +53,33 @@ def walk(graph: OpGraph, configs: Sequence[ParallelConfig], pipeline: Pipeline,
     for j in range(m):
         for op in graph.ops:
             i = op.index
-            waiting.setdefault(("f", i, j), 0)
+            waiting.setdefault((F, i, j), 0)
             for p in graph.predecessors(op):
-                depend(("f", p.index, j), ("f", i, j))
+                depend((F, p.index, j), (F, i, j))
             if i not in has_backward:
                 continue
-            depend(("f", i, j), ("b", i, j))
+            depend((F, i, j), (B, i, j))
             for c in graph.successors(op):
-                depend(("b", c.index, j), ("b", i, j))
+                depend((B, c.index, j), (B, i, j))
     for i in has_backward:
         for (pa, ja), (pb, jb) in micro_deps(pipeline, window[i]):
             depend((pa, i, ja), (pb, i, jb))
     for z, a in stage_links(graph, configs):
         for j in range(1, m):
-            depend(("f", z, j - 1), ("f", a, j))
+            depend((F, z, j - 1), (F, a, j))
             if z in has_backward and a in has_backward:
-                depend(("b", a, j - 1), ("b", z, j))
+                depend((B, a, j - 1), (B, z, j))
     devices = [tuple(sorted(set(c.devices))) for c in configs]
 
-    def key(p: Pass) -> tuple[int, int]:
+    def key(p: Step) -> tuple[int, int]:
         phase, i, j = p
-        return (0, j * n + i) if phase == "f" else (1, j * n - i)
+        return (0, j * n + i) if phase == F else (1, j * n - i)
 
     free: dict[int, int] = {}
     ready = [(0, key(p), p) for p, count in waiting.items() if count == 0]
     heapq.heapify(ready)
-    at: dict[Pass, int] = {}
-    order: list[tuple[int, tuple[int, int], Pass]] = []
+    at: dict[Step, int] = {}
+    order: list[tuple[int, tuple[int, int], Step]] = []
     while ready:
         t, k, done = heapq.heappop(ready)
         start = max([t] + [free.get(d, 0) for d in devices[done[1]]])

@@ -135,10 +135,9 @@ class DeltaSimulator:
     def accept(self) -> None:
         if self.cut_short:
             raise RuntimeError("a proposal whose simulation was cut short cannot be accepted")
-        if isinstance(self._pending and self._pending[0], _Kept):
-            self._take()
-            return
         change, _ = self._take()
+        if isinstance(change, _Kept):   # a pipeline: the new simulation stands
+            return
         self.tg.commit(change)
         self.tg.store.forget()
         self.strategy = self.strategy.replace_all(
@@ -146,15 +145,14 @@ class DeltaSimulator:
             {name: self.tg.stages.get(name, ShardStage.NONE) for name in change.stages})
 
     def reject(self) -> None:
-        if isinstance(self._pending and self._pending[0], _Kept):
-            kept, _ = self._take()
-            self.tg, self.times, self.memory = kept.tg, kept.times, kept.memory
-            self.strategy, self.makespan, self.cut_short = kept.strategy, kept.makespan, False
-            return
         change, makespan = self._take()
-        self._account(change, -1)
-        self.tg.rollback(change)
-        undo(self.tg, self.times)
+        if isinstance(change, _Kept):   # a pipeline: the set-aside simulation is back
+            self.tg, self.times, self.memory = change.tg, change.times, change.memory
+            self.strategy = change.strategy
+        else:
+            self._account(change, -1)
+            self.tg.rollback(change)
+            undo(self.tg, self.times)
         self.makespan, self.cut_short = makespan, False
 
     def timeline(self) -> Timeline:

@@ -79,7 +79,13 @@ from flextui.sim.plans import Planner
 from flextui.sim.taskstore import new_store
 from flextui.sim.unit_plan import ParamPlan, Shards
 from flextui.strategy import ParallelConfig, ShardStage, Strategy
-from flextui.strategy.pipeline import micro_deps, stage_links, stages as pipeline_stages, windows
+from flextui.strategy.pipeline import (
+    Pass,
+    micro_deps,
+    stage_links,
+    stages as pipeline_stages,
+    windows,
+)
 
 
 class TaskKind(enum.IntEnum):
@@ -222,7 +228,7 @@ class TaskGraph:
                 fwd.extend(f)
                 bwd.extend(b)
             if bwd:
-                n, passes = len(plan.devices), {"f": fwd, "b": bwd}
+                n, passes = len(plan.devices), {Pass.FORWARD: fwd, Pass.BACKWARD: bwd}
                 for (pa, ja), (pb, jb) in micro_deps(self.pipeline, window):
                     for k in range(n):
                         self.store.link(passes[pa][ja * n + k], passes[pb][jb * n + k])

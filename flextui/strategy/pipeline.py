@@ -42,6 +42,13 @@ class Schedule(StrEnum):
     ONE_F_ONE_B = "1f1b"
 
 
+class Pass(StrEnum):
+    """An op's two passes over a micro-batch."""
+
+    FORWARD = "f"
+    BACKWARD = "b"
+
+
 @dataclass(frozen=True)
 class Pipeline:
     """How a strategy cuts the batch: ``microbatches`` (1: not at all) run in
@@ -186,16 +193,17 @@ def windows(graph: OpGraph, configs: Sequence[ParallelConfig], pipeline: Pipelin
     return [min(m, last - s + 1) for s in stage]
 
 
-def micro_deps(pipeline: Pipeline, window: int) -> list[tuple[tuple[str, int], tuple[str, int]]]:
+def micro_deps(pipeline: Pipeline, window: int,
+               ) -> list[tuple[tuple[Pass, int], tuple[Pass, int]]]:
     """The dependencies that order one op's passes over micro-batches, as pairs
-    (before, after) of ``(pass, micro-batch)``, pass "f" or "b"; each holds block by
-    block (a block's task waits for the same block's)."""
+    (before, after) of ``(pass, micro-batch)``; each holds block by block (a block's
+    task waits for the same block's)."""
     m = pipeline.microbatches
     if m == 1:
         return []
     if pipeline.schedule == Schedule.GPIPE:
-        return [(("f", m - 1), ("b", j)) for j in range(m - 1)]
-    return [(("b", j - window), ("f", j)) for j in range(window, m)]
+        return [((Pass.FORWARD, m - 1), (Pass.BACKWARD, j)) for j in range(m - 1)]
+    return [((Pass.BACKWARD, j - window), (Pass.FORWARD, j)) for j in range(window, m)]
 
 
 def check_pipeline(graph: OpGraph, configs: Sequence[ParallelConfig], pipeline: Pipeline,
