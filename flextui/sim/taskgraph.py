@@ -31,7 +31,7 @@ micro-batches by dependencies (``pipeline.micro_deps``: GPipe's flush, 1F1B's wi
 many micro-batches in flight), and a parameter's sync waits for every micro-batch's
 backward tasks (the gradients accumulated). Micro-batches go through a stage one after
 another (``pipeline.stage_links``: a stage's first ops wait for its last ops' previous
-micro-batch, forward, and the other way round, backward; ``_link_stages``).
+micro-batch, forward, and the other way round, backward; ``micro.link_stages``).
 
 Every task has a *key*, a tuple that orders tasks consistently with their
 dependencies; the scheduler breaks ties in ready time by it, so schedules are
@@ -50,7 +50,7 @@ within backward, by reverse topological index likewise. The keys:
 - in micro-batch ``j`` (of a graph of ``N`` ops), the forward-pass keys' ``op`` (or
   ``consumer``) is ``op + j*N`` and the backward-pass keys' ``-op`` (or ``-producer``)
   is ``j*N - op``: micro-batch by micro-batch, each in the order above
-  (``micro_of_key``).
+  (``micro.micro_of_key``).
 
 The tasks live in a task store (``taskstore``: C arrays, or the pure-Python twin), made
 in bulk from plans (``plans``) Python computes once per op and config. The graph keeps
@@ -75,6 +75,7 @@ from flextui.graph import Op, OpGraph
 from flextui.machine import Cluster
 from flextui.sim.buckets import bucket_units, sync_order
 from flextui.sim.deadline import check_deadline
+from flextui.sim.micro import every_micro, link_stages
 from flextui.sim.plans import Planner
 from flextui.sim.taskstore import new_store
 from flextui.sim.unit_plan import ParamPlan, Shards
@@ -181,22 +182,7 @@ class TaskGraph:
                 stage_links(self.graph, ordered, stage))
 
     def _link_stages(self, links: Iterable[tuple[int, int]]) -> None:
-        """On each device of a stage link's two ops (one set), the first op's forward
-        of micro-batch ``j`` after the last op's of ``j - 1``, and the last op's
-        backward of ``j`` after the first op's of ``j - 1``."""
-        link = self.store.link
-        for z, a in links:
-            zconf, aconf = self.configs[z], self.configs[a]
-            nz, na = len(zconf.devices), len(aconf.devices)
-            pairs = [(y, x) for y, d in enumerate(zconf.devices)
-                     for x, e in enumerate(aconf.devices) if d == e]
-            zf, af = self.forward[z], self.forward[a]
-            zb, ab = self.backward[z], self.backward[a]
-            for j in range(1, self.micro):
-                for y, x in pairs:
-                    link(zf[(j - 1) * nz + y], af[j * na + x])
-                    if zb and ab:
-                        link(ab[(j - 1) * na + x], zb[j * nz + y])
+        link_stages(self.store, links, self.configs, self.forward, self.backward, self.micro)
 
     def _part(self, tasks: array, j: int, n: int) -> array:
         """Micro-batch ``j``'s ``n`` tasks of an op's ``tasks`` (all of them, in order,
@@ -318,7 +304,7 @@ class TaskGraph:
             plan, members = self.plans.unit([self.param_plans[n] for n in names],
                                             [len(p) for p in producers[0]])
             buckets = tuple(tuple(names[i] for i in m) for m in members)
-        gblocks, gblockids = _every_micro(plan.gblocks, plan.gblockids,
+        gblocks, gblockids = every_micro(plan.gblocks, plan.gblockids,
                                           sum(len(p) for p in producers[0]), self.micro)
         tasks = self.store.add_param(self.param_order[names[0]],
                                      _ids(*(p for part in producers for p in part)), plan.gdevs,
@@ -456,30 +442,6 @@ class TaskGraph:
                 self.stages[name] = stage
             else:
                 self.stages.pop(name, None)
-
-
-def _every_micro(gblocks: array, gblockids: array, per_micro: int, micro: int,
-                 ) -> tuple[array, array]:
-    """A parameter plan's groups' producing blocks, given as indices into one
-    micro-batch's ``per_micro`` producers, as indices into ``micro`` micro-batches'
-    (each group's blocks in every micro-batch)."""
-    if micro == 1:
-        return gblocks, gblockids
-    blocks, ids = array("i", [0]), array("i")
-    for g in range(len(gblocks) - 1):
-        mine = gblockids[gblocks[g]:gblocks[g + 1]]
-        for j in range(micro):
-            ids.extend(b + j * per_micro for b in mine)
-        blocks.append(len(ids))
-    return blocks, ids
-
-
-def micro_of_key(key: tuple[int, ...], op: int, num_ops: int) -> int:
-    """The micro-batch of a task of op ``op`` (its ``info`` op) with ``key``: 0 for a
-    sync or an update, which serve every micro-batch."""
-    if key[0] not in (0, 1) or op < 0:
-        return 0
-    return (key[1] - (op if key[0] == 0 else -op)) // num_ops
 
 
 @dataclass

@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, overload
 
 from flextui.sim.memory import MemoryUsage
+from flextui.sim.micro import micro_of_key
 from flextui.sim.schedule import Times
-from flextui.sim.taskgraph import TaskGraph, TaskKind, micro_of_key
+from flextui.sim.taskgraph import TaskGraph, TaskKind
 
 
 class TaskTiming(NamedTuple):
