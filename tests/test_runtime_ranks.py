@@ -169,6 +169,27 @@ def test_a_bf16_search_exports_a_bf16_strategy_and_its_launch_check_passes(tmp_p
     assert wait_gone(starts(tmp_path / "check.ffrun").values()) == []
 
 
+def test_a_pipelined_search_exports_micro_batches_and_its_launch_check_passes(tmp_path,
+                                                                              capsys):
+    """Pipelines on the user's path: a search started in 4 micro-batches under 1F1B
+    says so and exports them; the strategy launched with --check on 2 ranks (at the
+    smallest batch its micro-batches and splits divide) equals one process."""
+    best = tmp_path / "best.json"
+    assert main(["search", *SMALL_GPT, "-c", "local-cpu-2", "--microbatches", "4",
+                 "--schedule", "1f1b", "--budget", "200", "--no-pipeline", "--no-log",
+                 "--export-strategy", str(best)]) == 0
+    said = " ".join(capsys.readouterr().out.split())
+    assert "4 micro-batches (1f1b)" in said
+    data = json.loads(best.read_text())
+    assert (data["microbatches"], data["schedule"]) == (4, "1f1b")
+    proc = launch(tmp_path, *SMALL_GPT, "--nproc-per-node", "2", "--strategy", str(best),
+                  "--check", "--run-log", "check.ffrun")
+    out, err = proc.communicate(timeout=HANG_S)
+    assert proc.returncode == 0, err[-3000:] + out
+    assert "check passed: 2 ranks equal one process" in out
+    assert wait_gone(starts(tmp_path / "check.ffrun").values()) == []
+
+
 @dataclass
 class Running:
     """A long launch of 2 LeNet ranks whose ranks have started: the launcher, its run

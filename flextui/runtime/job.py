@@ -154,14 +154,15 @@ def local_gpus() -> int:
 
 
 def check_batch(graph: OpGraph, strategy: Strategy) -> int:
-    """The smallest batch every op's split of the sample dim divides: what a check runs
-    at (``flextui launch --check``)."""
-    batch = 1
+    """The smallest batch every op's split of the sample dim divides, in each of the
+    strategy's micro-batches: what a check runs at (``flextui launch --check``)."""
+    m = strategy.pipeline.microbatches
+    batch = m
     for op in graph.ops:
         config = strategy[op.name]
         for dim, degree in zip(op.space, config.degrees):
             if dim.kind == DimKind.SAMPLE:
-                batch = math.lcm(batch, degree)
+                batch = math.lcm(batch, degree * m)
     return min(batch, graph.batch_size)
 
 
