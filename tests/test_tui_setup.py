@@ -18,7 +18,8 @@ CSS = Path(__file__).parent.parent / "flextui" / "tui" / "app.tcss"
 FIELDS = ["model-name", "model-path", "batch-size", "batch-per-device", "model-options",
           "cluster-name",
           "cluster-path", "nodes", "budget", "beta", "workers", "seed", "memory",
-          "memory-budget", "moves", "optimizer", "precision", "cost", "launch-strategy",
+          "memory-budget", "moves", "optimizer", "precision", "pipeline", "cost",
+          "launch-strategy",
           "start"]
 
 
@@ -189,6 +190,7 @@ async def test_start_posts_the_choice():
         field(pilot, "optimizer").value = "adamw"
         field(pilot, "precision").value = "bf16"
         field(pilot, "moves").value = "no-shard"
+        field(pilot, "pipeline").value = "4-1f1b"
         await pilot.press("s")  # at once: the search starts when the loads are done
         await wait_for(pilot, lambda: app.started)   # and once s has been alone a moment
         [message] = app.started
@@ -198,6 +200,7 @@ async def test_start_posts_the_choice():
         assert message.options.memory == "reject"
         assert (message.options.optimizer, message.options.precision) == ("adamw", "bf16")
         assert (message.options.recompute, message.options.shard) == (0.1, 0.0)
+        assert (message.options.microbatches, message.options.schedule) == (4, "1f1b")
         assert (message.model_label, message.cluster_label) == ("mlp (batch 32)", "p100-4x4@1node")
 
 

@@ -46,6 +46,7 @@ from flextui.session.choices import (
     load_model_choice,
 )
 from flextui.sim.memory import MemoryPolicy
+from flextui.strategy.pipeline import Schedule
 from flextui.strategy.precision import Precision
 from flextui.tui.screens.keys import KeyScreen
 from flextui.tui.widgets.summary import SetupSummary
@@ -67,17 +68,28 @@ PRECISION_LABELS = {Precision.FP32: "fp32", Precision.BF16: "bf16 mixed (fp32 ma
 MEMORY_MOVES = {"all": ("splits, recomputation, sharding", {}),
                 "no-shard": ("splits and recomputation", {"shard": 0.0}),
                 "splits": ("splits only", {"recompute": 0.0, "shard": 0.0})}
+#: how the chains pipeline (the CLI's --microbatches, --schedule and --no-pipeline), by
+#: choice: the options each choice sets
+PIPELINES: dict[str, tuple[str, dict[str, object]]] = {
+    "moves": ("1 micro-batch; moves may pipeline", {}),
+    "4-1f1b": ("start in 4 micro-batches, 1F1B",
+               {"microbatches": 4, "schedule": Schedule.ONE_F_ONE_B}),
+    "8-1f1b": ("start in 8 micro-batches, 1F1B",
+               {"microbatches": 8, "schedule": Schedule.ONE_F_ONE_B}),
+    "4-gpipe": ("start in 4 micro-batches, GPipe", {"microbatches": 4}),
+    "off": ("no pipelines", {"pipeline": 0.0, "stage": 0.0})}
 #: the inputs of each part that loads in the background, in the order its loader takes them
 PARTS = {"model": ("model-name", "model-path", "batch-size", "batch-per-device", "model-options"),
          "cluster": ("cluster-name", "cluster-path", "nodes")}
 OPTION_FIELDS = ("budget", "beta", "workers", "seed", "memory", "memory-budget", "moves",
-                 "optimizer", "precision")
+                 "optimizer", "precision", "pipeline")
 #: FieldError.field -> the id of the input it is about
 FIELD_INPUTS = {"batch_size": "batch-size", "batch_per_device": "batch-per-device",
                 "option": "model-options", "nodes": "nodes",
                 "budget": "budget", "beta": "beta", "workers": "workers", "seed": "seed",
                 "memory": "memory", "memory_budget": "memory-budget",
-                "optimizer": "optimizer", "precision": "precision"}
+                "optimizer": "optimizer", "precision": "precision",
+                "microbatches": "pipeline", "schedule": "pipeline"}
 
 
 def load_model_part(name: str, path: str, batch: str, per_device: str, options: str,
@@ -263,6 +275,9 @@ class SetupScreen(KeyScreen):
             self._row("precision", Select([(PRECISION_LABELS[p], p) for p in Precision],
                                           value=Precision.FP32, allow_blank=False,
                                           compact=True, id="precision")),
+            self._row("pipeline", Select([(label, key) for key, (label, _) in PIPELINES.items()],
+                                         value="moves", allow_blank=False, compact=True,
+                                         id="pipeline")),
             self._row("task times", Select([(COST_LABELS[c], c) for c in CostKind],
                                            value=CostKind.ANALYTIC, allow_blank=False, compact=True,
                                            id="cost"))]
@@ -415,7 +430,8 @@ class SetupScreen(KeyScreen):
                                      memory_budget=self._text("memory-budget"),
                                      optimizer=self._text("optimizer"),
                                      precision=self._text("precision"),
-                                     **MEMORY_MOVES[self._text("moves")][1])
+                                     **MEMORY_MOVES[self._text("moves")][1],
+                                     **PIPELINES[self._text("pipeline")][1])
         except FieldError as e:
             self.invalid_option = (FIELD_INPUTS[e.field], str(e))
             self._show_error("options", str(e), FIELD_INPUTS[e.field])
