@@ -71,12 +71,12 @@ MEMORY_MOVES = {"all": ("splits, recomputation, sharding", {}),
 #: how the chains pipeline (the CLI's --microbatches, --schedule and --no-pipeline), by
 #: choice: the options each choice sets
 PIPELINES: dict[str, tuple[str, dict[str, object]]] = {
-    "moves": ("1 micro-batch; moves may pipeline", {}),
-    "4-1f1b": ("start in 4 micro-batches, 1F1B",
+    "moves": ("moves may pipeline", {}),
+    "4-1f1b": ("4 micro-batches, 1F1B",
                {"microbatches": 4, "schedule": Schedule.ONE_F_ONE_B}),
-    "8-1f1b": ("start in 8 micro-batches, 1F1B",
+    "8-1f1b": ("8 micro-batches, 1F1B",
                {"microbatches": 8, "schedule": Schedule.ONE_F_ONE_B}),
-    "4-gpipe": ("start in 4 micro-batches, GPipe", {"microbatches": 4}),
+    "4-gpipe": ("4 micro-batches, GPipe", {"microbatches": 4}),
     "off": ("no pipelines", {"pipeline": 0.0, "stage": 0.0})}
 #: the inputs of each part that loads in the background, in the order its loader takes them
 PARTS = {"model": ("model-name", "model-path", "batch-size", "batch-per-device", "model-options"),
