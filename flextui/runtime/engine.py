@@ -25,7 +25,8 @@ passes in the schedule's order (``walk``), each micro-batch with its own state (
 blocks' values between its passes); a task's kernel and data read the micro-batch's
 samples (``Plan.region_at``), while the pieces, the same in every micro-batch, are cut
 and assembled in the first one's coordinates (``Plan.region``). The gradients of every
-micro-batch accumulate in the boxes; the sums start once the walk is through. A stage-3
+micro-batch accumulate in the boxes; a bucket's sum starts once every micro-batch's
+backward pass has run through its parameters' ops. A stage-3
 parameter is gathered before each pass of each micro-batch.
 
 Task times. With ``record_tasks`` a step also reports the compute time of each task
@@ -166,6 +167,10 @@ class RankProgram:
         states = [_StepState(seed, clock, j) for j in range(self.plan.microbatches)]
         pending = PendingSums()
         next_bucket = 0
+        # per op, its backward passes still to run; every op from ``through`` on has run
+        # all of them: a bucket whose parameters' ops all lie there is summed
+        left = [0 if op.type == "input" else len(states) for op in self.ops]
+        through = len(self.ops)
         for phase, i, j in self.walk:
             op, state = self.ops[i], states[j]
             if phase == Pass.FORWARD:
@@ -175,13 +180,13 @@ class RankProgram:
                         state.outputs.pop((dropped, k))
                 continue
             self._backward(op, state)
-            if len(states) > 1:
-                continue   # with micro-batches, the sums start once every one is through
-            while next_bucket < len(self.buckets) and self.bucket_ready[next_bucket] >= i:
+            left[i] -= 1
+            while through and not left[through - 1]:
+                through -= 1
+            while next_bucket < len(self.buckets) and \
+                    self.bucket_ready[next_bucket] >= through:
                 self.update.start_sum(self.buckets[next_bucket], pending)
                 next_bucket += 1
-        for bucket in self.buckets[next_bucket:]:
-            self.update.start_sum(bucket, pending)
         self.comm.wait(pending)
         began = clock.start()
         self.update.finish_sums()
