@@ -26,7 +26,7 @@ from flextui.strategy.pipeline import (
     windows,
 )
 from helpers import cluster as load_cluster, line_cluster, model as load_model
-from test_sim_delta import signature
+from test_sim_delta import random_stages, signature
 from test_sim_full import FixedCost, place
 
 
@@ -200,7 +200,8 @@ SMALL = {"transformer": {"layers": 2}, "rnnlm": {"steps": 3}}
 @pytest.mark.parametrize("name,where", [("mlp", "p100-4x4"), ("lenet", "dgx-a100"),
                                         ("transformer", "p100-4x4"), ("rnnlm", "dgx-a100")])
 def test_delta_equals_full_with_pipeline_moves(name, where):
-    """Random op configs (sample splits a micro-batch allows), shard stages and
+    """Random op configs (sample splits a micro-batch allows), shard stages (up to 3:
+    gathers per micro-batch, waiting as their ops' tasks do, stage links included) and
     pipelines (micro-batches and schedule), accepted or rejected at random: each
     proposal's timeline and memory equal a full simulation's."""
     graph = load_model(name, **SMALL.get(name, {}))
@@ -222,8 +223,9 @@ def test_delta_equals_full_with_pipeline_moves(name, where):
         else:
             op = rng.choice(graph.ops)
             config = random_config(op, cluster.num_devices, rng, m)
-            cost_of = delta.propose(op, config)
-            proposed = current.replace(op.name, config)
+            stages = random_stages(graph, rng)   # stage 3 too: gathers per micro-batch
+            cost_of = delta.propose_many([(op, config)], stages=stages)
+            proposed = current.replace(op.name, config).with_shards(stages)
         expected = full.simulate(proposed)
         assert cost_of == expected.cost, f"step {step}"
         got = delta.timeline()

@@ -153,9 +153,9 @@ class TaskGraph:
         for op in graph.ops:
             for producer in graph.predecessors(op):
                 self._add_edge(producer, op)
+        self._link_stages(self.links)   # before the gathers: they wait as their ops do
         for op in graph.ops:
             self._add_gathers(op)
-        self._link_stages(self.links)
         for unit in self._cut_units():
             self._add_unit(unit)
         self.store.trim()
@@ -367,8 +367,10 @@ class TaskGraph:
             [(op.index, c.index) for op in ops for c in self.graph.successors(op)]))
         params = list(dict.fromkeys([p.name for op in ops for p in op.params] + list(stages)))
         # gathers wait for what their op's tasks wait for: the ops at either end of a
-        # rebuilt edge that gather (before the change or after it) gather anew
-        regather = [i for i in dict.fromkeys([i for e in edges for i in e] + list(new))
+        # rebuilt edge or of a stage link to a rebuilt op that gather (before the change
+        # or after it) gather anew
+        linked = [i for pair in self.links if new.keys() & set(pair) for i in pair]
+        regather = [i for i in dict.fromkeys([i for e in edges for i in e] + list(new) + linked)
                     if any(full in (self.stages.get(p.name), stages.get(p.name))
                            for p in self.graph.ops[i].params)]
         change = Change({i: (self.configs[i], self.forward[i], self.backward[i]) for i in new},
@@ -401,9 +403,9 @@ class TaskGraph:
             for a, b in edges:
                 check_deadline(deadline, "the task graph's edit")
                 change.added.extend(self._add_edge(self.graph.ops[a], self.graph.ops[b]))
+            self._link_stages(pair for pair in self.links if new.keys() & set(pair))
             for i in regather:
                 change.added.extend(self._add_gathers(self.graph.ops[i]))
-            self._link_stages(pair for pair in self.links if new.keys() & set(pair))
             for u in units:
                 check_deadline(deadline, "the task graph's edit")
                 change.added.extend(self._add_unit(u))
