@@ -20,7 +20,8 @@ from flextui.runtime.metrics import Start
 from flextui.runtime.plan import compile_plan
 from flextui.runtime.runlog import read_run_log
 from flextui.runtime.spec import LaunchSpec, Training
-from flextui.strategy import ShardStage, random_strategy, save_strategy
+from flextui.strategy import ShardStage, builtin_strategy, random_strategy, save_strategy
+from flextui.strategy.pipeline import Pipeline, Schedule
 from flextui.strategy.shards import shard_numel
 from helpers import HANG_S
 from processes import torchrun_rows, wait_gone
@@ -105,6 +106,30 @@ def test_an_imported_decoder_at_stage_3_with_recomputation_equals_the_module(tmp
     proc = subprocess.run([sys.executable, "-m", "flextui", "launch", "-m", str(model),
                            "--nproc-per-node", "2", "--strategy", str(path), "--optimizer",
                            "adamw", "--check", "--run-log", str(log)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=HANG_S,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout
+    assert "check passed: 2 ranks equal one process of the module" in proc.stdout
+    pids = [r.pid for r in read_run_log(log).records if isinstance(r, Start)]
+    assert len(pids) == 2 and wait_gone(pids) == []
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("gloo")
+def test_an_imported_decoder_in_a_1f1b_pipeline_equals_the_module(tmp_path):
+    """Pipelines against an independent referee: the imported GPT-2 decoder cut into
+    two stages (model parallel) and 2 micro-batches under 1F1B, launched on 2 ranks,
+    equals the module trained by plain PyTorch (--check)."""
+    model = Path(__file__).with_name("torch_models") / "gpt2_decoder.py"
+    graph, cluster = load_model(str(model)), load_named_cluster("local-cpu-2")
+    chosen = builtin_strategy("model-parallel", graph, cluster).with_pipeline(
+        Pipeline(2, Schedule.ONE_F_ONE_B))
+    path = tmp_path / "s.json"
+    save_strategy(path, chosen, graph, cluster)
+    log = tmp_path / "check.ffrun"
+    proc = subprocess.run([sys.executable, "-m", "flextui", "launch", "-m", str(model),
+                           "--nproc-per-node", "2", "--strategy", str(path), "--check",
+                           "--run-log", str(log)], cwd=tmp_path,
                           capture_output=True, text=True, timeout=HANG_S,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout
