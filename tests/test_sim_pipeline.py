@@ -10,7 +10,7 @@ import random
 import pytest
 
 from flextui.cost import AnalyticCostModel
-from flextui.errors import StrategyError
+from flextui.errors import FlextuiError, StrategyError
 from flextui.graph import GraphBuilder
 from flextui.runtime.spec import LaunchSpec, Training
 from flextui.runtime.summary import device_labels
@@ -259,6 +259,10 @@ def test_a_launch_plan_carries_the_micro_batches():
     piped = strategy.with_pipeline(Pipeline(2, Schedule.GPIPE))
     spec = LaunchSpec(graph, piped, 4, Training(steps=1))
     assert LaunchSpec.decode(spec.encode(), "plan").strategy == piped
+    body = spec.to_dict()
+    body["strategy"][4]["chunks"] = 2
+    with pytest.raises(FlextuiError, match="strategy pipeline.*chunks"):
+        LaunchSpec.from_dict(body, "plan")
 
 
 @pytest.mark.parametrize("schedule", list(Schedule))

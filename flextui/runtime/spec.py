@@ -205,7 +205,8 @@ class LaunchSpec:
                             f.string(name, "strategy name", empty=True),
                             shards_from_json(more[0], graph, f) if more else {},
                             precision_from_json(more[1], f) if len(more) > 1 else None,
-                            pipeline_from_json(f.mapping(more[2], "strategy pipeline"), f)
+                            pipeline_from_json(f.exact_keys(more[2], ("microbatches", "schedule"),
+                                                            "strategy pipeline"), f)
                             if len(more) > 2 else None)
         return cls(graph, strategy, f.integer(body["num_ranks"], "num_ranks", 1),
                    _training(f, body["training"]))

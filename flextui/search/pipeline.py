@@ -28,6 +28,7 @@ from flextui.strategy.pipeline import (
     microbatch_choices,
     mixes_samples,
     sample_dims,
+    splits_micro,
 )
 
 #: the most micro-batches a pipeline move sets
@@ -79,9 +80,9 @@ def on_group(op: Op, config: ParallelConfig, group: tuple[int, ...], microbatche
     degrees = [1] * len(op.space)
     dims = sample_dims(op)
     if dims and not mixes_samples(op):
-        size = op.space[dims[0]].size
+        dim = op.space[dims[0]]
         degrees[dims[0]] = max(d for d in range(1, len(group) + 1)
-                               if len(group) % d == 0 and size % (d * microbatches) == 0)
+                               if len(group) % d == 0 and splits_micro(dim, d, microbatches))
     return ParallelConfig(tuple(degrees), group[:math.prod(degrees)], config.recompute)
 
 
@@ -93,18 +94,18 @@ def fitted(graph: OpGraph, strategy: Strategy, pipeline: Pipeline) -> Strategy:
     changes = {}
     for op in graph.ops:
         config = strategy[op.name]
-        if micro_refusal(op, config, m) is None:
+        refusal = micro_refusal(op, config, m)
+        if refusal is None:
             continue
         if mixes_samples(op):
-            raise StrategyError(micro_refusal(op, config, m) or "")
+            raise StrategyError(refusal)
         degrees = list(config.degrees)
         for i in sample_dims(op):
-            size = op.space[i].size
-            if size % m:
+            if not splits_micro(op.space[i], 1, m):
                 raise StrategyError(f"{m} micro-batches do not divide the batch of op "
-                                    f"{op.name!r:.60} ({size} samples)")
+                                    f"{op.name!r:.60} ({op.space[i].size} samples)")
             degrees[i] = max(d for d in range(1, degrees[i] + 1)
-                             if degrees[i] % d == 0 and size % (d * m) == 0)
+                             if degrees[i] % d == 0 and splits_micro(op.space[i], d, m))
         tasks = math.prod(degrees)
         changes[op.name] = ParallelConfig(tuple(degrees), config.devices[:tasks],
                                           config.recompute)

@@ -17,6 +17,7 @@ from functools import lru_cache
 from flextui.graph import Op
 from flextui.graph.dims import Dim, DimKind
 from flextui.strategy.config import ParallelConfig
+from flextui.strategy.pipeline import splits_micro
 
 
 def degree_choices(op: Op, num_devices: int, microbatches: int = 1) -> list[tuple[int, ...]]:
@@ -28,7 +29,7 @@ def degree_choices(op: Op, num_devices: int, microbatches: int = 1) -> list[tupl
 def _degrees(dim: Dim, microbatches: int) -> tuple[int, ...]:
     if microbatches == 1 or dim.kind != DimKind.SAMPLE:
         return dim.valid_degrees()
-    return tuple(d for d in dim.valid_degrees() if dim.size % (d * microbatches) == 0)
+    return tuple(d for d in dim.valid_degrees() if splits_micro(dim, d, microbatches))
 
 
 @lru_cache(maxsize=4096)

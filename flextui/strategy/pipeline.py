@@ -33,7 +33,7 @@ from enum import StrEnum
 
 from flextui.errors import StrategyError
 from flextui.graph import Op, OpGraph, Region
-from flextui.graph.dims import DimKind
+from flextui.graph.dims import Dim, DimKind
 from flextui.strategy.config import ParallelConfig
 
 
@@ -81,6 +81,12 @@ def mixes_samples(op: Op) -> bool:
     return any(d.name == "sample" and d.kind is None for d in op.space)
 
 
+def splits_micro(dim: Dim, degree: int, microbatches: int) -> bool:
+    """Whether ``degree`` equal blocks of sample dim ``dim`` split each of
+    ``microbatches`` micro-batches (the one rule every check and move uses)."""
+    return dim.size % (degree * microbatches) == 0
+
+
 def micro_region(op: Op, region: Region, microbatches: int, j: int) -> Region:
     """The block ``region`` of the whole batch's space as micro-batch ``j`` of
     ``microbatches`` runs it (see the module docstring); ``region`` itself without
@@ -126,8 +132,8 @@ def micro_refusal(op: Op, config: ParallelConfig, microbatches: int) -> str | No
                 "micro-batches would change what it computes; drop \"microbatches\"")
     for i in sample_dims(op):
         dim, degree = op.space[i], config.degrees[i]
-        if dim.size % (degree * m):
-            fits = [d for d in dim.valid_degrees() if dim.size % (d * m) == 0]
+        if not splits_micro(dim, degree, m):
+            fits = [d for d in dim.valid_degrees() if splits_micro(dim, d, m)]
             return (f"op {op.name!r:.60}: its {dim.name} dim (size {dim.size}) does not "
                     f"split into {m} micro-batches of {degree} blocks each; "
                     + (f"give it a degree in {fits}" if fits else
