@@ -719,6 +719,17 @@ def test_malformed_records(tmp_path, record, message):
     assert "record 1 at byte" in str(info.value)
 
 
+def test_a_logged_strategy_in_micro_batches_its_splits_do_not_divide_is_refused(tmp_path):
+    g, _ = setting()
+    strategy = good_strategy_data() + [[], [g.batch_size, "1f1b"]]   # 16-way splits
+    rng = [3, list(random.Random(0).getstate()[1]), None]
+    path = tmp_path / "a.ffsearch"
+    SearchLogWriter(path, header()).close()
+    append_record(path, [3, 0, 0, 0.0, strategy, 1.0, None, 1.0, rng, []])
+    with pytest.raises(SearchLogError, match="does not fit the log's graph: .*micro-batches"):
+        read_search_log(path)
+
+
 def test_bad_rng_state_and_undecodable_body(tmp_path):
     path = tmp_path / "a.ffsearch"
     SearchLogWriter(path, header()).close()

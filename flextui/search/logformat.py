@@ -75,7 +75,7 @@ from flextui.machine import Cluster
 from flextui.search.events import StopReason
 from flextui.search.options import SearchOptions
 from flextui.strategy import ParallelConfig, ShardStage, Strategy
-from flextui.strategy.pipeline import Pipeline, Schedule
+from flextui.strategy.pipeline import Pipeline, Schedule, pipeline_refusal
 from flextui.strategy.precision import Precision
 from flextui.strategy.shards import stage_refusal
 
@@ -242,7 +242,7 @@ class Decoder:
                  precision: Precision = Precision.FP32) -> None:
         """``precision``: the search's (its options'), which every strategy it logs has."""
         self.precision = precision
-        self.ops = graph.ops
+        self.graph, self.ops = graph, graph.ops
         self.names = [op.name for op in graph.ops]
         self.params = list(graph.parameters)
         self.shared = graph.shared_parameters
@@ -299,11 +299,17 @@ class Decoder:
         if len(configs) != len(self.ops):
             raise BadRecord(f"{what} has {len(configs)} op configs but the graph has "
                             f"{len(self.ops)} ops; it does not fit the log's graph")
-        return Strategy({self.names[i]: self.config(i, c, what) for i, c in enumerate(configs)},
-                        name, {self.params[p]: stage for p, stage in
-                               self.stages(data[2] if len(data) >= 3 else [], what)},
-                        self.precision,
-                        self.pipeline(data[3], what) if len(data) == 4 else None)
+        strategy = Strategy({self.names[i]: self.config(i, c, what)
+                             for i, c in enumerate(configs)},
+                            name, {self.params[p]: stage for p, stage in
+                                   self.stages(data[2] if len(data) >= 3 else [], what)},
+                            self.precision,
+                            self.pipeline(data[3], what) if len(data) == 4 else None)
+        refusal = pipeline_refusal(self.graph, strategy.configs_of(self.graph),
+                                   strategy.pipeline)
+        if refusal:
+            raise BadRecord(f"{what}: the strategy does not fit the log's graph: {refusal}")
+        return strategy
 
     def pipeline(self, data: Any, what: str) -> Pipeline:
         """``[micro-batches, schedule]``: a strategy's or a pipeline move's."""
