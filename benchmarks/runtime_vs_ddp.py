@@ -73,12 +73,13 @@ def rank_program(args: argparse.Namespace) -> None:
 
     from flextui.graph import full_region
     from flextui.graph.kernels import kernel_for
+    from flextui.graph.kernels.synthetic import input_block
     from flextui.graph.library import load_model
     from flextui.machine.detect import cpu_ranks
     from flextui.runtime.comm import Comm
     from flextui.runtime.engine import RankProgram, kernel_seed, within
     from flextui.runtime.plan import compile_plan, index_bounds
-    from flextui.runtime.values import input_block, parameter_block
+    from flextui.runtime.values import parameter_block
     from flextui.strategy import builtin_strategy
 
     dist.init_process_group(args.backend)

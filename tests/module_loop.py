@@ -10,10 +10,10 @@ from collections.abc import Callable, Iterable
 import torch
 
 from flextui.graph import OpGraph, full_region
+from flextui.graph.kernels.synthetic import input_block
 from flextui.graph.library import pytorch_model
 from flextui.graph.ops.basic import InputFill
 from flextui.runtime.plan import index_bounds
-from flextui.runtime.values import input_block
 
 
 def step_data(graph: OpGraph, seed: int, step: int) -> dict[str, torch.Tensor]:

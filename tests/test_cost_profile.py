@@ -52,7 +52,10 @@ def test_signatures_are_the_distinct_blocks_of_every_config():
     signatures = task_signatures(graph, measurement(), num_devices=4)
     keys = [s.key.encoded for s in signatures]
     assert len(keys) == len(set(keys))
-    assert all(s.op.type != "input" for s in signatures)
+    # making the batch is a task too: every block of the image and the labels
+    for name in ("images", "labels"):
+        op = graph.op(name)
+        assert {s.block for s in signatures if s.op is op} == set(block_shapes(op, 4))
     conv = graph.op("conv1")
     assert {s.block for s in signatures if s.op is conv} == set(block_shapes(conv, 4))
     # one strategy's tasks: one block per op, a subset of the search's
@@ -156,17 +159,36 @@ def test_measured_times_where_present_analytic_elsewhere():
 
 def test_a_simulation_uses_the_measured_times_exactly():
     graph = lenet()
+    inputs = [op.name for op in graph.ops if op.type == "input"]
     names = [op.name for op in graph.ops if op.type != "input"]
-    profiled = hand_model(graph, dict.fromkeys(names, (0.001, 0.002)))
+    profiled = hand_model(graph, {**dict.fromkeys(names, (0.001, 0.002)),
+                                  **dict.fromkeys(inputs, (0.0005, 0.0))})
     cluster = line_cluster(1, spec=CPU)
     timeline = Simulator(graph, cluster, profiled, memory="ignore").simulate(
         builtin_strategy("data-parallel", graph, cluster))
-    # one device, no transfers: every op forward then backward, one after another, then
-    # the updates (the base model's)
-    compute = [t for t in timeline.tasks if t.kind.name in ("FORWARD", "BACKWARD")
-               and graph.op(t.op).type != "input"]
-    assert sum(t.end - t.start for t in compute) == pytest.approx(len(names) * 0.003)
+    # one device, no transfers: making the batch, every op forward then backward, one
+    # after another, then the updates (the base model's)
+    compute = [t for t in timeline.tasks if t.kind.name in ("FORWARD", "BACKWARD")]
+    assert sum(t.end - t.start for t in compute) == pytest.approx(
+        len(inputs) * 0.0005 + len(names) * 0.003)
     assert profiled.fallbacks == 0
+
+
+def test_an_input_task_is_timed_making_its_block_of_the_batch():
+    """The profiler times a graph input as a launch on synthetic data runs it: making its
+    block from the seed (floats or integer labels), with no backward pass."""
+    graph = lenet()
+    signatures = task_signatures(graph, measurement(), num_devices=1)
+    # the block made: 4 images of 28 x 28 in float32; 4 labels in int64
+    for name, nbytes in (("images", 4 * 28 * 28 * 4), ("labels", 4 * 8)):
+        [signature] = [s for s in signatures if s.op.name == name]
+        entry = time_task(signature, torch.device("cpu"), warmup=1, repeats=3)
+        assert not entry.oom and entry.repeats == 3
+        assert 0 < entry.forward_s < 1 and entry.backward_s == 0.0
+        assert entry.peak_memory_bytes == nbytes
+    [inference] = [s for s in task_signatures(graph, measurement(False), num_devices=1)
+                   if s.op.name == "images"]
+    assert time_task(inference, torch.device("cpu"), warmup=0, repeats=2).backward_s is None
 
 
 def test_the_identity_carries_the_times(tmp_path):

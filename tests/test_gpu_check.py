@@ -27,9 +27,10 @@ def test_the_dry_run_reports_every_step(tmp_path):
     assert len(report["referee"]) == 2
     assert all(row["profiled_s"] > 0 and row["plain_s"] > 0 for row in report["referee"])
     assert report["copies_gb_s"]["host to host"] > 0
-    # every distinct task the run recorded (two linear shapes, the ReLU, the softmax
-    # with its loss) was profiled alone too, under the same key
-    assert report["per_kind"]["forward"]["tasks"] == 4
+    # every distinct task the run recorded (making the two inputs, two linear shapes,
+    # the ReLU, the softmax with its loss) was profiled alone too, under the same key;
+    # the inputs have no backward pass
+    assert report["per_kind"]["forward"]["tasks"] == 6
     assert report["per_kind"]["backward"]["tasks"] == 4
     step = report["step"]
     assert step["iteration_s"] > 0 and step["simulated_iteration_s"] > 0

@@ -8,6 +8,7 @@ import torch
 from flextui.cost import AnalyticCostModel
 from flextui.errors import FlextuiError, StrategyError
 from flextui.graph import GraphBuilder, full_region
+from flextui.graph.kernels.synthetic import input_block
 from flextui.machine import load_named_cluster
 from flextui.runtime.comm import Comm
 from flextui.runtime.engine import RankProgram, within
@@ -15,7 +16,7 @@ from flextui.runtime.metrics import Start, Steps, encode, read_line
 from flextui.runtime.plan import compile_plan
 from flextui.runtime.reference import train_whole
 from flextui.runtime.spec import LaunchSpec, RunDtype, Training
-from flextui.runtime.values import input_block, parameter_block
+from flextui.runtime.values import parameter_block
 from flextui.runtime.worker import relative_error
 from flextui.sim import Simulator
 from flextui.strategy import builtin_strategy

@@ -15,6 +15,7 @@ import torch
 from flextui.cli import main
 from flextui.cost.optimizers import OptimizerKind
 from flextui.graph import full_region
+from flextui.graph.kernels.synthetic import input_block
 from flextui.graph.region import region_volume
 from flextui.machine import load_named_cluster
 from flextui.runtime.comm import Comm
@@ -25,7 +26,7 @@ from flextui.runtime.plan import compile_plan, index_bounds
 from flextui.runtime.reference import forward_whole
 from flextui.runtime.runlog import read_run_log
 from flextui.runtime.spec import LaunchSpec, RunDtype, Training, lr_at
-from flextui.runtime.values import StartingParameters, input_block
+from flextui.runtime.values import StartingParameters
 from flextui.runtime.worker import relative_error
 from helpers import HANG_S
 from module_loop import module_training

@@ -1,6 +1,7 @@
 """Timing tasks on the local device with the block kernels the runtime executes.
 
-Each distinct task (``signatures``) runs on random operands of its block shapes: a few
+Each distinct task (``signatures``) runs on random operands of its block shapes (a
+graph input's task makes its block of synthetic data, as a launch's does): a few
 untimed warm-up runs, then ``repeats`` timed samples of the forward pass and, in
 training, of the backward pass alone (autograd over the last forward's graph, kept for
 the next backward). A sample is several runs back to back, as many as make it last a
@@ -54,8 +55,9 @@ from flextui.cost.signatures import (
 )
 from flextui.cost.update import profile_updates, update_sizes
 from flextui.errors import FlextuiError
-from flextui.graph import OpGraph
+from flextui.graph import FLOAT_DTYPES, OpGraph
 from flextui.graph.kernels import block_tensors, kernel_for, torch_dtype
+from flextui.graph.kernels.synthetic import input_block
 
 SAVE_EVERY_S = 5.0
 
@@ -253,6 +255,8 @@ def _time_task(signature: TaskSignature, device: torch.device, dtype: torch.dtyp
                training: bool, warmup: int, repeats: int, clock: Clock,
                stop: Callable[[], bool] | None = None) -> ProfileEntry:
     op, region = signature.op, origin_block(signature.block)
+    if op.type == "input":
+        return _time_input(signature, device, dtype, training, warmup, repeats, clock, stop)
     kernel = kernel_for(op.type)
     clock.begin()
     generator = torch.Generator(device=device).manual_seed(0)
@@ -278,6 +282,35 @@ def _time_task(signature: TaskSignature, device: torch.device, dtype: torch.dtyp
     bwd_s, bwd_spread = _median_spread(bwd) if training else (None, None)
     return ProfileEntry(fwd_s, bwd_s, fwd_spread, bwd_spread, repeats=repeats,
                         peak_memory_bytes=max(0, int(peak)))
+
+
+def _time_input(signature: TaskSignature, device: torch.device, dtype: torch.dtype,
+                training: bool, warmup: int, repeats: int, clock: Clock,
+                stop: Callable[[], bool] | None) -> ProfileEntry:
+    """An input op's task: making its block of the batch from the seed, as a launch on
+    synthetic data does (integer data below 2: the bound a run takes from the op's
+    consumers changes the values, not the work); no backward pass."""
+    op = signature.op
+    region = op.output_regions(origin_block(signature.block))[0]
+    bound = None if op.outputs[0].dtype in FLOAT_DTYPES else 2
+    steps = iter(range(1 << 62))   # each run a new step's data, as each step of a run
+
+    def make() -> torch.Tensor:
+        return input_block(op, region, 0, next(steps), dtype, bound, device)
+
+    clock.begin()
+    for _ in range(warmup):
+        check_stop(stop)
+        make()
+    runs = runs_per_sample(clock.time(make, 1))
+    times = []
+    for _ in range(repeats):
+        check_stop(stop)
+        times.append(clock.time(make, runs))
+    forward_s, spread = _median_spread(times)
+    return ProfileEntry(forward_s, 0.0 if training else None, spread,
+                        0.0 if training else None, repeats=repeats,
+                        peak_memory_bytes=clock.peak_bytes([make()]))
 
 
 class _Runs:

@@ -26,7 +26,7 @@ from flextui.cost.cache import ProfileCache
 from flextui.cost.cache_records import FIELDS, ProfileEntry, ProfileKey
 from flextui.cost.calibration import interpolate
 from flextui.cost.model import CostModel, LinkTerms, OpCost, transfer_terms
-from flextui.cost.signatures import Measurement, block_shapes, task_signatures
+from flextui.cost.signatures import Measurement, task_signatures
 from flextui.cost.update import Table as UpdateTable, cached_updates, update_sizes
 from flextui.errors import FlextuiError
 from flextui.graph import FLOAT_DTYPES, Op, OpGraph
@@ -55,15 +55,11 @@ class ProfiledCostModel(CostModel):
     def from_cache(cls, graph: OpGraph, num_devices: int, cache: ProfileCache,
                    measurement: Measurement, base: CostModel) -> ProfiledCostModel:
         """The measured times of every task a search of ``graph`` over ``num_devices``
-        devices may visit that ``cache`` holds (out-of-memory entries left out), and of
-        making the graph's inputs where a launch recorded them (``--record-profile``;
-        the profiler does not time them)."""
+        devices may visit that ``cache`` holds (out-of-memory entries left out): making
+        the graph's inputs among them."""
         times = {}
         signatures = task_signatures(graph, measurement, num_devices=num_devices)
-        keys = [s.key for s in signatures] + [
-            measurement.key(op, shape) for op in graph.ops if op.type == "input"
-            for shape in block_shapes(op, num_devices)]
-        for key in keys:
+        for key in (s.key for s in signatures):
             entry = cache.get(key)
             if entry is not None and entry.forward_s is not None:  # not out of memory
                 times[key.encoded] = (entry.forward_s, entry.backward_s or 0.0)
@@ -101,8 +97,7 @@ class ProfiledCostModel(CostModel):
             return base
         found = self.times.get(self.measurement.key(op, block_shape).encoded)
         if found is None:
-            if op.type != "input":   # making the batch is timed in runs only: not missed
-                self._fallbacks.add((op.index, block_shape))
+            self._fallbacks.add((op.index, block_shape))
             return base
         forward, backward = found
         return OpCost(forward, backward, base.workspace_bytes)

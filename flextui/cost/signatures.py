@@ -55,12 +55,6 @@ def origin_block(shape: tuple[int, ...]) -> Region:
     return tuple((0, size) for size in shape)
 
 
-def timed(op: Op) -> bool:
-    """Whether the profiler times ``op``: not a graph input, whose task makes (or reads)
-    its block of the batch in a run, as ``launch --record-profile`` measures it."""
-    return op.type != "input"
-
-
 def block_shapes(op: Op, num_devices: int) -> list[tuple[int, ...]]:
     """Every block shape a search over ``num_devices`` devices may give ``op``."""
     return [tuple(d.size // n for n, d in zip(degrees, op.space))
@@ -78,7 +72,6 @@ def task_signatures(graph: OpGraph, measurement: Measurement, *, num_devices: in
         wanted += [(op, shape) for op in graph.ops for shape in block_shapes(op, num_devices)]
     found: dict[bytes, TaskSignature] = {}
     for op, shape in wanted:
-        if timed(op):
-            key = measurement.key(op, shape)
-            found.setdefault(key.encoded, TaskSignature(op, shape, key))
+        key = measurement.key(op, shape)
+        found.setdefault(key.encoded, TaskSignature(op, shape, key))
     return list(found.values())

@@ -1,5 +1,5 @@
 """What a launch's ranks train on, as the launch plan carries it (``Training.data``):
-the synthetic data made from the seed (``values.input_block``), the user's dataset
+the synthetic data made from the seed (``graph.kernels.synthetic``), the user's dataset
 (``dataset("train")`` of the model file, ``runtime.data``) or a ``.npy`` file of token
 ids (``path``, read on every rank at that path, never run), in order or shuffled, read
 with ``workers`` DataLoader workers. Torch-free: the app and the run log read it."""

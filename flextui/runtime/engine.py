@@ -46,6 +46,7 @@ import torch
 from flextui.graph import Op, Region
 from flextui.graph.kernels.mixed import Mixed, forward_loss
 from flextui.graph.kernels.positional import key_of
+from flextui.graph.kernels.synthetic import input_block
 from flextui.graph.region import region_shape, within
 from flextui.graph.tensor import FLOAT_DTYPES
 from flextui.runtime.comm import Comm, PendingSums, Transfer
@@ -53,7 +54,7 @@ from flextui.runtime.computeclock import ComputeClock, TaskKind
 from flextui.runtime.optimizer import SGD, Optimizer
 from flextui.runtime.plan import Piece, Plan
 from flextui.runtime.rank_update import RankUpdate
-from flextui.runtime.values import StartingParameters, input_block
+from flextui.runtime.values import StartingParameters
 from flextui.runtime.walk import walk
 from flextui.strategy import Strategy
 from flextui.strategy.pipeline import Pass

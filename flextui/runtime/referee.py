@@ -18,13 +18,13 @@ import torch
 
 from flextui.graph import OpGraph, full_region
 from flextui.graph.importer.module_run import ModuleCall, flextui_terms, module_loss
+from flextui.graph.kernels.synthetic import input_block
 from flextui.runtime.check import Referee, referee_of
 from flextui.runtime.engine import kernel_seed
 from flextui.runtime.module_weights import seeded_module
 from flextui.runtime.optimizer import SGD, Optimizer
 from flextui.runtime.plan import index_bounds
 from flextui.runtime.reference import ReferenceRun, TorchUpdate, sample_blocks, train_whole
-from flextui.runtime.values import input_block
 from flextui.strategy import Strategy
 
 if TYPE_CHECKING:

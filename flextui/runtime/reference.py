@@ -19,11 +19,12 @@ from flextui.cost.optimizers import OptimizerKind
 from flextui.graph import Op, OpGraph, Region, full_region
 from flextui.graph.dims import DimKind
 from flextui.graph.kernels.mixed import Mixed
+from flextui.graph.kernels.synthetic import input_block
 from flextui.graph.kernels.whole import run_whole
 from flextui.runtime.engine import kernel_seed, mixed_of
 from flextui.runtime.optimizer import SGD, Optimizer
 from flextui.runtime.plan import index_bounds
-from flextui.runtime.values import StartingParameters, input_block
+from flextui.runtime.values import StartingParameters
 from flextui.strategy import Strategy
 from flextui.strategy.pipeline import micro_region
 

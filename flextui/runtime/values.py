@@ -1,15 +1,14 @@
-"""The starting parameters and the synthetic data of a run, block by block.
+"""The starting parameters of a run, block by block (its synthetic data:
+``graph.kernels.synthetic``).
 
-Every element depends only on the seed, the parameter's (or input op's) name, the step
-and the element's position in the whole tensor (``graph.kernels.positional``), so each
-rank builds just its own blocks and they assemble to exactly what one process builds
-for the whole graph: a single-process run is the reference for any strategy.
+Every element depends only on the seed, the parameter's name and the element's position
+in the whole tensor (``graph.kernels.positional``), so each rank builds just its own
+blocks and they assemble to exactly what one process builds for the whole graph: a
+single-process run is the reference for any strategy.
 
 Parameters start uniform in [-b, b] with b = 1/sqrt(fan in) (fan in: the elements of a
 row, or the length of a vector), as torch initialises linear and conv layers; a
-normalisation's scale (a vector named "weight") starts at 1 +- 0.1 b. Float inputs are
-uniform in [-1, 1]; integer inputs (labels, ids) uniform below what their consumers
-accept (``Plan.index_bounds``).
+normalisation's scale (a vector named "weight") starts at 1 +- 0.1 b.
 """
 
 from __future__ import annotations
@@ -18,10 +17,8 @@ import math
 
 import torch
 
-from flextui.graph import Op, OpGraph, Parameter, Region
-from flextui.graph.kernels.positional import block_hash, block_uniform, key_of
-from flextui.graph.ops.basic import InputFill
-from flextui.graph.region import region_shape
+from flextui.graph import OpGraph, Parameter, Region
+from flextui.graph.kernels.positional import block_uniform, key_of
 
 
 def parameter_block(param: Parameter, role: str, region: Region, seed: int,
@@ -58,22 +55,3 @@ class StartingParameters:
         return parameter_block(self.graph.parameters[name], self.roles[name], region,
                                self.seed, dtype, device)
 
-
-def input_block(op: Op, region: Region, seed: int, step: int, dtype: torch.dtype,
-                index_bound: int | None, device: torch.device | str = "cpu") -> torch.Tensor:
-    """Block ``region`` of input op ``op``'s data for ``step``: ``dtype`` floats in
-    [-1, 1], or (``index_bound`` given) integers of the op's dtype below it; positions
-    (``InputFill.POSITIONS``) are each element's index along dim 1, zeros zeros."""
-    shape = op.outputs[0].shape
-    if op.attrs.get("fill") == InputFill.ZEROS:
-        return torch.zeros(region_shape(region), dtype=getattr(torch, op.outputs[0].dtype),
-                           device=device)
-    if op.attrs.get("fill") == InputFill.POSITIONS:
-        (first, stop), rows = region[1], region[0][1] - region[0][0]
-        return torch.arange(first, stop, device=device).expand(rows, -1).to(
-            getattr(torch, op.outputs[0].dtype))
-    key = key_of("input", op.name, seed, step)
-    if index_bound is not None:
-        values = block_hash(region, shape, key, device) % index_bound
-        return values.to(getattr(torch, op.outputs[0].dtype))
-    return (2 * block_uniform(region, shape, key, torch.float64, device) - 1).to(dtype)
