@@ -80,6 +80,20 @@ def test_show_strategy_lists_the_recomputed_ops(capsys, tmp_path):
     assert rows["unary_1"]["recompute"] and not rows["pool1"]["recompute"]
 
 
+def test_show_strategy_names_its_micro_batches_as_simulate_does(capsys, tmp_path):
+    path = tmp_path / "s.json"
+    run(capsys, "show", "-m", "lenet", "-c", "local-cpu-4", "-s", "data-parallel", "--export",
+        str(path))
+    data = json.loads(path.read_text())
+    data.update(microbatches=2, schedule="1f1b")
+    path.write_text(json.dumps(data))
+    code, out, _ = run(capsys, "show", "-m", "lenet", "-c", "local-cpu-4", "-s", str(path),
+                       "--limit", "0")
+    assert code == 0 and "; 2 micro-batches, 1f1b" in " ".join(out.split())
+    code, out, _ = run(capsys, "simulate", "-m", "lenet", "-c", "local-cpu-4", "-s", str(path))
+    assert code == 0 and "2 micro-batches, 1f1b" in " ".join(out.split())
+
+
 def test_show_strategy_lists_the_sharded_parameters(capsys, tmp_path):
     path = tmp_path / "s.json"
     run(capsys, "show", "-m", "lenet", "-c", "local-cpu-4", "-s", "data-parallel", "--export",

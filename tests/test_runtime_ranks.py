@@ -179,7 +179,7 @@ def test_a_pipelined_search_exports_micro_batches_and_its_launch_check_passes(tm
                  "--schedule", "1f1b", "--budget", "200", "--no-pipeline", "--no-log",
                  "--export-strategy", str(best)]) == 0
     said = " ".join(capsys.readouterr().out.split())
-    assert "4 micro-batches (1f1b)" in said
+    assert "4 micro-batches, 1f1b" in said
     data = json.loads(best.read_text())
     assert (data["microbatches"], data["schedule"]) == (4, "1f1b")
     proc = launch(tmp_path, *SMALL_GPT, "--nproc-per-node", "2", "--strategy", str(best),

@@ -338,8 +338,7 @@ def _report(result, graph, cluster, cost_model, options, log_path, export, args,
                          if sharded else "")
                       + (f"; in {options.precision}"
                          if options.precision != Precision.FP32 else "")
-                      + (f"; {summary['microbatches']} micro-batches ({summary['schedule']})"
-                         if summary["microbatches"] > 1 else ""))
+                      + (f"; {chosen.pipeline.describe()}" if chosen.pipeline.on else ""))
     if note:
         console.print(f"[yellow]{note}[/]")
     if log_path:

@@ -225,8 +225,8 @@ def _show_strategy(graph, cluster, args: argparse.Namespace, console: Console) -
         kinds += f"; {sharded_text(summary['sharded'])}"
     if summary["precision"] != "fp32":
         kinds += f"; in {summary['precision']}"
-    if summary["microbatches"] > 1:
-        kinds += f"; {summary['microbatches']} micro-batches ({summary['schedule']})"
+    if strategy.pipeline.on:
+        kinds += f"; {strategy.pipeline.describe()}"
     console.print(f"[bold]{escape(strategy.name)}[/] for {escape(graph.name)} on "
                   f"{escape(cluster.name)} "
                   f"({cluster.num_devices} devices): valid; {summary['tasks']} tasks on "
