@@ -5,7 +5,7 @@ import math
 import pytest
 
 from flextui.cost import AnalyticCostModel, CostModel, OpCost
-from flextui.cost.model import checked_cost_model, sgd_update_s
+from flextui.cost.model import checked_cost_model, analytic_update_s
 from flextui.cost.ring import ring_allreduce_s
 from flextui.graph import GraphBuilder
 from flextui.search.exhaustive.tables import BoundTables
@@ -74,7 +74,7 @@ class Derived(Fixed, CostModel):
 class Whole(Fixed):
     """The same with every member, not derived from CostModel."""
 
-    def update_s(self, nbytes, device):
+    def update_s(self, nbytes, device, optimizer=None):
         return 0.25
 
     def allreduce_s(self, nbytes, devices, cluster):
@@ -90,14 +90,14 @@ def test_any_object_with_every_member_is_a_cost_model():
 def test_a_cost_model_derived_from_the_protocol_gets_the_documented_update_and_allreduce():
     p100 = cluster("p100-4x4")
     derived = Derived()
-    assert derived.update_s(2**20, p100.device(0)) == sgd_update_s(2**20, p100.device(0))
+    assert derived.update_s(2**20, p100.device(0)) == analytic_update_s(2**20, p100.device(0))
     assert derived.allreduce_s(2**20, (0, 1, 4), p100) == ring_allreduce_s(2**20, (0, 1, 4), p100)
     graph = build()
     timeline = Simulator(graph, p100, derived).simulate(builtin_strategy("data-parallel", graph,
                                                                          p100))
     updates = [t for t in timeline.tasks if t.kind == TaskKind.UPDATE]
     syncs = [t for t in timeline.tasks if t.kind == TaskKind.SYNC]
-    assert updates and all(t.end - t.start == pytest.approx(sgd_update_s(t.nbytes, p100.device(0)))
+    assert updates and all(t.end - t.start == pytest.approx(analytic_update_s(t.nbytes, p100.device(0)))
                            for t in updates)       # the cluster's GPUs are all alike
     assert syncs and all(t.end - t.start > 0.0 for t in syncs)
     whole = Simulator(graph, p100, Whole()).simulate(builtin_strategy("data-parallel", graph,

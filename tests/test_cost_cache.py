@@ -24,6 +24,7 @@ from flextui.cost.cache import (
     merge_cache_files,
 )
 from flextui.cost.cache_dirs import reference_profile_dir, user_profile_dir
+from flextui.cost.optimizers import OptimizerKind
 from flextui.errors import FlextuiError
 from flextui.graph import GraphBuilder
 from helpers import HANG_S
@@ -55,8 +56,9 @@ def reseal(doc: dict) -> bytes:
                          use_bin_type=True)
 
 
-def update(nbytes: int = 8192, device: str = H100) -> UpdateKey:
-    return UpdateKey(nbytes, "float32", device, "2.4.0")
+def update(nbytes: int = 8192, device: str = H100,
+           optimizer: OptimizerKind = OptimizerKind.SGD) -> UpdateKey:
+    return UpdateKey(nbytes, "float32", device, "2.4.0", optimizer)
 
 
 def good_file() -> bytes:
@@ -169,7 +171,7 @@ def test_round_trip(tmp_path):
     assert cache.save() == 3
     doc = msgpack.unpackb((tmp_path / H100_FILE).read_bytes())
     assert (doc["format"], doc["version"], doc["device"], doc["device_kind"]) == \
-        ("flextui-profiles", 2, H100, "nvidia-h100-80gb-hbm3")
+        ("flextui-profiles", 3, H100, "nvidia-h100-80gb-hbm3")
     again = ProfileCache(H100, [tmp_path])
     assert again.get(key("a")) == entry(1e-3)
     assert again.get(key("b", training=False)) == entry(2e-3, training=False)
@@ -194,7 +196,7 @@ def test_updates_are_records_of_their_own_and_the_newer_measurement_wins(tmp_pat
     assert ProfileCache(H100, [tmp_path]).get_update(update(2048)) is None
 
 
-def test_a_version_1_file_reads_its_updates_as_updates_and_is_saved_as_version_2(tmp_path):
+def test_a_version_1_file_reads_its_updates_as_updates_and_is_saved_as_version_3(tmp_path):
     path, old = tmp_path / H100_FILE, version_1_file()
     path.write_bytes(old)
     cache = ProfileCache(H100, [tmp_path])
@@ -204,10 +206,32 @@ def test_a_version_1_file_reads_its_updates_as_updates_and_is_saved_as_version_2
     cache.put(key("b"), entry())
     assert cache.save() == 2                            # the tasks: a and b, no update
     saved = msgpack.unpackb(path.read_bytes())
-    assert saved["version"] == 2 and len(saved["updates"]) == 1
+    assert saved["version"] == 3 and len(saved["updates"]) == 1
     assert all(b"sgd-momentum-update" not in code for code, _ in saved["entries"])
     assert decode_cache(path.read_bytes()).updates == {update(): cache.get_update(update())}
     assert list(tmp_path.glob("*.corrupt-*")) == []
+
+
+def test_a_version_2_file_holds_sgd_updates_and_is_saved_as_version_3(tmp_path):
+    """Version 2's update keys named no optimizer: it timed SGD alone."""
+    path = tmp_path / H100_FILE
+    doc = msgpack.unpackb(good_file())
+    [[stored_key, stored]] = doc["updates"]
+    assert stored_key.pop("optimizer") == "sgd"
+    path.write_bytes(reseal({**doc, "version": 2}))
+    cache = ProfileCache(H100, [tmp_path])
+    assert cache.notices == []
+    assert cache.get_update(update()) == UpdateEntry(1e-5, 1e-7, 10, 1000.0)
+    assert cache.get_update(update(optimizer=OptimizerKind.ADAMW)) is None
+    cache.put_update(update(optimizer=OptimizerKind.ADAMW), UpdateEntry(3e-5, measured_at=5.0))
+    cache.save()
+    saved = msgpack.unpackb(path.read_bytes())
+    assert saved["version"] == 3
+    assert sorted(k["optimizer"] for k, _ in saved["updates"]) == ["adamw", "sgd"]
+    # a version 2 key that names an optimizer is one version 2 never wrote
+    path.write_bytes(reseal({**msgpack.unpackb(good_file()), "version": 2}))
+    notice, = ProfileCache(H100, [tmp_path]).notices
+    assert "update 0" in notice and "optimizer" in notice
 
 
 def test_a_version_1_reference_file_is_read_as_it_is(tmp_path):
@@ -323,6 +347,8 @@ BAD_FILES = {
     "an update of no time": (lambda: _bad_update(seconds=-1.0), "update 0: seconds"),
     "an update of no shard": (lambda: _bad_update(shard_bytes=0), "update 0: shard_bytes"),
     "an update with a field more": (lambda: _bad_update(op_type="x"), "update 0"),
+    "an update of another optimizer": (lambda: _bad_update(optimizer="lamb"),
+                                       "update 0: optimizer"),
     "no updates": (lambda: reseal({k: v for k, v in msgpack.unpackb(good_file()).items()
                                    if k != "updates"}), "updates"),
     "version 1 with updates": (lambda: reseal({**msgpack.unpackb(good_file()), "version": 1}),

@@ -23,7 +23,7 @@ from flextui.cost.calibration import (
     save_calibration,
 )
 from flextui.cost.clocks import CudaClock
-from flextui.cost.model import sgd_update_s
+from flextui.cost.model import analytic_update_s
 from flextui.cost.ring import ring_allreduce_s
 from flextui.errors import FlextuiError
 from flextui.machine import detect_local
@@ -306,7 +306,7 @@ def test_each_link_kind_gets_a_calibration_of_its_own(monkeypatch):
 
 
 class FixedUpdates(AnalyticCostModel):
-    def update_s(self, nbytes, device):
+    def update_s(self, nbytes, device, optimizer=None):
         return 0.25
 
 
@@ -337,7 +337,7 @@ def test_anything_else_is_the_base_models():
     assert CalibratedCommModel(FixedUpdates(), [calibration()]).update_s(100, None) == 0.25
     cpu = cpu_ranks(2).devices[0]
     assert CalibratedCommModel(AnalyticCostModel(), [calibration()]).update_s(100, cpu) == \
-        sgd_update_s(100, cpu)
+        analytic_update_s(100, cpu)
     with pytest.raises(FlextuiError, match="no communication calibration"):
         CalibratedCommModel(AnalyticCostModel(), [])
     with pytest.raises(FlextuiError, match="two communication calibrations"):

@@ -48,7 +48,7 @@ class SizedCost(CostModel):
     def transfer_s(self, nbytes, link):
         return link.latency + nbytes / link.bandwidth
 
-    def update_s(self, nbytes, device):
+    def update_s(self, nbytes, device, optimizer=None):
         return 0.05 + nbytes * 1e-4
 
 

@@ -26,7 +26,7 @@ class FixedCost(CostModel):
     def transfer_s(self, nbytes, link):
         return link.latency + nbytes / link.bandwidth
 
-    def update_s(self, nbytes, device):
+    def update_s(self, nbytes, device, optimizer=None):
         return 0.5
 
 

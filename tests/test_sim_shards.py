@@ -26,7 +26,7 @@ from test_sim_full import FixedCost, place
 class ByteUpdate(FixedCost):
     """FixedCost, but an update takes 1 ms per byte it updates."""
 
-    def update_s(self, nbytes, device):
+    def update_s(self, nbytes, device, optimizer=None):
         return nbytes / 1000
 
 

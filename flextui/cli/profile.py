@@ -171,7 +171,8 @@ def _show(args, console: Console) -> None:
                       _ms(entry.backward_s), _ms(entry.forward_spread_s), str(entry.repeats),
                       f"{entry.peak_memory_bytes / 2**20:,.1f} MiB")
     for update_key, update in updates:
-        table.add_row("optimizer update", f"{update_key.shard_bytes:,} B", update_key.dtype,
+        table.add_row(f"{update_key.optimizer} update", f"{update_key.shard_bytes:,} B",
+                      update_key.dtype,
                       _ms(update.seconds), "", _ms(update.spread_s), str(update.repeats), "")
     console.print(table)
     if len(entries) > limit:

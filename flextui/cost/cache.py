@@ -3,7 +3,7 @@ file per device kind.
 
 A file ``<dir>/<device-kind>.msgpack`` is one msgpack map::
 
-    {"format": "flextui-profiles", "version": 2, "device": <device name>,
+    {"format": "flextui-profiles", "version": 3, "device": <device name>,
      "device_kind": <slug of the name>, "entries": [[key-bytes, entry-map], ...],
      "updates": [[update-key-map, update-map], ...],
      "checksum": crc32 of the map without "checksum", packed the same way}
@@ -16,7 +16,8 @@ decoded, and validated, only where they are read as keys (``CacheFile.items``: s
 cache). That keeps a warm profiling run cheap (``benchmarks/profile_speed.py``). The
 updates (a few dozen) are decoded and validated as the file is read. A version 1 file,
 whose updates were entries of a made-up op type, reads as its tasks and updates
-(``cache_v1``) and is written as version 2 when saved.
+(``cache_v1``), and a version 2 file, whose update keys named no optimizer, as SGD's
+updates (the only ones it timed); both are written as version 3 when saved.
 Everything read is validated; nothing is unpickled. A file that is corrupt, truncated
 or foreign (not a profile cache, or another device kind's) is never trusted: the cache
 reports it in ``notices``, moves it aside (renamed to ``<name>.corrupt-<timestamp>``,
@@ -54,9 +55,10 @@ __all__ = ["PROFILES", "BadDocument", "CacheFile", "ProfileCache", "ProfileEntry
            "ProfileKey", "Records", "UpdateEntry", "UpdateKey", "decode_cache",
            "device_kind_slug", "encode_cache", "merge_cache_files"]
 
-PROFILES = DocumentFormat("flextui-profiles", 2, "profile cache")
+PROFILES = DocumentFormat("flextui-profiles", 3, "profile cache")
 _BODY_FIELDS = {1: ("device", "device_kind", "entries"),
-                2: ("device", "device_kind", "entries", "updates")}
+                2: ("device", "device_kind", "entries", "updates"),
+                3: ("device", "device_kind", "entries", "updates")}
 
 
 # ---- the file ----------------------------------------------------------------------
@@ -121,7 +123,7 @@ def encode_cache(device_name: str, entries: Entries, updates: Updates | None = N
 
 
 def decode_cache(data: bytes, device_kind: str | None = None) -> CacheFile:
-    """Parse and validate a cache file's bytes (version 1 or 2), expecting
+    """Parse and validate a cache file's bytes (version 1, 2 or 3), expecting
     ``device_kind`` if given; raise BadDocument saying what is wrong."""
     version, body = PROFILES.decode(data)
     try:
@@ -151,16 +153,17 @@ def _decode_body(body: dict[str, Any], device_kind: str | None, version: int) ->
     if version == 1:
         entries, updates = split_updates(entries)
     else:
-        updates = _decode_updates(body["updates"], kind)
+        updates = _decode_updates(body["updates"], kind, before_optimizers=version == 2)
     return CacheFile(entries, updates, device_name=device, device_kind=kind)
 
 
-def _decode_updates(items: Any, device_kind: str) -> Updates:
+def _decode_updates(items: Any, device_kind: str, before_optimizers: bool) -> Updates:
     updates: Updates = {}
     for i, item in enumerate(FIELDS.items(items, "updates")):
         try:
             key, update = FIELDS.items(item, "a [key, update] pair", 2)
-            key, update = UpdateKey.from_map(key), UpdateEntry.from_map(update)
+            key = UpdateKey.from_map(key, before_optimizers=before_optimizers)
+            update = UpdateEntry.from_map(update)
             if key.device_kind != device_kind:
                 raise ValueError(f"device {key.device_name!r} is not of kind {device_kind!r}")
         except (TypeError, ValueError) as exc:

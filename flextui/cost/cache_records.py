@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgpack
 
+from flextui.cost.optimizers import OptimizerKind
 from flextui.fields import FieldReader
 from flextui.graph.tensor import FLOAT_DTYPES
 
@@ -257,29 +258,38 @@ def check_pair(key: ProfileKey, entry: ProfileEntry) -> None:
 
 @dataclass(frozen=True, order=True)
 class UpdateKey:
-    """What a measured optimizer update depends on: SGD with momentum, as a rank runs it
-    (``runtime.engine``), over a parameter shard of ``shard_bytes`` in ``dtype``."""
+    """What a measured optimizer update depends on: ``optimizer``'s step as a rank runs
+    it (``cost.update_steps``), over a parameter shard of ``shard_bytes`` in ``dtype``."""
 
     shard_bytes: int
     dtype: str
     device_name: str
     torch_version: str
+    optimizer: OptimizerKind
 
     def __post_init__(self) -> None:
         FIELDS.integer(self.shard_bytes, "shard_bytes", 1)
         FIELDS.choice(self.dtype, "dtype", FLOAT_DTYPES)
         FIELDS.string(self.device_name, "device_name")
         FIELDS.string(self.torch_version, "torch_version")
+        object.__setattr__(self, "optimizer", OptimizerKind(
+            FIELDS.choice(self.optimizer, "optimizer", tuple(OptimizerKind))))
 
     @property
     def device_kind(self) -> str:
         return device_kind_slug(self.device_name)
 
     def to_map(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return {f.name: str(getattr(self, f.name)) if f.name == "optimizer"
+                else getattr(self, f.name) for f in fields(self)}
 
     @classmethod
-    def from_map(cls, data: Any) -> UpdateKey:
+    def from_map(cls, data: Any, *, before_optimizers: bool = False) -> UpdateKey:
+        """The key a cache file stores; ``before_optimizers``: a file from before keys
+        named their optimizer (format version 2), whose updates are all SGD's."""
+        if before_optimizers:
+            FIELDS.exact_keys(data, _UPDATE_KEY_NAMES[:-1], "update key")
+            return cls(**data, optimizer=OptimizerKind.SGD)
         FIELDS.exact_keys(data, _UPDATE_KEY_NAMES, "update key")
         return cls(**data)
 

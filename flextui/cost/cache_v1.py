@@ -10,6 +10,7 @@ from __future__ import annotations
 import msgpack
 
 from flextui.cost.cache_records import ProfileEntry, ProfileKey, UpdateEntry, UpdateKey
+from flextui.cost.optimizers import OptimizerKind
 from flextui.graph.tensor import dtype_bytes
 
 V1_UPDATE_OP = "sgd-momentum-update"
@@ -29,7 +30,7 @@ def split_updates(entries: dict[bytes, ProfileEntry]
         if [len(shape) for shape in key.param_shapes] != [1] or entry.forward_s is None:
             raise ValueError(f"a {V1_UPDATE_OP} entry with no shard or no time")
         shard = UpdateKey(key.param_shapes[0][0] * dtype_bytes(key.dtype), key.dtype,
-                          key.device_name, key.torch_version)
+                          key.device_name, key.torch_version, OptimizerKind.SGD)
         updates[shard] = UpdateEntry(entry.forward_s, entry.forward_spread_s or 0.0,
                                      entry.repeats, entry.measured_at)
     return tasks, updates

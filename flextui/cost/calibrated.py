@@ -21,6 +21,7 @@ from collections.abc import Sequence
 
 from flextui.cost.calibration import CommCalibration
 from flextui.cost.model import CostModel, LinkTerms, OpCost, transfer_terms
+from flextui.cost.optimizers import OptimizerKind
 from flextui.errors import FlextuiError
 from flextui.graph import Op
 from flextui.limits import read_json
@@ -56,8 +57,9 @@ class CalibratedCommModel(CostModel):
     def op_cost(self, op: Op, block_shape: tuple[int, ...], device: Device) -> OpCost:
         return self.base.op_cost(op, block_shape, device)
 
-    def update_s(self, nbytes: float, device: Device) -> float:
-        return self.base.update_s(nbytes, device)
+    def update_s(self, nbytes: float, device: Device,
+                 optimizer: OptimizerKind = OptimizerKind.SGD) -> float:
+        return self.base.update_s(nbytes, device, optimizer)
 
     def transfer_s(self, nbytes: int, link: Link) -> float:
         calibration = self._by_kind.get(link.kind)

@@ -6,6 +6,7 @@ import inspect
 from dataclasses import dataclass
 from typing import Protocol, cast, runtime_checkable
 
+from flextui.cost.optimizers import OptimizerKind
 from flextui.cost.ring import ring_allreduce_s
 from flextui.graph import Op
 from flextui.machine import Cluster, Device, Link
@@ -28,10 +29,13 @@ class LinkTerms:
     bandwidth: float
 
 
-def sgd_update_s(nbytes: float, device: Device) -> float:
-    """Optimizer step (SGD with momentum): read weight, gradient and momentum, write
-    weight and momentum — five passes over the shard at memory bandwidth."""
-    return 5 * nbytes / device.spec.mem_bandwidth
+def analytic_update_s(nbytes: float, device: Device,
+                      optimizer: OptimizerKind = OptimizerKind.SGD) -> float:
+    """An optimizer step over an ``nbytes`` shard at memory bandwidth: SGD with momentum
+    reads weight, gradient and momentum and writes weight and momentum (five passes);
+    AdamW also reads and writes its second moving average (seven)."""
+    passes = 7 if optimizer == OptimizerKind.ADAMW else 5
+    return passes * nbytes / device.spec.mem_bandwidth
 
 
 @runtime_checkable
@@ -40,7 +44,7 @@ class CostModel(Protocol):
     ones with fixed times. ``identity`` names the model in search logs.
 
     A class that derives from ``CostModel`` need only define ``identity``, ``op_cost``
-    and ``transfer_s``: it inherits ``update_s`` (``sgd_update_s``) and ``allreduce_s``
+    and ``transfer_s``: it inherits ``update_s`` (``analytic_update_s``) and ``allreduce_s``
     (the ring formula over the link specs, ``ring_allreduce_s``). One that does not
     derive from it defines all five; mypy names what it lacks, and so does
     ``checked_cost_model`` (the simulator's and exhaustive search's entry check)."""
@@ -52,9 +56,10 @@ class CostModel(Protocol):
 
     def transfer_s(self, nbytes: int, link: Link) -> float: ...
 
-    def update_s(self, nbytes: float, device: Device) -> float:
-        """The optimizer update of an ``nbytes`` parameter shard on ``device``."""
-        return sgd_update_s(nbytes, device)
+    def update_s(self, nbytes: float, device: Device,
+                 optimizer: OptimizerKind = OptimizerKind.SGD) -> float:
+        """``optimizer``'s update of an ``nbytes`` parameter shard on ``device``."""
+        return analytic_update_s(nbytes, device, optimizer)
 
     def allreduce_s(self, nbytes: float, devices: tuple[int, ...], cluster: Cluster) -> float:
         """The gradient all-reduce of ``nbytes`` over ``devices`` (a replica group)."""

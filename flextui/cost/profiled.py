@@ -5,8 +5,8 @@ profiled (the same GPU model, or the CPU for CPU devices) from a table of measur
 forward and backward times, and from its base model (the roofline) for every other
 device, every task the table lacks and every block that ran out of memory when it was
 measured; ``fallbacks`` counts the distinct tasks that fell back. The optimizer update
-of a profiled device's shard is timed from the measured updates (``cost.update``) when
-the profile has them.
+of a profiled device's shard is timed from the measured updates of the run's optimizer
+(``cost.update``) when the profile has them.
 
 The table is fixed when the model is built (``from_cache``: the profiles of every task
 the search may visit), and the identity carries it, compressed, so a search log holds
@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import json
 import zlib
+from collections.abc import Mapping
 from typing import Any
 
 import msgpack
@@ -26,6 +27,7 @@ from flextui.cost.cache import ProfileCache
 from flextui.cost.cache_records import FIELDS, ProfileEntry, ProfileKey
 from flextui.cost.calibration import interpolate
 from flextui.cost.model import CostModel, LinkTerms, OpCost, transfer_terms
+from flextui.cost.optimizers import OptimizerKind
 from flextui.cost.signatures import Measurement, task_signatures
 from flextui.cost.update import Table as UpdateTable, cached_updates, update_sizes
 from flextui.errors import FlextuiError
@@ -40,10 +42,12 @@ Times = tuple[float, float]
 
 class ProfiledCostModel(CostModel):
     def __init__(self, measurement: Measurement, times: dict[bytes, Times], base: CostModel,
-                 wanted: int | None = None, updates: UpdateTable = ()) -> None:
+                 wanted: int | None = None,
+                 updates: Mapping[OptimizerKind, UpdateTable] | None = None) -> None:
         self.measurement, self.base = measurement, base
         self.times = times              # encoded profile key -> (forward_s, backward_s)
-        self.updates = updates          # (shard bytes, seconds) of measured updates
+        #: per optimizer, (shard bytes, seconds) of its measured updates (none: no table)
+        self.updates = {kind: table for kind, table in (updates or {}).items() if table}
         #: by the op's identity (and the op itself, kept alive so its id is not reused)
         self._memo: dict[tuple[int, tuple[int, ...], str], tuple[Op, OpCost]] = {}
         self._fallbacks: set[tuple[int, tuple[int, ...]]] = set()
@@ -63,7 +67,8 @@ class ProfiledCostModel(CostModel):
             entry = cache.get(key)
             if entry is not None and entry.forward_s is not None:  # not out of memory
                 times[key.encoded] = (entry.forward_s, entry.backward_s or 0.0)
-        updates = cached_updates(cache, measurement, update_sizes(graph, measurement.dtype))
+        sizes = update_sizes(graph, measurement.dtype)
+        updates = {kind: cached_updates(cache, measurement, sizes, kind) for kind in OptimizerKind}
         return cls(measurement, times, base, wanted=len(signatures), updates=updates)
 
     # -- CostModel -------------------------------------------------------------------
@@ -81,12 +86,14 @@ class ProfiledCostModel(CostModel):
     def transfer_terms(self, link: Link) -> LinkTerms | None:
         return transfer_terms(self.base, link)
 
-    def update_s(self, nbytes: float, device: Device) -> float:
-        """The update of an ``nbytes`` shard: measured on a profiled device when the
-        profile has updates, else the base model's."""
-        if self.updates and self._profiled(device.spec.kind):
-            return interpolate(self.updates, nbytes)
-        return self.base.update_s(nbytes, device)
+    def update_s(self, nbytes: float, device: Device,
+                 optimizer: OptimizerKind = OptimizerKind.SGD) -> float:
+        """``optimizer``'s update of an ``nbytes`` shard: measured on a profiled device
+        when the profile has that optimizer's updates, else the base model's."""
+        table = self.updates.get(optimizer)
+        if table and self._profiled(device.spec.kind):
+            return interpolate(table, nbytes)
+        return self.base.update_s(nbytes, device, optimizer)
 
     def allreduce_s(self, nbytes: float, devices: tuple[int, ...], cluster: Cluster) -> float:
         return self.base.allreduce_s(nbytes, devices, cluster)
@@ -123,7 +130,8 @@ class ProfiledCostModel(CostModel):
         body = {"base": self.base.identity, "device": m.device_name, "dtype": m.dtype,
                 "training": m.training, "torch": m.torch_version, "times": packed.decode()}
         if self.updates:
-            body["updates"] = [list(row) for row in self.updates]
+            body["optimizer_updates"] = {str(kind): [list(row) for row in table]
+                                         for kind, table in sorted(self.updates.items())}
         if m.math:
             body["math"] = m.math
         return IDENTITY_PREFIX + json.dumps(body, sort_keys=True, separators=(",", ":"))
@@ -140,18 +148,19 @@ class ProfiledCostModel(CostModel):
 
     def describe(self) -> str:
         m = self.measurement
-        updates = (f"; optimizer updates measured at {len(self.updates)} sizes"
-                   if self.updates else "")
+        updates = "".join(f"; {kind} updates measured at {len(table)} sizes"
+                          for kind, table in sorted(self.updates.items()))
         return (f"measured on {m.device_name} ({m.dtype}): {len(self.times):,} of the "
                 f"{self.wanted:,} tasks a search may visit; the analytic model for the "
                 f"rest{updates}")
 
 
-def parse_identity(identity: str
-                   ) -> tuple[Measurement, dict[bytes, Times], str, UpdateTable] | None:
+def parse_identity(identity: str) -> tuple[Measurement, dict[bytes, Times], str,
+                                          dict[OptimizerKind, UpdateTable]] | None:
     """What a profiled model's identity holds: its measurement, its times, its base's
-    identity and its measured updates; None if it is not a profiled model's identity;
-    FlextuiError if damaged."""
+    identity and its measured updates per optimizer (an identity from before updates
+    named their optimizer holds SGD's, as ``updates``); None if it is not a profiled
+    model's identity; FlextuiError if damaged."""
     if not identity.startswith(IDENTITY_PREFIX):
         return None
     where = "profiled cost model"
@@ -171,8 +180,14 @@ def parse_identity(identity: str
                                   FIELDS.string(body["device"], "device"),
                                   FIELDS.string(body["torch"], "torch"),
                                   FIELDS.string(math, "math") if math else "")
+        if "updates" in body:
+            updates = {OptimizerKind.SGD: _updates(body["updates"])}
+        else:
+            tables = FIELDS.mapping(body.get("optimizer_updates", {}), "optimizer_updates")
+            updates = {OptimizerKind(FIELDS.choice(kind, "optimizer", tuple(OptimizerKind))):
+                       _updates(rows) for kind, rows in tables.items()}
         return (measurement, times, FIELDS.string(body["base"], "base", limit=None, raw=False),
-                _updates(body.get("updates", [])))
+                updates)
     except (ValueError, KeyError, TypeError, zlib.error, msgpack.UnpackException) as exc:
         raise FlextuiError(f"{where}: its recorded times cannot be read "
                            f"({str(exc)[:200]}); the search log is damaged") from None

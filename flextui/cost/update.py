@@ -1,15 +1,15 @@
-"""The optimizer update, measured: SGD with momentum over a parameter shard, as a rank
-runs it (``runtime.engine``: ``v = m * v + g; w -= lr * v``), timed on the local device
-for shard sizes from 4 KiB up to the graph's largest parameter, doubling.
+"""The optimizer update, measured: each optimizer's step over a parameter shard as a
+rank runs it (``cost.update_steps``: SGD with momentum, AdamW), timed on the local
+device for shard sizes from 4 KiB up to the graph's largest parameter, doubling.
 
-A roofline guess (five passes over the shard at the memory bandwidth) is far off on a
+A roofline guess (passes over the shard at the memory bandwidth) is far off on a
 CPU, whose bandwidth is itself a guess, so profiled cost models time updates from these
 measurements (interpolated between sizes, ``calibration.interpolate``). Each timed
 update starts with the shard out of cache (a buffer twice the last-level cache is
 written first), as in a step, where the update comes after the whole backward pass
 has been through the cache: timed warm, updates of a few MiB ran 2-4x faster than in a
 rank's step. They live in the profile cache beside the tasks, as records of their own
-(``UpdateKey``: the shard's bytes, the dtype, the device and torch).
+(``UpdateKey``: the optimizer, the shard's bytes, the dtype, the device and torch).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from flextui.cost.cache import ProfileCache, UpdateEntry, UpdateKey
+from flextui.cost.optimizers import OptimizerKind
 from flextui.cost.signatures import Measurement
 from flextui.graph import OpGraph
 from flextui.graph.tensor import dtype_bytes
@@ -45,17 +46,18 @@ def update_sizes(graph: OpGraph, dtype: str) -> list[int]:
     return sizes
 
 
-def update_key(measurement: Measurement, nbytes: int) -> UpdateKey:
-    """The cache key of the update of an ``nbytes`` shard."""
+def update_key(measurement: Measurement, nbytes: int, optimizer: OptimizerKind) -> UpdateKey:
+    """The cache key of ``optimizer``'s update of an ``nbytes`` shard."""
     return UpdateKey(nbytes, measurement.dtype, measurement.device_name,
-                     measurement.torch_version)
+                     measurement.torch_version, optimizer)
 
 
-def cached_updates(cache: ProfileCache, measurement: Measurement, sizes: Sequence[int]) -> Table:
-    """The measured updates of ``sizes`` the cache holds."""
+def cached_updates(cache: ProfileCache, measurement: Measurement, sizes: Sequence[int],
+                   optimizer: OptimizerKind) -> Table:
+    """The measured updates of ``optimizer`` at ``sizes`` the cache holds."""
     found = []
     for nbytes in sizes:
-        update = cache.get_update(update_key(measurement, nbytes))
+        update = cache.get_update(update_key(measurement, nbytes, optimizer))
         if update is not None:
             found.append((nbytes, update.seconds))
     return tuple(found)
@@ -64,39 +66,51 @@ def cached_updates(cache: ProfileCache, measurement: Measurement, sizes: Sequenc
 def profile_updates(sizes: Sequence[int], measurement: Measurement, cache: ProfileCache,
                     device: torch.device, *, warmup: int = 2, repeats: int = 10,
                     stop: Callable[[], bool] | None = None) -> int:
-    """Time the updates of ``sizes`` the cache lacks into it (saved); how many were.
-    ``stop`` is asked before every run: the update it stops is left unmeasured."""
+    """Time every optimizer's updates of ``sizes`` the cache lacks into it (saved); how
+    many were. ``stop`` is asked before every run: the update it stops is left
+    unmeasured."""
     from flextui.cost.clocks import Stopped
     from flextui.graph.kernels import torch_dtype
     measured = 0
-    for nbytes in sizes:
-        if stop is not None and stop():
-            break
-        key = update_key(measurement, nbytes)
-        if cache.get_update(key) is None:
-            try:
-                entry = time_update(nbytes, torch_dtype(measurement.dtype), device,
-                                    warmup=warmup, repeats=repeats, stop=stop)
-            except Stopped:
+    for optimizer in OptimizerKind:
+        for nbytes in sizes:
+            if stop is not None and stop():
                 break
-            cache.put_update(key, entry)
-            measured += 1
+            key = update_key(measurement, nbytes, optimizer)
+            if cache.get_update(key) is None:
+                try:
+                    entry = time_update(nbytes, torch_dtype(measurement.dtype), device,
+                                        optimizer, warmup=warmup, repeats=repeats, stop=stop)
+                except Stopped:
+                    break
+                cache.put_update(key, entry)
+                measured += 1
     cache.save()
     return measured
 
 
-def time_update(nbytes: int, dtype: torch.dtype, device: torch.device, *, warmup: int = 2,
+def time_update(nbytes: int, dtype: torch.dtype, device: torch.device,
+                optimizer: OptimizerKind = OptimizerKind.SGD, *, warmup: int = 2,
                 repeats: int = 10, stop: Callable[[], bool] | None = None) -> UpdateEntry:
-    """Median seconds of one SGD-with-momentum update of an ``nbytes`` shard; Stopped
-    when ``stop()`` says so before a run."""
+    """Median seconds of one ``optimizer`` update of an ``nbytes`` shard (under a
+    launch's default settings); Stopped when ``stop()`` says so before a run."""
     import torch
 
     from flextui.cost.clocks import check_stop
+    from flextui.cost.update_steps import adamw_step, sgd_step
     numel = nbytes // torch.empty((), dtype=dtype).element_size()
     generator = torch.Generator(device=device).manual_seed(0)
     weight, grad = (torch.randn(numel, dtype=dtype, device=device, generator=generator)
                     for _ in range(2))
-    velocity = torch.zeros_like(weight)
+    moments = [torch.zeros_like(weight) for _ in range(optimizer.states)]
+
+    def step(t: int) -> None:
+        if optimizer == OptimizerKind.ADAMW:
+            adamw_step(weight, grad, moments[0], moments[1], lr=0.01, t=t, betas=(0.9, 0.999),
+                       eps=1e-8, weight_decay=0.0)
+        else:
+            sgd_step(weight, grad, moments[0], lr=0.01, momentum=0.9, weight_decay=0.0)
+
     scratch = torch.empty(_evict_bytes(device) // 4, dtype=torch.float32, device=device)
     cuda = device.type == "cuda"
     times = []
@@ -107,8 +121,7 @@ def time_update(nbytes: int, dtype: torch.dtype, device: torch.device, *, warmup
             if cuda:
                 torch.cuda.synchronize(device)
             start = time.perf_counter()
-            velocity.mul_(0.9).add_(grad)
-            weight.add_(velocity, alpha=-0.01)
+            step(i + 1)
             if cuda:
                 torch.cuda.synchronize(device)
             if i >= warmup:

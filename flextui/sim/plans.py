@@ -35,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from flextui.cost.model import CostModel, allgather_s, transfer_terms
+from flextui.cost.optimizers import OptimizerKind
 from flextui.errors import ClusterError
 from flextui.graph import Op, OpGraph, region_volume
 from flextui.graph.tensor import dtype_bytes
@@ -105,9 +106,9 @@ class Planner:
 
     def __init__(self, graph: OpGraph, cluster: Cluster, cost: CostModel, store: TaskStore,
                  training: bool, master_dtype: str | None = None, microbatches: int = 1,
-                 ) -> None:
+                 optimizer: OptimizerKind = OptimizerKind.SGD) -> None:
         self.graph, self.cluster, self.cost, self.store = graph, cluster, cost, store
-        self.training = training
+        self.training, self.optimizer = training, optimizer
         #: ops and edges are planned for one micro-batch (each runs this many)
         self.microbatches = microbatches
         #: the dtype of the parameters' training state (None: each parameter's own)
@@ -364,7 +365,7 @@ class Planner:
         key = (nbytes, device.spec)
         seconds = self._updates.get(key)
         if seconds is None:
-            seconds = self._updates[key] = self.cost.update_s(nbytes, device)
+            seconds = self._updates[key] = self.cost.update_s(nbytes, device, self.optimizer)
         return seconds
 
     def _param_blocks(self, op: Op, i: int, config: ParallelConfig) -> tuple:

@@ -41,7 +41,7 @@ class Simulator:
         strategy.check(self.graph, self.cluster.num_devices)
         return TaskGraph(computed_graph(self.graph, strategy.precision), self.cluster,
                          self.cost_model, strategy, self.training,
-                         master_dtype=self.graph.dtype)
+                         master_dtype=self.graph.dtype, optimizer=self.optimizer)
 
     def simulate(self, strategy: Strategy) -> Timeline:
         tg = self.task_graph(strategy)

@@ -71,6 +71,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from flextui.cost.model import CostModel
+from flextui.cost.optimizers import OptimizerKind
 from flextui.graph import Op, OpGraph
 from flextui.machine import Cluster
 from flextui.sim.buckets import bucket_units, sync_order
@@ -108,10 +109,10 @@ def _ids(*parts: Sequence[int]) -> array:
 class TaskGraph:
     def __init__(self, graph: OpGraph, cluster: Cluster, cost_model: CostModel,
                  strategy: Strategy, training: bool = True, master_dtype: str | None = None,
-                 ) -> None:
+                 optimizer: OptimizerKind = OptimizerKind.SGD) -> None:
         """``master_dtype``: the dtype parameters, their gradients and the optimizer's
         state are kept in, when not the graph's (a graph computing in bf16 keeps float32
-        master weights)."""
+        master weights); ``optimizer``: the update each shard's update task times."""
         self.graph, self.cluster, self.cost, self.training = graph, cluster, cost_model, training
         self.num_devices = cluster.num_devices
         self.num_resources = cluster.num_devices + len(cluster.links)
@@ -121,7 +122,7 @@ class TaskGraph:
         #: micro-batches, and what a micro-batch adds to an op's place in the keys
         self.micro, self.num_ops = strategy.pipeline.microbatches, len(graph.ops)
         self.plans = Planner(graph, cluster, cost_model, self.store, training, master_dtype,
-                             self.micro)
+                             self.micro, optimizer)
         # ownership, so one op's tasks can be replaced
         self.configs: dict[int, ParallelConfig] = {}
         self.forward: dict[int, array] = {}
