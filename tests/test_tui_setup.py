@@ -11,7 +11,7 @@ from flextui.graph.library import load_model
 from flextui.machine import load_named_cluster
 from flextui.tui.screens import setup
 from flextui.tui.screens.setup import SetupScreen
-from flextui.tui.widgets.summary import SetupSummary
+from flextui.tui.widgets.summary import SetupSummary, options_rows
 from helpers import screen_text, wait_for
 
 CSS = Path(__file__).parent.parent / "flextui" / "tui" / "app.tcss"
@@ -118,6 +118,24 @@ async def test_changing_model_batch_size_and_cluster_updates_the_summary():
         await settle(pilot)
         assert field(pilot, "nodes").value == ""  # the count was for the cluster before
         assert part(pilot, "cluster")["devices"] == 64
+
+
+async def test_the_summary_names_the_optimizer_precision_and_pipeline_chosen():
+    app = Host()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await settle(pilot)
+        rows = dict(options_rows(part(pilot, "options")))
+        assert (rows["training"], rows["pipeline"]) == ("sgd, fp32", "moves may pipeline")
+        field(pilot, "optimizer").value = "adamw"
+        field(pilot, "precision").value = "bf16"
+        field(pilot, "pipeline").value = "4-1f1b"
+        await settle(pilot)
+        rows = dict(options_rows(part(pilot, "options")))
+        assert rows["training"] == "adamw, bf16"
+        assert rows["pipeline"] == "4 micro-batches, 1f1b, moves may change it"
+        field(pilot, "pipeline").value = "off"
+        await settle(pilot)
+        assert dict(options_rows(part(pilot, "options")))["pipeline"] == "none"
 
 
 @pytest.mark.parametrize("name, value, part_name, text, where, good", [

@@ -1,5 +1,6 @@
 """The Setup screen's summary panel: the chosen model (ops, parameters, FLOPs), the
-chosen cluster (devices, memory, peak, aggregate bandwidths) and the search options.
+chosen cluster (devices, memory, peak, aggregate bandwidths) and the search options
+(budget, memory, the optimizer and precision trained in, the pipeline).
 
 Each part is plain data from the core (:func:`~flextui.graph.summary.graph_summary`,
 :func:`~flextui.machine.summary.cluster_summary`, SearchOptions) or a short note
@@ -17,6 +18,7 @@ from textual.widgets import Static
 
 from flextui.machine.units import format_bytes
 from flextui.search.options import SearchOptions
+from flextui.strategy.pipeline import Pipeline
 
 Part = dict[str, Any] | str  # the data to show, or a note in its place
 
@@ -72,7 +74,18 @@ def options_rows(o: SearchOptions) -> list[tuple[str, str]]:
     memory = o.memory + (f", ≤ {format_bytes(o.memory_budget)}" if o.memory_budget else "")
     return [("budget", budget + (" or converged" if o.converge else "")),
             ("β", "auto" if o.beta is None else f"{o.beta:g}"),
-            ("workers", str(o.chains)), ("memory", memory), ("seed", str(o.seed))]
+            ("workers", str(o.chains)), ("memory", memory), ("seed", str(o.seed)),
+            ("training", f"{o.optimizer}, {o.precision}" if o.training else "inference"),
+            ("pipeline", _pipeline_text(o))]
+
+
+def _pipeline_text(o: SearchOptions) -> str:
+    """The pipeline every chain starts in, and whether moves may change it."""
+    start = Pipeline(o.microbatches, o.schedule)
+    moves = o.training and o.pipeline > 0
+    if start.on:
+        return start.describe() + (", moves may change it" if moves else "")
+    return "moves may pipeline" if moves else "none"
 
 
 class SetupSummary(Static):
