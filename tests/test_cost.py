@@ -5,7 +5,7 @@ import math
 import pytest
 
 from flextui.cost import AnalyticCostModel, CostModel, OpCost
-from flextui.cost.model import checked_cost_model, analytic_update_s
+from flextui.cost.model import analytic_update_s, checked_cost_model
 from flextui.cost.ring import ring_allreduce_s
 from flextui.graph import GraphBuilder
 from flextui.search.exhaustive.tables import BoundTables
