@@ -104,6 +104,11 @@ def test_a_pipeline_move_changes_the_micro_batches_or_the_schedule():
     one = load_named_cluster("local-cpu-1")
     assert pipeline_move(GRAPH, builtin_strategy("data-parallel", GRAPH, one),
                          random.Random(1)).microbatches > 1
+    # from one micro-batch: the strategy's schedule, or (greedy moves) either
+    rng = random.Random(0)
+    assert {pipeline_move(GRAPH, mp, rng).schedule for _ in range(20)} == {Schedule.GPIPE}
+    assert {pipeline_move(GRAPH, mp, rng, draw_schedule=True).schedule
+            for _ in range(20)} == set(Schedule)
 
 
 def test_a_budget_no_split_meets_on_one_device_is_met_by_micro_batches():
@@ -124,7 +129,43 @@ def test_a_budget_no_split_meets_on_one_device_is_met_by_micro_batches():
 
 def test_options_from_a_log_from_before_make_no_pipeline_or_stage_moves():
     old = SearchOptions().to_dict()
-    for key in ("pipeline", "stage", "microbatches", "schedule"):
+    for key in ("pipeline", "stage", "microbatches", "schedule", "guarded_pipeline"):
         del old[key]
     options = SearchOptions.from_dict(old, "log")
     assert (options.pipeline, options.stage, options.microbatches) == (0.0, 0.0, 1)
+    # a log from before guarded pipeline moves ran the moves as first built
+    assert not options.guarded_pipeline and SearchOptions().guarded_pipeline
+
+
+@pytest.mark.parametrize("greedy", [True, False])
+def test_a_guarded_pipeline_move_is_never_taken_uphill(tmp_path, greedy):
+    """MCMC takes a worse proposal now and then; a worse pipeline (whose delta
+    proposals re-time every micro-batch's tasks) only with guarded pipeline moves off."""
+    path = tmp_path / "run.ffsearch"
+    run_search(GRAPH, CLUSTER, AnalyticCostModel(),
+               SearchOptions(iterations=300, seed=3, converge=False, pipeline=0.3,
+                             init="model-parallel", guarded_pipeline=greedy), log_path=path)
+    steps = list(read_search_log(path).steps_of(0))
+    moves = uphill_taken = 0
+    for before, e in zip(steps, steps[1:]):
+        if e.pipeline is not None:
+            moves += 1
+            uphill_taken += e.accepted and e.proposed > before.current
+    assert moves and bool(uphill_taken) != greedy
+
+
+def test_a_guarded_pipeline_move_keeps_the_task_graph_under_its_cap(monkeypatch):
+    """A pipeline move's full simulation builds every micro-batch's tasks: a guarded
+    one proposes no more micro-batches than keep them under MAX_PIPELINE_TASKS."""
+    options = SearchOptions(iterations=100, seed=0, converge=False, pipeline=1.0,
+                            init="model-parallel")
+    chain = Chain(0, GRAPH, CLUSTER, AnalyticCostModel(), options,
+                  builtin_strategy("model-parallel", GRAPH, CLUSTER))
+    tasks = len(chain.sim.tg.store)
+    monkeypatch.setattr("flextui.search.mcmc.MAX_PIPELINE_TASKS", 4 * tasks)
+    proposed = {chain.step().pipeline for _ in range(100)} - {None}
+    assert proposed and max(p.microbatches for p in proposed) <= 4
+    unguarded = Chain(0, GRAPH, CLUSTER, AnalyticCostModel(),
+                      options.with_changes(guarded_pipeline=False),
+                      builtin_strategy("model-parallel", GRAPH, CLUSTER))
+    assert max(p.microbatches for p in {unguarded.step().pipeline for _ in range(100)} - {None}) > 4

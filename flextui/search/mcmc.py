@@ -14,7 +14,8 @@ config keeps the op's recomputation as it was. With probability ``options.shard`
 (``shard``). With probability ``options.pipeline`` (training only, and only while the
 strategy has several stages, is short of memory or has micro-batches) a step instead
 sets another number of micro-batches or schedule (``pipeline``: simulated in full,
-never rejected early); with probability ``options.stage`` (on several nodes, or while
+never rejected early, and with ``options.guarded_pipeline`` taken only when it does not
+raise the cost); with probability ``options.stage`` (on several nodes, or while
 memory is short) a move puts a run of layers on one device group (a stage,
 ``pipeline.stage_run``). Under micro-batches random configs split
 samples only as a micro-batch allows, and a move's configs that do not are dropped.
@@ -41,7 +42,7 @@ from flextui.search.events import RestartEvent, StepEvent
 from flextui.search.frontier import Frontier
 from flextui.search.log import Checkpoint, FrontierPoint
 from flextui.search.options import BETA_SCALE, SearchOptions
-from flextui.search.pipeline import pipeline_move, stage_run
+from flextui.search.pipeline import MOST_MICROBATCHES, pipeline_move, stage_run
 from flextui.search.propagate import propagation
 from flextui.search.recompute import recompute_run
 from flextui.search.shard import shard_run
@@ -73,6 +74,8 @@ def default_beta(initial_s: float) -> float:
 
 CONTINUE_CHANCE = 0.75  # a propagation walk goes on to a further neighbour this often
 STAGE_CONTINUE = 0.5    # a stage move takes the next layer too this often
+#: the most tasks a guarded pipeline move's full simulation may build (about 2 GB)
+MAX_PIPELINE_TASKS = 2_000_000
 
 
 @dataclass(frozen=True)
@@ -177,7 +180,8 @@ class Chain:
         pipeline = None
         if self.pipeline and rng.random() < self.pipeline and self._may_pipeline(base):
             config, others = base[op.name], []
-            pipeline = pipeline_move(self.graph, base, rng)
+            pipeline = pipeline_move(self.graph, base, rng, self.options.guarded_pipeline,
+                                     self._most_microbatches(base))
         elif self.shard and self._may_shard() and rng.random() < self.shard:
             config, others = base[op.name], []
             stages = shard_run(self.graph, base, rng, CONTINUE_CHANCE, self.top_shard_stage)
@@ -192,7 +196,8 @@ class Chain:
             proposed = self.sim.propose_pipeline(pipeline)
             memory = self._peak_memory()
             self.frontier.add(self.sim.makespan, memory, _Proposal(base, pipeline=pipeline))
-            accepted = self._accepts(proposed, draw)
+            accepted = proposed <= self.current_cost if self.options.guarded_pipeline \
+                else self._accepts(proposed, draw)
             self.sim.accept() if accepted else self.sim.reject()
         elif not changes and not stages:  # no change: the same strategy, the same cost
             proposed, memory, accepted = self.current_cost, self._peak_memory(), True
@@ -286,6 +291,16 @@ class Chain:
         micro-batches already."""
         return base.pipeline.on or self.current_cost > self.sim.makespan or \
             max(stages(self.graph, base.configs_of(self.graph)), default=0) > 0
+
+    def _most_microbatches(self, base: Strategy) -> int:
+        """The most micro-batches a guarded pipeline move may propose: as many as keep
+        the task graph (each micro-batch's tasks made anew) under
+        ``MAX_PIPELINE_TASKS``, so a search on a large cluster does not build one it
+        cannot hold (NMT on 64 GPUs: 881,012 tasks at one micro-batch)."""
+        if not self.options.guarded_pipeline:
+            return MOST_MICROBATCHES
+        per_micro = len(self.sim.tg.store) / base.pipeline.microbatches
+        return max(1, int(MAX_PIPELINE_TASKS // max(per_micro, 1.0)))
 
     def _accepts(self, proposed: float, draw: float) -> bool:
         if proposed <= self.current_cost:

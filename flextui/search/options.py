@@ -92,7 +92,15 @@ class SearchOptions:
     chance that a step puts a run of layers on one group of devices (a pipeline stage);
     ``microbatches`` and ``schedule``: the pipeline every chain starts in (its starting
     strategy's sample splits lowered where a micro-batch does not allow them). 0 turns
-    a move off (inference never makes a pipeline move).
+    a move off (inference never makes a pipeline move). ``guarded_pipeline``: a
+    pipeline move is taken only when it does not raise the cost, proposes no more
+    micro-batches than keep the task graph under ``mcmc.MAX_PIPELINE_TASKS``, and from a
+    single micro-batch draws the schedule too (1F1B's memory is then one move away), so a
+    chain
+    simulates under micro-batches (a delta proposal there re-times every micro-batch's
+    tasks: 50x a proposal without on Inception-v3 at 64 GPUs) only when they pay; off,
+    the moves as first built (taken uphill as the others are; from one micro-batch the
+    schedule kept), as logs from before them ran.
 
     ``early_reject``: a step draws its acceptance threshold before it simulates, and
     stops simulating a proposal once its makespan provably exceeds it (the proposal is
@@ -125,6 +133,7 @@ class SearchOptions:
     stage: float = 0.05
     microbatches: int = 1
     schedule: Schedule = Schedule.GPIPE
+    guarded_pipeline: bool = True
 
     def __post_init__(self) -> None:
         """Every field's type and range, checked by the rules the CLI and the Setup form
@@ -147,10 +156,11 @@ class SearchOptions:
         if unknown:
             raise FlextuiError(f"{where}: unknown search options {unknown}")
         try:   # logs from before early rejection, recomputation, sharding, the makespan's
-            # beta or pipelines ran without them
+            # beta or pipelines ran without them, and those from before guarded pipeline
+            # moves with the moves as first built
             return cls(**{"early_reject": False, "recompute": 0.0, "shard": 0.0,
                           "beta_of_makespan": False, "top_shard_stage": 2, "pipeline": 0.0,
-                          "stage": 0.0, **data})
+                          "stage": 0.0, "guarded_pipeline": False, **data})
         except FieldError as e:
             raise FlextuiError(f"{where}: options.{e.field}: {e.problem}") from None
 
@@ -286,6 +296,7 @@ _CHECKS: dict[str, Callable[[str, Any], Any]] = {
     "stage": _fraction,
     "microbatches": lambda f, v: _FIELDS.integer(v, f, 1, 1 << 16),
     "schedule": lambda f, v: Schedule(_FIELDS.choice(v, f, tuple(Schedule))),
+    "guarded_pipeline": lambda f, v: _FIELDS.boolean(v, f),
     "memory_budget": _optional(lambda f, v: _FIELDS.integer(v, f, MIN_MEMORY_BUDGET)),
 }
 

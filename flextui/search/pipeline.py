@@ -35,17 +35,23 @@ from flextui.strategy.pipeline import (
 MOST_MICROBATCHES = 32
 
 
-def pipeline_move(graph: OpGraph, strategy: Strategy, rng: random.Random) -> Pipeline | None:
-    """Another pipeline for ``strategy`` (None when there is none to move to)."""
+def pipeline_move(graph: OpGraph, strategy: Strategy, rng: random.Random,
+                  draw_schedule: bool = False, most: int = MOST_MICROBATCHES
+                  ) -> Pipeline | None:
+    """Another pipeline for ``strategy`` of at most ``most`` micro-batches (None when
+    there is none to move to); from one micro-batch, with ``draw_schedule``, under
+    either schedule (else under the one the strategy names)."""
     now = strategy.pipeline
     counts = [m for m in microbatch_choices(graph, strategy.configs_of(graph),
-                                            MOST_MICROBATCHES) if m != now.microbatches]
+                                            min(most, MOST_MICROBATCHES))
+              if m != now.microbatches]
     other = Schedule.ONE_F_ONE_B if now.schedule == Schedule.GPIPE else Schedule.GPIPE
     if now.on and (not counts or rng.random() < 0.5):
         return Pipeline(now.microbatches, other)
     if not counts:
         return None
-    return Pipeline(rng.choice(counts), now.schedule)
+    schedule = rng.choice(list(Schedule)) if draw_schedule and not now.on else now.schedule
+    return Pipeline(rng.choice(counts), schedule)
 
 
 def stage_run(graph: OpGraph, op: Op, strategy: Strategy, num_devices: int,
