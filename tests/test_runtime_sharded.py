@@ -102,16 +102,7 @@ def test_an_imported_decoder_at_stage_3_with_recomputation_equals_the_module(tmp
     chosen = chosen.with_shards(dict.fromkeys(graph.parameters, ShardStage.PARAMETERS))
     path = tmp_path / "s.json"
     save_strategy(path, chosen, graph, cluster)
-    log = tmp_path / "check.ffrun"
-    proc = subprocess.run([sys.executable, "-m", "flextui", "launch", "-m", str(model),
-                           "--nproc-per-node", "2", "--strategy", str(path), "--optimizer",
-                           "adamw", "--check", "--run-log", str(log)], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=HANG_S,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout
-    assert "check passed: 2 ranks equal one process of the module" in proc.stdout
-    pids = [r.pid for r in read_run_log(log).records if isinstance(r, Start)]
-    assert len(pids) == 2 and wait_gone(pids) == []
+    _checked_against_the_module(tmp_path, model, path, "--optimizer", "adamw")
 
 
 @pytest.mark.slow
@@ -126,10 +117,16 @@ def test_an_imported_decoder_in_a_1f1b_pipeline_equals_the_module(tmp_path):
         Pipeline(2, Schedule.ONE_F_ONE_B))
     path = tmp_path / "s.json"
     save_strategy(path, chosen, graph, cluster)
+    _checked_against_the_module(tmp_path, model, path)
+
+
+def _checked_against_the_module(tmp_path, model, strategy, *flags):
+    """``launch --check`` of ``strategy`` on 2 ranks passes against the module run by
+    plain PyTorch, and its ranks are gone after."""
     log = tmp_path / "check.ffrun"
     proc = subprocess.run([sys.executable, "-m", "flextui", "launch", "-m", str(model),
-                           "--nproc-per-node", "2", "--strategy", str(path), "--check",
-                           "--run-log", str(log)], cwd=tmp_path,
+                           "--nproc-per-node", "2", "--strategy", str(strategy), *flags,
+                           "--check", "--run-log", str(log)], cwd=tmp_path,
                           capture_output=True, text=True, timeout=HANG_S,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:] + proc.stdout
