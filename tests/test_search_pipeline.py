@@ -161,7 +161,8 @@ def test_a_guarded_pipeline_move_keeps_the_task_graph_under_its_cap(monkeypatch)
                             init="model-parallel")
     chain = Chain(0, GRAPH, CLUSTER, AnalyticCostModel(), options,
                   builtin_strategy("model-parallel", GRAPH, CLUSTER))
-    tasks = len(chain.sim.tg.store)
+    tg = chain.sim.tg
+    tasks = sum(map(len, tg.forward.values())) + sum(map(len, tg.backward.values()))
     monkeypatch.setattr("flextui.search.mcmc.MAX_PIPELINE_TASKS", 4 * tasks)
     proposed = {chain.step().pipeline for _ in range(100)} - {None}
     assert proposed and max(p.microbatches for p in proposed) <= 4

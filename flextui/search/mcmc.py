@@ -74,8 +74,9 @@ def default_beta(initial_s: float) -> float:
 
 CONTINUE_CHANCE = 0.75  # a propagation walk goes on to a further neighbour this often
 STAGE_CONTINUE = 0.5    # a stage move takes the next layer too this often
-#: the most tasks a guarded pipeline move's full simulation may build (about 2 GB)
-MAX_PIPELINE_TASKS = 2_000_000
+#: the most forward and backward tasks a guarded pipeline move's full simulation may
+#: build (transfers and syncs come on top: about 2 GB in all)
+MAX_PIPELINE_TASKS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -294,12 +295,14 @@ class Chain:
 
     def _most_microbatches(self, base: Strategy) -> int:
         """The most micro-batches a guarded pipeline move may propose: as many as keep
-        the task graph (each micro-batch's tasks made anew) under
-        ``MAX_PIPELINE_TASKS``, so a search on a large cluster does not build one it
-        cannot hold (NMT on 64 GPUs: 881,012 tasks at one micro-batch)."""
+        the ops' tasks (each micro-batch's made anew) under ``MAX_PIPELINE_TASKS``, so
+        a search on a large cluster does not build a task graph it cannot hold (NMT on
+        64 GPUs: 881,012 tasks at one micro-batch)."""
         if not self.options.guarded_pipeline:
             return MOST_MICROBATCHES
-        per_micro = len(self.sim.tg.store) / base.pipeline.microbatches
+        tg = self.sim.tg   # counted from the ops' tasks: the same with either store
+        compute = sum(map(len, tg.forward.values())) + sum(map(len, tg.backward.values()))
+        per_micro = compute / base.pipeline.microbatches
         return max(1, int(MAX_PIPELINE_TASKS // max(per_micro, 1.0)))
 
     def _accepts(self, proposed: float, draw: float) -> bool:

@@ -94,7 +94,7 @@ class SearchOptions:
     strategy's sample splits lowered where a micro-batch does not allow them). 0 turns
     a move off (inference never makes a pipeline move). ``guarded_pipeline``: a
     pipeline move is taken only when it does not raise the cost, proposes no more
-    micro-batches than keep the task graph under ``mcmc.MAX_PIPELINE_TASKS``, and from a
+    micro-batches than keep the ops' tasks under ``mcmc.MAX_PIPELINE_TASKS``, and from a
     single micro-batch draws the schedule too (1F1B's memory is then one move away), so a
     chain
     simulates under micro-batches (a delta proposal there re-times every micro-batch's
